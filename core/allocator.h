@@ -1,0 +1,48 @@
+// Allocator interface for tensor memory, the 64-byte-aligned CPU allocator,
+// and the per-device-type allocator lookup. The CUDA backend registers its
+// (caching) allocator for DeviceType::CUDA from kernels/cuda; core never
+// depends on CUDA.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+
+#include "core/device.h"
+
+namespace spire {
+
+/// Memory for tensors on one device. Implementations must be thread-safe.
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  /// Returns memory for `bytes` bytes (never null for bytes > 0; throws
+  /// spire::Error when out of memory). bytes == 0 may return null.
+  virtual void* allocate(size_t bytes) = 0;
+  /// Returns memory obtained from allocate(bytes).
+  virtual void deallocate(void* ptr, size_t bytes) = 0;
+  virtual Device device() const = 0;
+  virtual const char* name() const = 0;
+  /// Copies `bytes` from this allocator's memory to host memory.
+  virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) const = 0;
+  /// Copies `bytes` from host memory into this allocator's memory.
+  virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) const = 0;
+  /// Copies within this allocator's memory.
+  virtual void copy_within(void* dst, const void* src, size_t bytes) const = 0;
+};
+
+/// Alignment of every CPU buffer (bytes).
+inline constexpr size_t kCpuAlignment = 64;
+
+/// The stateless, 64-byte-aligned CPU allocator.
+Allocator* cpu_allocator();
+
+/// Factory giving the allocator of a device (registered per device type).
+using AllocatorFactory = std::function<Allocator*(int device_index)>;
+/// Registers the allocator factory for a device type (done by backends at
+/// load time).
+void register_allocator_factory(DeviceType type, AllocatorFactory factory);
+/// The allocator of `device`; throws spire::Error when no backend for that
+/// device type is built in.
+Allocator* get_allocator(const Device& device);
+
+}  // namespace spire

@@ -1,0 +1,35 @@
+#include "core/device.h"
+
+#include <cctype>
+
+#include "core/error.h"
+
+namespace spire {
+
+std::string Device::to_string() const {
+  return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index);
+}
+
+Device Device::parse(const std::string& spec) {
+  std::string s;
+  for (char c : spec) s += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (!s.empty() && s[0] == '/') s = s.substr(1);
+  if (s == "cpu" || s == "cpu:0") return cpu();
+  for (const char* prefix : {"cuda", "gpu"}) {
+    std::string p(prefix);
+    if (s.rfind(p, 0) != 0) continue;
+    std::string rest = s.substr(p.size());
+    if (rest.empty()) return cuda(0);
+    if (rest[0] == ':' && rest.size() > 1) {
+      int idx = 0;
+      for (size_t i = 1; i < rest.size(); ++i) {
+        if (!std::isdigit(static_cast<unsigned char>(rest[i]))) throw_error("bad device '", spec, "'");
+        idx = idx * 10 + (rest[i] - '0');
+      }
+      return cuda(idx);
+    }
+  }
+  throw_error("bad device '", spec, "': expected 'cpu', 'cuda' or 'cuda:N'");
+}
+
+}  // namespace spire

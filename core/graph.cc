@@ -1,0 +1,256 @@
+#include "core/graph.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "core/op_registry.h"
+
+namespace spire {
+
+// ---- Output ----------------------------------------------------------------
+
+DType Output::dtype() const { return node->output_dtype(index); }
+const Shape& Output::shape() const { return node->output_shape(index); }
+Graph* Output::graph() const { return node ? node->graph() : nullptr; }
+std::string Output::name() const {
+  return node ? node->name() + ":" + std::to_string(index) : std::string("<invalid output>");
+}
+bool Output::operator<(const Output& o) const {
+  int a = node ? node->id() : -1, b = o.node ? o.node->id() : -1;
+  if (node && o.node && node->graph() != o.node->graph()) return node < o.node;
+  return a != b ? a < b : index < o.index;
+}
+
+// ---- Node ------------------------------------------------------------------
+
+Output Node::output(int i) const {
+  if (i < 0 || i >= num_outputs())
+    throw_error(describe(), ": output index ", i, " out of range (", num_outputs(), " outputs)");
+  return Output(const_cast<Node*>(this), i);
+}
+
+void Node::add_control_input(Node* n) {
+  graph_->check_mutable("add a control input to " + describe());
+  SPIRE_CHECK(n && n->graph() == graph_, describe(),
+              ": control input must be a node of the same graph");
+  control_inputs_.push_back(n);
+  ++graph_->version_;
+}
+
+void Node::set_device(const Device& d) {
+  graph_->check_mutable("set the device of " + describe());
+  device_ = d;
+  ++graph_->version_;
+}
+
+std::string Node::describe() const { return str_cat("node '", name_, "' (op ", op_type_, ")"); }
+
+std::string Node::describe_inputs() const {
+  std::ostringstream os;
+  for (int i = 0; i < num_inputs(); ++i) {
+    if (i) os << ", ";
+    const auto& names = op_def_->input_names();
+    os << (static_cast<size_t>(i) < names.size() ? names[static_cast<size_t>(i)] : names.back())
+       << ": " << dtype_name(inputs_[i].dtype()) << inputs_[i].shape().to_string();
+  }
+  if (num_inputs() == 0) os << "(none)";
+  return os.str();
+}
+
+// ---- Graph -----------------------------------------------------------------
+
+Graph::Graph() = default;
+Graph::~Graph() = default;
+
+void Graph::check_mutable(const std::string& what) const {
+  if (finalized_) throw_error("graph is finalized: cannot ", what);
+}
+
+std::string Graph::unique_name(const std::string& base) {
+  auto it = name_counts_.find(base);
+  if (it == name_counts_.end()) {
+    name_counts_[base] = 1;
+    return base;
+  }
+  int i = it->second;
+  std::string candidate;
+  do {
+    candidate = base + "_" + std::to_string(i++);
+  } while (name_counts_.count(candidate));
+  it->second = i;
+  name_counts_[candidate] = 1;
+  return candidate;
+}
+
+Node* Graph::add_node(const std::string& op_type, const std::vector<Output>& inputs,
+                      const AttrMap& attrs, const std::string& name,
+                      const std::vector<Node*>& control_inputs) {
+  std::string base = name_scope_ + (name.empty() ? op_type : name);
+  check_mutable("add node '" + base + "' (op " + op_type + ")");
+  const OpDef* def = OpRegistry::global().find(op_type);
+  if (!def) throw_error("unknown op '", op_type, "' (node '", base, "')");
+
+  // Inputs: count and graph membership.
+  size_t named = def->input_names().size();
+  bool count_ok = def->variadic()
+                      ? inputs.size() >= named - 1 + static_cast<size_t>(def->min_variadic())
+                      : inputs.size() == named;
+  if (!count_ok)
+    throw_error("op ", op_type, " node '", base, "': expected ", def->variadic() ? "at least " : "",
+                def->variadic() ? named - 1 + static_cast<size_t>(def->min_variadic()) : named,
+                " inputs, got ", inputs.size());
+  std::vector<DType> in_dtypes;
+  std::vector<Shape> in_shapes;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Output& in = inputs[i];
+    if (!in.valid()) throw_error("op ", op_type, " node '", base, "': input ", i, " is invalid");
+    if (in.graph() != this)
+      throw_error("op ", op_type, " node '", base, "': input ", i, " ('", in.node->name(),
+                  "') belongs to another graph");
+    if (in.index < 0 || in.index >= in.node->num_outputs())
+      throw_error("op ", op_type, " node '", base, "': input ", i, " refers to output ",
+                  in.index, " of ", in.node->describe(), " which has ", in.node->num_outputs(),
+                  " outputs");
+    in_dtypes.push_back(in.dtype());
+    in_shapes.push_back(in.shape());
+  }
+  for (Node* c : control_inputs)
+    SPIRE_CHECK(c && c->graph() == this, "op ", op_type, " node '", base,
+                "': control input belongs to another graph");
+
+  // Attrs: defaults, required, unknown.
+  AttrMap merged = def->attr_defaults();
+  for (const auto& [k, v] : attrs) {
+    bool known = merged.count(k) != 0;
+    for (const auto& r : def->required_attrs()) known = known || r == k;
+    if (!known) throw_error("op ", op_type, " node '", base, "': unknown attribute '", k, "'");
+    merged[k] = v;
+  }
+  for (const auto& r : def->required_attrs())
+    if (!merged.count(r))
+      throw_error("op ", op_type, " node '", base, "': missing required attribute '", r, "'");
+
+  InferContext ic(*def, base, std::move(in_dtypes), std::move(in_shapes), merged);
+  def->shape_fn()(ic);
+
+  auto node = std::unique_ptr<Node>(new Node());
+  node->id_ = static_cast<int>(nodes_.size());
+  node->name_ = unique_name(base);
+  node->op_type_ = op_type;
+  node->op_def_ = def;
+  node->graph_ = this;
+  node->inputs_ = inputs;
+  node->control_inputs_ = control_inputs;
+  for (Node* c : control_deps_)
+    if (std::find(node->control_inputs_.begin(), node->control_inputs_.end(), c) ==
+        node->control_inputs_.end())
+      node->control_inputs_.push_back(c);
+  node->attrs_ = std::move(merged);
+  node->device_ = device_;
+  node->output_dtypes_ = ic.output_dtypes();
+  node->output_shapes_ = ic.output_shapes();
+  Node* raw = node.get();
+  by_name_[raw->name_] = raw;
+  nodes_.push_back(std::move(node));
+  ++version_;
+  return raw;
+}
+
+Node* Graph::find_node(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second;
+}
+
+Output Graph::output_by_name(const std::string& name) const {
+  std::string node_name = name;
+  int index = 0;
+  auto colon = name.rfind(':');
+  if (colon != std::string::npos) {
+    node_name = name.substr(0, colon);
+    try {
+      index = std::stoi(name.substr(colon + 1));
+    } catch (const std::exception&) {
+      throw_error("bad tensor name '", name, "': expected 'node:index'");
+    }
+  }
+  Node* n = find_node(node_name);
+  if (!n) throw_error("no node named '", node_name, "' in the graph (looking up '", name, "')");
+  return n->output(index);
+}
+
+std::string Graph::to_text() const {
+  std::ostringstream os;
+  for (const auto& n : nodes_) {
+    os << n->name() << " = " << n->op_type() << '(';
+    for (int i = 0; i < n->num_inputs(); ++i) os << (i ? ", " : "") << n->input(i).name();
+    for (size_t i = 0; i < n->control_inputs().size(); ++i)
+      os << ((i || n->num_inputs()) ? ", " : "") << '^' << n->control_inputs()[i]->name();
+    os << ')';
+    if (!n->attrs().empty()) {
+      os << " {";
+      bool first = true;
+      for (const auto& [k, v] : n->attrs()) {
+        os << (first ? "" : ", ") << k << '=' << v.to_string();
+        first = false;
+      }
+      os << '}';
+    }
+    os << " -> ";
+    for (int i = 0; i < n->num_outputs(); ++i)
+      os << (i ? ", " : "") << dtype_name(n->output_dtype(i)) << n->output_shape(i).to_string();
+    if (!n->device().is_cpu()) os << " @" << n->device().to_string();
+    os << '\n';
+  }
+  return os.str();
+}
+
+// ---- default graph and scopes ----------------------------------------------
+
+namespace {
+std::unique_ptr<Graph>& global_default_graph() {
+  static std::unique_ptr<Graph> g = std::make_unique<Graph>();
+  return g;
+}
+thread_local Graph* t_default_graph = nullptr;
+}  // namespace
+
+Graph& default_graph() {
+  return t_default_graph ? *t_default_graph : *global_default_graph();
+}
+
+DefaultGraphGuard::DefaultGraphGuard(Graph& g) : prev_(t_default_graph) { t_default_graph = &g; }
+DefaultGraphGuard::~DefaultGraphGuard() { t_default_graph = prev_; }
+
+void reset_default_graph() {
+  SPIRE_CHECK(t_default_graph == nullptr,
+              "reset_default_graph: cannot reset while a DefaultGraphGuard is active");
+  global_default_graph() = std::make_unique<Graph>();
+}
+
+NameScope::NameScope(Graph& g, const std::string& name) : g_(g), prev_(g.name_scope_) {
+  if (name.empty()) {
+    scope_ = "";
+  } else if (name.back() == '/') {
+    scope_ = name;
+  } else {
+    scope_ = g.unique_name(prev_ + name) + "/";
+  }
+  g.name_scope_ = scope_;
+}
+NameScope::~NameScope() { g_.name_scope_ = prev_; }
+
+ControlDependencies::ControlDependencies(Graph& g, const std::vector<Node*>& deps)
+    : g_(g), prev_size_(g.control_deps_.size()) {
+  for (Node* d : deps) {
+    SPIRE_CHECK(d && d->graph() == &g, "ControlDependencies: node belongs to another graph");
+    g.control_deps_.push_back(d);
+  }
+}
+ControlDependencies::~ControlDependencies() { g_.control_deps_.resize(prev_size_); }
+
+DeviceScope::DeviceScope(Graph& g, const Device& device) : g_(g), prev_(g.device_) {
+  g.device_ = device;
+}
+DeviceScope::~DeviceScope() { g_.device_ = prev_; }
+
+}  // namespace spire

@@ -1,0 +1,113 @@
+// Kernel interface and registry. A kernel is a function of a KernelContext
+// (the node, its input tensors, its outputs to fill, and the session state
+// for stateful ops), registered per (op name, device type, dtype) from
+// kernels/cpu and kernels/cuda. The executor looks kernels up here and never
+// includes a kernel header.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/graph.h"
+#include "core/tensor.h"
+
+namespace spire {
+
+/// Per-session state that stateful kernels use; implemented by Session.
+class SessionState {
+ public:
+  virtual ~SessionState() = default;
+  /// The value slot of a Variable node (undefined until first assigned).
+  virtual Tensor& variable(const Node* var) = 0;
+  /// Reserves `count` random numbers in the stream of random node `n` and
+  /// returns the stream offset of the first (successive runs draw fresh,
+  /// reproducible numbers).
+  virtual uint64_t advance_rng(const Node* n, uint64_t count) = 0;
+};
+
+class KernelContext {
+ public:
+  KernelContext(const Node& node, const Device& device, const Tensor* inputs, Tensor* outputs,
+                SessionState* state, void* device_context = nullptr)
+      : node_(node), device_(device), inputs_(inputs), outputs_(outputs), state_(state),
+        device_context_(device_context) {}
+
+  const Node& node() const { return node_; }
+  const Device& device() const { return device_; }
+  int num_inputs() const { return node_.num_inputs(); }
+  const Tensor& input(int i) const { return inputs_[i]; }
+  int num_outputs() const { return node_.num_outputs(); }
+  /// Allocates output i on this kernel's device with the node's inferred dtype.
+  Tensor& allocate_output(int i, const Shape& shape) {
+    return allocate_output(i, node_.output_dtype(i), shape);
+  }
+  Tensor& allocate_output(int i, DType dtype, const Shape& shape) {
+    outputs_[i] = Tensor(dtype, shape, device_);
+    return outputs_[i];
+  }
+  /// Sets output i to an existing tensor (e.g. identity, reshape views).
+  void set_output(int i, Tensor t) { outputs_[i] = std::move(t); }
+  Tensor& output(int i) { return outputs_[i]; }
+  template <typename T>
+  T attr(const std::string& key) const {
+    return node_.attr<T>(key);
+  }
+  /// Session state (variables, random streams); throws when absent.
+  SessionState& state() const;
+  /// Backend data for the device (e.g. the CUDA per-device context).
+  void* device_context() const { return device_context_; }
+
+  /// Throws spire::Error naming the op, node and input types.
+  template <typename... Args>
+  [[noreturn]] void fail(Args&&... args) const {
+    throw_error("op ", node_.op_type(), " node '", node_.name(), "': ",
+                std::forward<Args>(args)..., "; inputs: ", describe_runtime_inputs());
+  }
+  std::string describe_runtime_inputs() const;
+
+ private:
+  const Node& node_;
+  Device device_;
+  const Tensor* inputs_;
+  Tensor* outputs_;
+  SessionState* state_;
+  void* device_context_;
+};
+
+using KernelFn = std::function<void(KernelContext&)>;
+
+class KernelRegistry {
+ public:
+  static KernelRegistry& global();
+  /// Throws when the same (op, device, dtype) is registered twice.
+  void add(const std::string& op, DeviceType device, DType dtype, KernelFn fn);
+  /// Null when no kernel is registered.
+  const KernelFn* find(const std::string& op, DeviceType device, DType dtype) const;
+  /// All registered (op, device, dtype) keys.
+  std::vector<std::tuple<std::string, DeviceType, DType>> keys() const;
+
+ private:
+  std::map<std::tuple<std::string, DeviceType, DType>, KernelFn> kernels_;
+};
+
+/// The dtype that selects a node's kernel (per its op's KernelDTypeRule).
+DType kernel_dtype(const Node& node);
+
+struct KernelRegistrar {
+  KernelRegistrar(const std::string& op, DeviceType device, const KernelFn& fn,
+                  std::initializer_list<DType> dtypes) {
+    for (DType dt : dtypes) KernelRegistry::global().add(op, device, dt, fn);
+  }
+};
+
+/// Registers `fn` for each listed dtype at load time:
+///   SPIRE_REGISTER_KERNEL("Identity", DeviceType::CPU, identity_kernel, DType::F32, DType::F64);
+#define SPIRE_REGISTER_KERNEL(op, device, fn, ...)                                   \
+  static ::spire::KernelRegistrar SPIRE_CONCAT(spire_kernel_registrar_, __COUNTER__) \
+      [[maybe_unused]](op, device, fn, {__VA_ARGS__})
+
+}  // namespace spire

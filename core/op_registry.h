@@ -1,0 +1,195 @@
+// The op registry. One registration (SPIRE_REGISTER_OP) ties an op's name,
+// its inputs, outputs and attrs (with defaults), its shape and dtype
+// inference, and its gradient function. Kernels are registered separately,
+// per (op, device, dtype), in kernel_registry.h.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/attr.h"
+#include "core/graph.h"
+
+namespace spire {
+
+/// What a shape function sees: the input dtypes/shapes and attrs of a node
+/// being added; it sets the output dtypes and shapes.
+class InferContext {
+ public:
+  InferContext(const OpDef& op, const std::string& node_name, std::vector<DType> in_dtypes,
+               std::vector<Shape> in_shapes, const AttrMap& attrs);
+
+  int num_inputs() const { return static_cast<int>(in_dtypes_.size()); }
+  DType input_dtype(int i) const { return in_dtypes_.at(static_cast<size_t>(i)); }
+  const Shape& input_shape(int i) const { return in_shapes_.at(static_cast<size_t>(i)); }
+  bool has_attr(const std::string& key) const { return attrs_.count(key) != 0; }
+  template <typename T>
+  T attr(const std::string& key) const {
+    auto it = attrs_.find(key);
+    if (it == attrs_.end()) fail("missing attribute '", key, "'");
+    return it->second.get<T>(where() + " attribute '" + key + "'");
+  }
+  const AttrMap& attrs() const { return attrs_; }
+
+  /// Sets output i (outputs are appended as needed).
+  void set_output(int i, DType dtype, const Shape& shape);
+  const std::vector<DType>& output_dtypes() const { return out_dtypes_; }
+  const std::vector<Shape>& output_shapes() const { return out_shapes_; }
+
+  /// Throws spire::Error: "<op> node '<name>': <message>; inputs: x: f32[2], ...".
+  template <typename... Args>
+  [[noreturn]] void fail(Args&&... args) const {
+    throw_error(where(), ": ", std::forward<Args>(args)..., "; inputs: ", describe_inputs());
+  }
+  /// Fails unless input i has one of the given dtypes.
+  void expect_dtype(int i, std::initializer_list<DType> allowed) const;
+  /// Fails unless inputs i and j have the same dtype.
+  void expect_same_dtype(int i, int j) const;
+  /// Fails unless input i has rank r.
+  void expect_rank(int i, int r) const;
+  /// "op Add node 'a/add'".
+  std::string where() const;
+  std::string describe_inputs() const;
+
+ private:
+  const OpDef& op_;
+  const std::string& node_name_;
+  std::vector<DType> in_dtypes_;
+  std::vector<Shape> in_shapes_;
+  const AttrMap& attrs_;
+  std::vector<DType> out_dtypes_;
+  std::vector<Shape> out_shapes_;
+};
+
+/// What a gradient function sees: the forward node and the gradients of its
+/// outputs. It returns one gradient per input (an invalid Output = none).
+class GradContext {
+ public:
+  GradContext(Node* node, std::vector<Output> grad_outputs)
+      : node_(node), grads_(std::move(grad_outputs)) {}
+  Node* node() const { return node_; }
+  Graph& graph() const { return *node_->graph(); }
+  Output input(int i) const { return node_->input(i); }
+  Output output(int i = 0) const { return node_->output(i); }
+  /// Gradient w.r.t. output i; zeros shaped like the output when that output
+  /// received none (only when at least one output did).
+  Output grad(int i = 0) const;
+  bool has_grad(int i) const { return grads_.at(static_cast<size_t>(i)).valid(); }
+  template <typename T>
+  T attr(const std::string& key) const {
+    return node_->attr<T>(key);
+  }
+
+ private:
+  Node* node_;
+  std::vector<Output> grads_;
+};
+
+using ShapeFn = std::function<void(InferContext&)>;
+using GradFn = std::function<std::vector<Output>(GradContext&)>;
+
+/// How a node's kernel dtype (the dtype part of the kernel key) is chosen.
+struct KernelDTypeRule {
+  enum Kind { kFirstInput, kInput, kAttr, kOutput } kind = kFirstInput;
+  int index = 0;
+  std::string attr;
+};
+
+class OpDef {
+ public:
+  const std::string& name() const { return name_; }
+  const std::vector<std::string>& input_names() const { return input_names_; }
+  /// When true, the last named input repeats any number (>= min) of times.
+  bool variadic() const { return variadic_; }
+  int min_variadic() const { return min_variadic_; }
+  const AttrMap& attr_defaults() const { return attr_defaults_; }
+  const std::vector<std::string>& required_attrs() const { return required_attrs_; }
+  const ShapeFn& shape_fn() const { return shape_fn_; }
+  /// Null when the op has no gradient function.
+  const GradFn& grad_fn() const { return grad_fn_; }
+  /// True when the op explicitly propagates no gradient (StopGradient,
+  /// comparisons, argmax, random ops, ...): autodiff treats its inputs as
+  /// constants instead of failing.
+  bool no_gradient() const { return no_gradient_; }
+  /// Differentiable ops (with a gradient function) must have a gradient-check case.
+  bool differentiable() const { return static_cast<bool>(grad_fn_); }
+  /// Stateful ops (variables, assign, random) are never deduplicated or
+  /// constant-folded, and may keep state in a Session.
+  bool stateful() const { return stateful_; }
+  /// Input indices whose tensor may be undefined (an uninitialized variable
+  /// passed to Assign).
+  bool allows_undefined_input(int i) const;
+  const KernelDTypeRule& kernel_dtype_rule() const { return kernel_dtype_rule_; }
+  const std::string& doc() const { return doc_; }
+
+ private:
+  friend class OpDefBuilder;
+  std::string name_;
+  std::vector<std::string> input_names_;
+  bool variadic_ = false;
+  int min_variadic_ = 1;
+  AttrMap attr_defaults_;
+  std::vector<std::string> required_attrs_;
+  ShapeFn shape_fn_;
+  GradFn grad_fn_;
+  bool no_gradient_ = false;
+  bool stateful_ = false;
+  std::vector<int> undefined_ok_;
+  KernelDTypeRule kernel_dtype_rule_;
+  std::string doc_;
+};
+
+/// Fluent builder used by SPIRE_REGISTER_OP.
+class OpDefBuilder {
+ public:
+  explicit OpDefBuilder(const std::string& name);
+  OpDefBuilder& input(const std::string& name);
+  /// The last input is variadic (at least `min` tensors).
+  OpDefBuilder& variadic_input(const std::string& name, int min = 1);
+  OpDefBuilder& attr(const std::string& name, AttrValue default_value);
+  OpDefBuilder& required_attr(const std::string& name);
+  OpDefBuilder& shape_fn(ShapeFn fn);
+  OpDefBuilder& grad(GradFn fn);
+  OpDefBuilder& no_gradient();
+  OpDefBuilder& stateful();
+  OpDefBuilder& allow_undefined_input(int i);
+  OpDefBuilder& kernel_dtype_from_input(int i);
+  OpDefBuilder& kernel_dtype_from_attr(const std::string& attr);
+  OpDefBuilder& kernel_dtype_from_output(int i);
+  OpDefBuilder& doc(const std::string& text);
+  std::unique_ptr<OpDef> build() { return std::move(def_); }
+
+ private:
+  std::unique_ptr<OpDef> def_;
+};
+
+/// Process-wide table of op definitions, filled at load time.
+class OpRegistry {
+ public:
+  static OpRegistry& global();
+  /// Throws when the name is already registered.
+  void add(std::unique_ptr<OpDef> def);
+  /// Null when unknown.
+  const OpDef* find(const std::string& name) const;
+  /// Throws spire::Error "unknown op 'X'" when unknown.
+  const OpDef& get(const std::string& name) const;
+  std::vector<std::string> op_names() const;
+
+ private:
+  std::map<std::string, std::unique_ptr<OpDef>> ops_;
+};
+
+struct OpRegistrar {
+  OpRegistrar(OpDefBuilder& b) { OpRegistry::global().add(b.build()); }
+  OpRegistrar(OpDefBuilder&& b) { OpRegistry::global().add(b.build()); }
+};
+
+/// Registers an op at load time: SPIRE_REGISTER_OP("Add").input("x")...;
+#define SPIRE_REGISTER_OP(name)                                              \
+  static ::spire::OpRegistrar SPIRE_CONCAT(spire_op_registrar_, __COUNTER__) \
+      [[maybe_unused]] = ::spire::OpDefBuilder(name)
+
+}  // namespace spire

@@ -1,0 +1,86 @@
+#include "core/shape.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace spire {
+
+bool Shape::is_fully_defined() const {
+  return std::all_of(dims_.begin(), dims_.end(), [](int64_t d) { return d >= 0; });
+}
+
+int64_t Shape::num_elements() const {
+  int64_t n = 1;
+  for (int64_t d : dims_) {
+    if (d < 0) return -1;
+    n *= d;
+  }
+  return n;
+}
+
+bool Shape::is_compatible_with(const Shape& concrete) const {
+  if (concrete.rank() != rank()) return false;
+  for (int i = 0; i < rank(); ++i)
+    if (dims_[i] >= 0 && dims_[i] != concrete.dims_[i]) return false;
+  return true;
+}
+
+std::string Shape::to_string() const {
+  std::ostringstream os;
+  os << '[';
+  for (size_t i = 0; i < dims_.size(); ++i) {
+    if (i) os << ", ";
+    if (dims_[i] < 0)
+      os << '?';
+    else
+      os << dims_[i];
+  }
+  os << ']';
+  return os.str();
+}
+
+bool broadcast_shapes(const Shape& a, const Shape& b, Shape* out) {
+  int r = std::max(a.rank(), b.rank());
+  std::vector<int64_t> dims(static_cast<size_t>(r));
+  for (int i = 0; i < r; ++i) {
+    int ia = a.rank() - r + i, ib = b.rank() - r + i;
+    int64_t da = ia >= 0 ? a[ia] : 1;
+    int64_t db = ib >= 0 ? b[ib] : 1;
+    int64_t d;
+    if (da == 1)
+      d = db;
+    else if (db == 1)
+      d = da;
+    else if (da < 0)
+      d = db;  // unknown vs known (!= 1): must equal the known one at run time
+    else if (db < 0)
+      d = da;
+    else if (da == db)
+      d = da;
+    else
+      return false;
+    dims[static_cast<size_t>(i)] = d;
+  }
+  *out = Shape(std::move(dims));
+  return true;
+}
+
+int normalize_axis(int64_t axis, int rank, const std::string& what) {
+  if (axis < -rank || axis >= rank)
+    throw_error(what, ": axis ", axis, " is out of range for rank ", rank);
+  return static_cast<int>(axis < 0 ? axis + rank : axis);
+}
+
+std::vector<int64_t> row_major_strides(const Shape& s) {
+  std::vector<int64_t> st(static_cast<size_t>(s.rank()));
+  int64_t acc = 1;
+  for (int i = s.rank() - 1; i >= 0; --i) {
+    st[static_cast<size_t>(i)] = acc;
+    acc *= s[i];
+  }
+  return st;
+}
+
+}  // namespace spire

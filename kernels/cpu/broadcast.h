@@ -1,0 +1,66 @@
+// NumPy-broadcast iteration for CPU kernels: walks the output in contiguous
+// rows and gives each input's offset and inner stride (0 when broadcast).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "core/shape.h"
+
+namespace spire::cpu {
+
+/// Strides (elements) of a tensor of shape `in` seen broadcast to `out`:
+/// 0 along broadcast dimensions, aligned to out's rank.
+inline std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out) {
+  std::vector<int64_t> st(static_cast<size_t>(out.rank()), 0);
+  int64_t acc = 1;
+  for (int i = in.rank() - 1; i >= 0; --i) {
+    int o = out.rank() - in.rank() + i;
+    st[static_cast<size_t>(o)] = in[i] == 1 ? 0 : acc;
+    acc *= in[i];
+  }
+  return st;
+}
+
+/// Calls f(out_offset, in_offsets, in_inner_strides, count) for each
+/// contiguous output row; inputs are given by their broadcast strides.
+template <size_t N, typename F>
+void for_each_broadcast_row(const Shape& out, const std::array<std::vector<int64_t>, N>& strides,
+                            F&& f) {
+  const int r = out.rank();
+  std::array<int64_t, N> off{};
+  std::array<int64_t, N> inner{};
+  if (r == 0) {
+    f(int64_t{0}, off, inner, int64_t{1});
+    return;
+  }
+  const int64_t n_inner = out[r - 1];
+  const int64_t total = out.num_elements();
+  if (total == 0) return;
+  // Contiguous fast path: every input has the full shape.
+  bool all_full = true;
+  std::vector<int64_t> full = row_major_strides(out);
+  for (size_t k = 0; k < N; ++k) all_full = all_full && strides[k] == full;
+  if (all_full) {
+    inner.fill(1);
+    f(int64_t{0}, off, inner, total);
+    return;
+  }
+  for (size_t k = 0; k < N; ++k) inner[k] = strides[k][static_cast<size_t>(r - 1)];
+  std::vector<int64_t> idx(static_cast<size_t>(r), 0);
+  for (int64_t o = 0; o < total; o += n_inner) {
+    f(o, off, inner, n_inner);
+    // Advance the outer index (dims 0..r-2) and the input offsets.
+    for (int d = r - 2; d >= 0; --d) {
+      auto du = static_cast<size_t>(d);
+      ++idx[du];
+      for (size_t k = 0; k < N; ++k) off[k] += strides[k][du];
+      if (idx[du] < out[d]) break;
+      for (size_t k = 0; k < N; ++k) off[k] -= strides[k][du] * out[d];
+      idx[du] = 0;
+    }
+  }
+}
+
+}  // namespace spire::cpu

@@ -1,0 +1,267 @@
+// CPU kernels for elementwise math, comparisons, logical ops, select, cast
+// and the broadcast helpers SumToLike/BroadcastLike. The math of each op is
+// the functor in kernels/functors.h, shared with the CUDA kernels.
+#include <cstring>
+
+#include "core/kernel_registry.h"
+#include "kernels/cpu/broadcast.h"
+#include "kernels/functors.h"
+
+namespace spire::cpu {
+namespace {
+
+constexpr DType kFloat[] = {DType::F32, DType::F64};
+
+Shape broadcast_or_fail(KernelContext& ctx, const Shape& a, const Shape& b) {
+  Shape out;
+  if (!broadcast_shapes(a, b, &out) || !out.is_fully_defined())
+    ctx.fail("shapes ", a.to_string(), " and ", b.to_string(), " cannot be broadcast together");
+  return out;
+}
+
+template <typename T, typename F>
+void binary_kernel(KernelContext& ctx, F f) {
+  using R = decltype(f(T{}, T{}));
+  const Tensor& x = ctx.input(0);
+  const Tensor& y = ctx.input(1);
+  Shape out = broadcast_or_fail(ctx, x.shape(), y.shape());
+  Tensor& z = ctx.allocate_output(0, out);
+  const T* px = x.data<T>();
+  const T* py = y.data<T>();
+  R* pz = z.data<R>();
+  std::array<std::vector<int64_t>, 2> st{broadcast_strides(x.shape(), out),
+                                         broadcast_strides(y.shape(), out)};
+  for_each_broadcast_row<2>(out, st, [&](int64_t o, const auto& off, const auto& inner, int64_t n) {
+    const T* a = px + off[0];
+    const T* b = py + off[1];
+    R* c = pz + o;
+    if (inner[0] == 1 && inner[1] == 1) {
+      for (int64_t i = 0; i < n; ++i) c[i] = f(a[i], b[i]);
+    } else if (inner[0] == 1) {
+      const T bv = b[0];
+      for (int64_t i = 0; i < n; ++i) c[i] = f(a[i], bv);
+    } else if (inner[1] == 1) {
+      const T av = a[0];
+      for (int64_t i = 0; i < n; ++i) c[i] = f(av, b[i]);
+    } else {
+      const R v = f(a[0], b[0]);
+      for (int64_t i = 0; i < n; ++i) c[i] = v;
+    }
+  });
+}
+
+template <typename T, typename F>
+void unary_kernel(KernelContext& ctx, F f) {
+  using R = decltype(f(T{}));
+  const Tensor& x = ctx.input(0);
+  Tensor& y = ctx.allocate_output(0, x.shape());
+  const T* px = x.data<T>();
+  R* py = y.data<R>();
+  const int64_t n = x.num_elements();
+  for (int64_t i = 0; i < n; ++i) py[i] = f(px[i]);
+}
+
+template <typename F, typename... Ts>
+void register_binary(const char* op, F f, std::initializer_list<DType> dtypes) {
+  for (DType dt : dtypes)
+    KernelRegistry::global().add(op, DeviceType::CPU, dt, [f, dt](KernelContext& ctx) {
+      visit_dtype(dt, ctx.node().op_type().c_str(), [&](auto zero) {
+        using T = decltype(zero);
+        if constexpr (std::is_invocable_v<F, T, T>) binary_kernel<T>(ctx, f);
+      });
+    });
+}
+
+template <typename F>
+void register_unary(const char* op, F f, std::initializer_list<DType> dtypes) {
+  for (DType dt : dtypes)
+    KernelRegistry::global().add(op, DeviceType::CPU, dt, [f, dt](KernelContext& ctx) {
+      visit_dtype(dt, ctx.node().op_type().c_str(), [&](auto zero) {
+        using T = decltype(zero);
+        if constexpr (std::is_invocable_v<F, T>) unary_kernel<T>(ctx, f);
+      });
+    });
+}
+
+template <typename T>
+void integer_div_kernel(KernelContext& ctx) {
+  const Tensor& y = ctx.input(1);
+  const T* py = y.data<T>();
+  for (int64_t i = 0; i < y.num_elements(); ++i)
+    if (py[i] == 0) ctx.fail("integer division by zero");
+  binary_kernel<T>(ctx, functors::Div{});
+}
+
+void leaky_relu_kernel(KernelContext& ctx) {
+  functors::LeakyRelu f{ctx.attr<double>("alpha")};
+  visit_dtype(ctx.input(0).dtype(), "LeakyRelu", [&](auto zero) {
+    using T = decltype(zero);
+    if constexpr (std::is_floating_point_v<T>) unary_kernel<T>(ctx, f);
+  });
+}
+
+template <typename T>
+void select_kernel(KernelContext& ctx) {
+  const Tensor& c = ctx.input(0);
+  const Tensor& x = ctx.input(1);
+  const Tensor& y = ctx.input(2);
+  Shape out = broadcast_or_fail(ctx, broadcast_or_fail(ctx, c.shape(), x.shape()), y.shape());
+  Tensor& z = ctx.allocate_output(0, out);
+  const bool* pc = c.data<bool>();
+  const T* px = x.data<T>();
+  const T* py = y.data<T>();
+  T* pz = z.data<T>();
+  functors::Select f;
+  std::array<std::vector<int64_t>, 3> st{broadcast_strides(c.shape(), out),
+                                         broadcast_strides(x.shape(), out),
+                                         broadcast_strides(y.shape(), out)};
+  for_each_broadcast_row<3>(out, st, [&](int64_t o, const auto& off, const auto& inner, int64_t n) {
+    for (int64_t i = 0; i < n; ++i)
+      pz[o + i] = f(pc[off[0] + i * inner[0]], px[off[1] + i * inner[1]], py[off[2] + i * inner[2]]);
+  });
+}
+
+void cast_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  Tensor& y = ctx.allocate_output(0, x.shape());
+  visit_dtype(x.dtype(), "Cast", [&](auto from) {
+    using From = decltype(from);
+    visit_dtype(y.dtype(), "Cast", [&](auto to) {
+      using To = decltype(to);
+      functors::CastTo<To> f;
+      const From* px = x.data<From>();
+      To* py = y.data<To>();
+      for (int64_t i = 0; i < x.num_elements(); ++i) py[i] = f(px[i]);
+    });
+  });
+}
+
+template <typename T>
+void add_n_kernel(KernelContext& ctx) {
+  const Tensor& x0 = ctx.input(0);
+  for (int i = 1; i < ctx.num_inputs(); ++i)
+    if (ctx.input(i).shape() != x0.shape())
+      ctx.fail("all inputs must have the same shape");
+  Tensor& z = ctx.allocate_output(0, x0.shape());
+  T* pz = z.data<T>();
+  const int64_t n = z.num_elements();
+  std::memcpy(pz, x0.data<T>(), static_cast<size_t>(n) * sizeof(T));
+  for (int k = 1; k < ctx.num_inputs(); ++k) {
+    const T* p = ctx.input(k).data<T>();
+    for (int64_t i = 0; i < n; ++i) pz[i] += p[i];
+  }
+}
+
+// SumToLike: out has like's shape; accumulate x into it.
+template <typename T>
+void sum_to_like_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Shape& target = ctx.input(1).shape();
+  if (x.shape() == target) {
+    ctx.set_output(0, x);
+    return;
+  }
+  Shape check;
+  if (!broadcast_shapes(x.shape(), target, &check) || check != x.shape())
+    ctx.fail("cannot sum ", x.shape().to_string(), " down to ", target.to_string());
+  Tensor& z = ctx.allocate_output(0, target);
+  T* pz = z.data<T>();
+  std::fill(pz, pz + z.num_elements(), T(0));
+  const T* px = x.data<T>();
+  std::array<std::vector<int64_t>, 1> st{broadcast_strides(target, x.shape())};
+  for_each_broadcast_row<1>(x.shape(), st, [&](int64_t o, const auto& off, const auto& inner, int64_t n) {
+    if (inner[0] == 0) {
+      T acc = T(0);
+      for (int64_t i = 0; i < n; ++i) acc += px[o + i];
+      pz[off[0]] += acc;
+    } else {
+      for (int64_t i = 0; i < n; ++i) pz[off[0] + i] += px[o + i];
+    }
+  });
+}
+
+// BroadcastLike: out has like's shape; copy x broadcast into it.
+template <typename T>
+void broadcast_like_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Shape& target = ctx.input(1).shape();
+  if (x.shape() == target) {
+    ctx.set_output(0, x);
+    return;
+  }
+  Shape check;
+  if (!broadcast_shapes(x.shape(), target, &check) || check != target)
+    ctx.fail("cannot broadcast ", x.shape().to_string(), " to ", target.to_string());
+  Tensor& z = ctx.allocate_output(0, target);
+  T* pz = z.data<T>();
+  const T* px = x.data<T>();
+  std::array<std::vector<int64_t>, 1> st{broadcast_strides(x.shape(), target)};
+  for_each_broadcast_row<1>(target, st, [&](int64_t o, const auto& off, const auto& inner, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) pz[o + i] = px[off[0] + i * inner[0]];
+  });
+}
+
+template <template <typename> class K>
+void register_templated(const char* op, std::initializer_list<DType> dtypes) {
+  for (DType dt : dtypes)
+    KernelRegistry::global().add(op, DeviceType::CPU, dt, [dt](KernelContext& ctx) {
+      visit_dtype(dt, ctx.node().op_type().c_str(), [&](auto zero) {
+        using T = decltype(zero);
+        if constexpr (!std::is_same_v<T, bool>) K<T>::run(ctx);
+      });
+    });
+}
+template <typename T> struct SelectK { static void run(KernelContext& c) { select_kernel<T>(c); } };
+template <typename T> struct AddNK { static void run(KernelContext& c) { add_n_kernel<T>(c); } };
+template <typename T> struct SumToLikeK { static void run(KernelContext& c) { sum_to_like_kernel<T>(c); } };
+template <typename T> struct BroadcastLikeK { static void run(KernelContext& c) { broadcast_like_kernel<T>(c); } };
+
+}  // namespace
+
+SPIRE_STATIC_INIT(cpu_elementwise_kernels) {
+  using namespace functors;
+  constexpr auto F32 = DType::F32, F64 = DType::F64, I32 = DType::I32, I64 = DType::I64,
+                 B = DType::Bool;
+  register_binary("Add", Add{}, {F32, F64, I32, I64});
+  register_binary("Sub", Sub{}, {F32, F64, I32, I64});
+  register_binary("Mul", Mul{}, {F32, F64, I32, I64});
+  register_binary("Div", Div{}, {F32, F64});
+  KernelRegistry::global().add("Div", DeviceType::CPU, I32, integer_div_kernel<int32_t>);
+  KernelRegistry::global().add("Div", DeviceType::CPU, I64, integer_div_kernel<int64_t>);
+  register_binary("Pow", Pow{}, {F32, F64});
+  register_binary("Maximum", Maximum{}, {F32, F64, I32, I64});
+  register_binary("Minimum", Minimum{}, {F32, F64, I32, I64});
+  register_binary("Equal", Equal{}, {F32, F64, I32, I64, B});
+  register_binary("NotEqual", NotEqual{}, {F32, F64, I32, I64, B});
+  register_binary("Less", Less{}, {F32, F64, I32, I64});
+  register_binary("LessEqual", LessEqual{}, {F32, F64, I32, I64});
+  register_binary("Greater", Greater{}, {F32, F64, I32, I64});
+  register_binary("GreaterEqual", GreaterEqual{}, {F32, F64, I32, I64});
+  register_binary("LogicalAnd", LogicalAnd{}, {B});
+  register_binary("LogicalOr", LogicalOr{}, {B});
+  register_unary("LogicalNot", LogicalNot{}, {B});
+
+  register_unary("Neg", Neg{}, {F32, F64, I32, I64});
+  register_unary("Abs", Abs{}, {F32, F64, I32, I64});
+  register_unary("Square", Square{}, {F32, F64, I32, I64});
+  register_unary("Sign", Sign{}, {F32, F64, I32, I64});
+  register_unary("Relu", Relu{}, {F32, F64, I32, I64});
+  register_unary("Exp", Exp{}, {F32, F64});
+  register_unary("Log", Log{}, {F32, F64});
+  register_unary("Sqrt", Sqrt{}, {F32, F64});
+  register_unary("Rsqrt", Rsqrt{}, {F32, F64});
+  register_unary("Erf", Erf{}, {F32, F64});
+  register_unary("Sigmoid", Sigmoid{}, {F32, F64});
+  register_unary("Tanh", Tanh{}, {F32, F64});
+  register_unary("Gelu", Gelu{}, {F32, F64});
+  register_unary("Softplus", Softplus{}, {F32, F64});
+  for (DType dt : kFloat) KernelRegistry::global().add("LeakyRelu", DeviceType::CPU, dt, leaky_relu_kernel);
+
+  register_templated<SelectK>("Select", {F32, F64, I32, I64});
+  register_templated<AddNK>("AddN", {F32, F64, I32, I64});
+  register_templated<SumToLikeK>("SumToLike", {F32, F64, I32, I64});
+  register_templated<BroadcastLikeK>("BroadcastLike", {F32, F64, I32, I64});
+  for (DType dt : {F32, F64, I32, I64, B}) KernelRegistry::global().add("Cast", DeviceType::CPU, dt, cast_kernel);
+}
+
+}  // namespace spire::cpu

@@ -1,0 +1,67 @@
+// Test support shared by the op tests: the registries of gradient-check and
+// forward cases (so a test can demand that every registered op has them),
+// and helpers to run a graph and compare tensors.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "spire.h"
+
+namespace spire::testing {
+
+/// A finite-difference gradient check of one op: random f64 inputs of the
+/// given shapes are fed to `build`, whose outputs are checked.
+struct GradCase {
+  std::string op;    // the op this case covers
+  std::string name;  // short description
+  std::vector<Shape> shapes;
+  /// Builds the op from placeholders for the inputs; returns the outputs to check.
+  std::function<std::vector<Output>(const std::vector<Output>&)> build;
+  /// Optional input generator (default: uniform in [-2, 2]); e.g. positive values for log.
+  std::function<double(int input, std::mt19937_64&)> sample;
+  double tol = 2e-6;
+  /// Also check second-order gradients (gradient of the gradient).
+  bool second_order = false;
+  /// Finite-difference step.
+  double eps = 1e-6;
+};
+
+std::vector<GradCase>& grad_cases();
+bool register_grad_case(GradCase c);
+
+/// Ops covered by forward (hand-computed) tests.
+std::vector<std::string>& forward_covered_ops();
+bool register_forward_case(const std::string& op);
+
+/// Runs `fetches` in a fresh session of their graph.
+std::vector<Tensor> run(const std::vector<Output>& fetches, const FeedDict& feeds = {});
+Tensor run1(const Output& fetch, const FeedDict& feeds = {});
+
+/// Expects dtype/shape equality and elementwise |a-b| <= tol (as doubles).
+void expect_tensor(const Tensor& t, const Shape& shape, const std::vector<double>& values,
+                   double tol = 1e-6);
+/// Expects `fn` to throw spire::Error whose message contains every substring.
+void expect_error(const std::function<void()>& fn, const std::vector<std::string>& substrings);
+
+/// Random tensor with values uniform in [lo, hi].
+Tensor random_tensor(DType dtype, const Shape& shape, std::mt19937_64& rng, double lo = -1,
+                     double hi = 1);
+
+}  // namespace spire::testing
+
+/// Registers a gradient-check case at load time:
+///   SPIRE_GRAD_CASE(mul_broadcast, {"Mul", "broadcast", {{2,3},{3}}, [](auto& in){...}});
+#define SPIRE_GRAD_CASE(tag, ...)                                      \
+  static const bool spire_grad_case_##tag [[maybe_unused]] =           \
+      ::spire::testing::register_grad_case(::spire::testing::GradCase __VA_ARGS__)
+
+/// A forward test of op `Op` (hand-computed values); also records coverage.
+#define SPIRE_FORWARD_TEST(Op, Name)                                              \
+  static const bool spire_fwd_reg_##Op##_##Name [[maybe_unused]] =                \
+      ::spire::testing::register_forward_case(#Op);                               \
+  TEST(Forward_##Op, Name)
