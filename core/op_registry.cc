@@ -107,6 +107,10 @@ OpDefBuilder& OpDefBuilder::stateful() {
   def_->stateful_ = true;
   return *this;
 }
+OpDefBuilder& OpDefBuilder::ref_output() {
+  def_->ref_output_ = true;
+  return *this;
+}
 OpDefBuilder& OpDefBuilder::allow_undefined_input(int i) {
   def_->undefined_ok_.push_back(i);
   return *this;

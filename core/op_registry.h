@@ -122,6 +122,10 @@ class OpDef {
   /// Input indices whose tensor may be undefined (an uninitialized variable
   /// passed to Assign).
   bool allows_undefined_input(int i) const;
+  /// True for ops whose output refers to state (Variable): each consumer
+  /// reads the current value when it runs (TF1 reference semantics), so
+  /// control dependencies order reads after assignments.
+  bool ref_output() const { return ref_output_; }
   const KernelDTypeRule& kernel_dtype_rule() const { return kernel_dtype_rule_; }
   const std::string& doc() const { return doc_; }
 
@@ -137,6 +141,7 @@ class OpDef {
   GradFn grad_fn_;
   bool no_gradient_ = false;
   bool stateful_ = false;
+  bool ref_output_ = false;
   std::vector<int> undefined_ok_;
   KernelDTypeRule kernel_dtype_rule_;
   std::string doc_;
@@ -155,6 +160,7 @@ class OpDefBuilder {
   OpDefBuilder& grad(GradFn fn);
   OpDefBuilder& no_gradient();
   OpDefBuilder& stateful();
+  OpDefBuilder& ref_output();
   OpDefBuilder& allow_undefined_input(int i);
   OpDefBuilder& kernel_dtype_from_input(int i);
   OpDefBuilder& kernel_dtype_from_attr(const std::string& attr);

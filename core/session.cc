@@ -14,6 +14,7 @@ struct Session::Plan {
     const KernelFn* kernel = nullptr;
     Device device;
     std::vector<int> input_slots;
+    std::vector<const Node*> ref_inputs;  // per input: the state node read at run time, or null
     int first_output_slot = 0;
     std::vector<int> release;  // slots whose last reader is this step
   };
@@ -202,6 +203,8 @@ std::shared_ptr<Session::Plan> Session::compile(const std::vector<Output>& fetch
     for (const auto& in : n->inputs()) {
       int s = slot_of(in);
       step.input_slots.push_back(s);
+      bool ref = !fed.count(in) && in.node->op_def().ref_output();
+      step.ref_inputs.push_back(ref ? in.node : nullptr);
       last_reader[static_cast<size_t>(s)] = static_cast<int>(plan->steps.size());
     }
     step.first_output_slot = first_slot[n];
@@ -243,7 +246,11 @@ std::vector<Tensor> Session::execute(const Plan& plan, const std::vector<Output>
     Node* n = step.node;
     const int nin = static_cast<int>(step.input_slots.size());
     for (int i = 0; i < nin; ++i) {
-      Tensor& v = values[static_cast<size_t>(step.input_slots[static_cast<size_t>(i)])];
+      const Node* ref = step.ref_inputs[static_cast<size_t>(i)];
+      Tensor ref_value;
+      if (ref) ref_value = variable(ref);
+      Tensor& v = ref ? ref_value
+                      : values[static_cast<size_t>(step.input_slots[static_cast<size_t>(i)])];
       if (!v.defined()) {
         if (!n->op_def().allows_undefined_input(i)) {
           const Output& src = n->input(i);

@@ -64,6 +64,7 @@ SPIRE_REGISTER_OP("Variable")
     })
     .no_gradient()  // variables are the leaves gradients are taken with respect to
     .stateful()
+    .ref_output()
     .kernel_dtype_from_attr("dtype")
     .doc("A tensor whose value is kept by the Session across runs.");
 

@@ -1,0 +1,82 @@
+// Tensor, Shape, DType and allocator tests.
+#include <cstdint>
+
+#include "tests/support/op_test_util.h"
+
+namespace spire::testing {
+namespace {
+
+TEST(Tensor, AllocationIsAlignedAndRefCounted) {
+  Tensor t(DType::F32, {3, 5});
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.raw_data()) % kCpuAlignment, 0u);
+  EXPECT_EQ(t.num_elements(), 15);
+  EXPECT_EQ(t.nbytes(), 60u);
+  Tensor u = t;
+  EXPECT_TRUE(u.shares_buffer_with(t));
+  EXPECT_EQ(t.buffer_use_count(), 2);
+  Tensor c = t.clone();
+  EXPECT_FALSE(c.shares_buffer_with(t));
+  Tensor v = t.reshaped({15});
+  EXPECT_TRUE(v.shares_buffer_with(t));
+  expect_error([&] { t.reshaped({4, 4}); }, {"cannot view", "f32[3, 5]", "[4, 4]"});
+}
+
+TEST(Tensor, TypedAccessChecksDtype) {
+  Tensor t = Tensor::from_vector<int32_t>({2}, {1, 2});
+  expect_error([&] { t.data<float>(); }, {"i32[2]", "f32"});
+  expect_error([&] { t.item<int>(); }, {"2 elements"});
+}
+
+TEST(Tensor, ItemAndVectors) {
+  EXPECT_EQ(Tensor::scalar<double>(2.5).item<double>(), 2.5);
+  expect_error([] { Tensor::from_vector<float>({2}, {1, 2}).item<float>(); }, {"2 elements"});
+  expect_error([] { Tensor::from_vector<float>({3}, {1, 2}); }, {"2 values", "[3]"});
+  EXPECT_EQ(Tensor::from_vector<int64_t>({2}, {4, 5}).to_vector<int64_t>(), (std::vector<int64_t>{4, 5}));
+  expect_error([] { Tensor(DType::F32, {-1, 2}); }, {"partial shape"});
+}
+
+TEST(Tensor, PoisonAndStrings) {
+  Tensor t(DType::F64, {2});
+  t.poison();
+  EXPECT_TRUE(std::isnan(t.data<double>()[0]));
+  Tensor s = Tensor::from_vector<float>({2, 2}, {1, 2, 3, 4});
+  EXPECT_EQ(s.to_string(), "f32[2, 2] {1, 2, 3, 4}");
+  EXPECT_EQ(s.to_string(2), "f32[2, 2] {1, 2, ...}");
+}
+
+TEST(Shape, BroadcastRules) {
+  Shape out;
+  EXPECT_TRUE(broadcast_shapes({2, 1, 3}, {4, 1}, &out));
+  EXPECT_EQ(out, Shape({2, 4, 3}));
+  EXPECT_TRUE(broadcast_shapes({-1, 3}, {1, 3}, &out));
+  EXPECT_EQ(out, Shape({-1, 3}));
+  EXPECT_TRUE(broadcast_shapes({0, 3}, {1, 3}, &out));
+  EXPECT_EQ(out, Shape({0, 3}));
+  EXPECT_FALSE(broadcast_shapes({2, 3}, {3, 3}, &out));
+  EXPECT_EQ(Shape({2, -1}).to_string(), "[2, ?]");
+  EXPECT_EQ(Shape({}).num_elements(), 1);
+  EXPECT_EQ(Shape({2, -1}).num_elements(), -1);
+  EXPECT_TRUE(Shape({-1, 2}).is_compatible_with({7, 2}));
+  EXPECT_FALSE(Shape({-1, 2}).is_compatible_with({7, 3}));
+  EXPECT_EQ(normalize_axis(-1, 3, "t"), 2);
+  expect_error([] { normalize_axis(3, 3, "myop"); }, {"myop", "axis 3", "rank 3"});
+}
+
+TEST(DType, NamesAndSizes) {
+  for (DType d : {DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool, DType::F16, DType::BF16})
+    EXPECT_EQ(dtype_from_name(dtype_name(d)), d);
+  EXPECT_EQ(dtype_size(DType::F64), 8u);
+  EXPECT_EQ(dtype_size(DType::Bool), 1u);
+  expect_error([] { dtype_from_name("f8"); }, {"unknown dtype name 'f8'"});
+}
+
+TEST(Allocator, UnknownDeviceIsAClearError) {
+#ifndef SPIRE_WITH_CUDA
+  expect_error([] { Tensor(DType::F32, {2}, Device::cuda(0)); }, {"no allocator", "cuda:0", "SPIRE_CUDA"});
+#else
+  GTEST_SKIP() << "CUDA build: the CUDA allocator is registered";
+#endif
+}
+
+}  // namespace
+}  // namespace spire::testing
