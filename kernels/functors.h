@@ -146,4 +146,14 @@ struct CastTo {
   template <typename T> SPIRE_HD To operator()(T a) const { return static_cast<To>(a); }
 };
 
+/// Whether functor F is instantiated for element type T by the kernel
+/// registration helpers: arithmetic functors skip bool.
+template <typename F, typename T>
+inline constexpr bool kSupports = !std::is_same_v<T, bool>;
+template <> inline constexpr bool kSupports<Equal, bool> = true;
+template <> inline constexpr bool kSupports<NotEqual, bool> = true;
+template <> inline constexpr bool kSupports<LogicalAnd, bool> = true;
+template <> inline constexpr bool kSupports<LogicalOr, bool> = true;
+template <> inline constexpr bool kSupports<LogicalNot, bool> = true;
+
 }  // namespace spire::functors

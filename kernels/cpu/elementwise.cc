@@ -67,7 +67,7 @@ void register_binary(const char* op, F f, std::initializer_list<DType> dtypes) {
     KernelRegistry::global().add(op, DeviceType::CPU, dt, [f, dt](KernelContext& ctx) {
       visit_dtype(dt, ctx.node().op_type().c_str(), [&](auto zero) {
         using T = decltype(zero);
-        if constexpr (std::is_invocable_v<F, T, T>) binary_kernel<T>(ctx, f);
+        if constexpr (std::is_invocable_v<F, T, T> && functors::kSupports<F, T>) binary_kernel<T>(ctx, f);
       });
     });
 }
@@ -78,7 +78,7 @@ void register_unary(const char* op, F f, std::initializer_list<DType> dtypes) {
     KernelRegistry::global().add(op, DeviceType::CPU, dt, [f, dt](KernelContext& ctx) {
       visit_dtype(dt, ctx.node().op_type().c_str(), [&](auto zero) {
         using T = decltype(zero);
-        if constexpr (std::is_invocable_v<F, T>) unary_kernel<T>(ctx, f);
+        if constexpr (std::is_invocable_v<F, T> && functors::kSupports<F, T>) unary_kernel<T>(ctx, f);
       });
     });
 }
