@@ -1,0 +1,126 @@
+// Google Benchmark programs for Spire's CPU kernels and executor, all run
+// through a Session as a user would: f32 matmul (GFLOP/s), elementwise add
+// and sum reduction (GB/s), conv2d forward/backward on MNIST- and
+// CIFAR-sized batches, and executor overhead per node on a chain of 1000
+// tiny nodes.
+#include <benchmark/benchmark.h>
+
+#include <random>
+
+#include "spire.h"
+
+using namespace spire;
+
+namespace {
+
+Tensor random_f32(const Shape& s, uint64_t seed = 1) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  Tensor t(DType::F32, s);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.num_elements(); ++i) p[i] = u(rng);
+  return t;
+}
+
+void BM_MatMulF32(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Graph g;
+  DefaultGraphGuard guard(g);
+  Output a = ops::placeholder(DType::F32, {n, n}, "a");
+  Output b = ops::placeholder(DType::F32, {n, n}, "b");
+  Output c = ops::matmul(a, b);
+  Session s(g);
+  FeedDict feeds = {{a, random_f32({n, n}, 1)}, {b, random_f32({n, n}, 2)}};
+  for (auto _ : state) benchmark::DoNotOptimize(s.run({c}, feeds));
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_MatMulF32)->Arg(256)->Arg(512)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_AddF32(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Graph g;
+  DefaultGraphGuard guard(g);
+  Output a = ops::placeholder(DType::F32, {n}, "a");
+  Output b = ops::placeholder(DType::F32, {n}, "b");
+  Output c = ops::add(a, b);
+  Session s(g);
+  FeedDict feeds = {{a, random_f32({n}, 1)}, {b, random_f32({n}, 2)}};
+  for (auto _ : state) benchmark::DoNotOptimize(s.run({c}, feeds));
+  // Bytes moved: read a and b, write c.
+  state.SetBytesProcessed(state.iterations() * 3 * n * 4);
+}
+BENCHMARK(BM_AddF32)->RangeMultiplier(4)->Range(1 << 20, 1 << 26)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_SumF32(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Graph g;
+  DefaultGraphGuard guard(g);
+  Output a = ops::placeholder(DType::F32, {n}, "a");
+  Output c = ops::sum(a);
+  Session s(g);
+  FeedDict feeds = {{a, random_f32({n}, 1)}};
+  for (auto _ : state) benchmark::DoNotOptimize(s.run({c}, feeds));
+  state.SetBytesProcessed(state.iterations() * n * 4);
+}
+BENCHMARK(BM_SumF32)->RangeMultiplier(4)->Range(1 << 20, 1 << 26)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// conv2d on NHWC batches: {batch, size, size, in_channels} with a 3x3 filter.
+void conv_bench(benchmark::State& state, bool backward) {
+  const int64_t batch = state.range(0), size = state.range(1), cin = state.range(2), cout = state.range(3);
+  Graph g;
+  DefaultGraphGuard guard(g);
+  Output x = ops::placeholder(DType::F32, {batch, size, size, cin}, "x");
+  Output w = ops::placeholder(DType::F32, {3, 3, cin, cout}, "w");
+  Output y = ops::conv2d(x, w, {1, 1}, "SAME");
+  std::vector<Output> fetches = {y};
+  if (backward) {
+    Output dy = ops::placeholder(DType::F32, {batch, size, size, cout}, "dy");
+    fetches = gradients({y}, {x, w}, {dy});
+    Session s(g);
+    FeedDict feeds = {{x, random_f32({batch, size, size, cin}, 1)},
+                      {w, random_f32({3, 3, cin, cout}, 2)},
+                      {dy, random_f32({batch, size, size, cout}, 3)}};
+    for (auto _ : state) benchmark::DoNotOptimize(s.run(fetches, feeds));
+  } else {
+    Session s(g);
+    FeedDict feeds = {{x, random_f32({batch, size, size, cin}, 1)}, {w, random_f32({3, 3, cin, cout}, 2)}};
+    for (auto _ : state) benchmark::DoNotOptimize(s.run(fetches, feeds));
+  }
+  double flops = 2.0 * batch * size * size * cout * 9 * cin * (backward ? 2 : 1);
+  state.counters["GFLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::kIs1000);
+}
+void BM_Conv2DForward(benchmark::State& state) { conv_bench(state, false); }
+void BM_Conv2DBackward(benchmark::State& state) { conv_bench(state, true); }
+// MNIST-sized: 64 x 28x28x1 -> 32 channels, and 64 x 14x14x32 -> 64; CIFAR-sized: 64 x 32x32x3 -> 64, 64 x 16x16x64 -> 128.
+#define CONV_ARGS ->Args({64, 28, 1, 32})->Args({64, 14, 32, 64})->Args({64, 32, 3, 64})->Args({64, 16, 64, 128})->Unit(benchmark::kMillisecond)->UseRealTime()
+BENCHMARK(BM_Conv2DForward) CONV_ARGS;
+BENCHMARK(BM_Conv2DBackward) CONV_ARGS;
+
+// Executor overhead: a chain of 1000 tiny nodes on a scalar. Identity nodes
+// measure the executor alone (no allocation); Neg nodes add a tiny kernel
+// and an output allocation per node.
+void chain_bench(benchmark::State& state, bool identity) {
+  const int nodes = 1000;
+  Graph g;
+  DefaultGraphGuard guard(g);
+  Output x = ops::placeholder(DType::F32, {}, "x");
+  Output y = x;
+  for (int i = 0; i < nodes; ++i) y = identity ? ops::identity(y) : ops::neg(y);
+  Session s(g);
+  FeedDict feeds = {{x, Tensor::scalar<float>(1)}};
+  for (auto _ : state) benchmark::DoNotOptimize(s.run({y}, feeds));
+  // Seconds per node (printed with SI prefixes, e.g. 250n = 250 ns).
+  state.counters["s/node"] = benchmark::Counter(
+      static_cast<double>(nodes) * state.iterations(),
+      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+void BM_ExecutorChainIdentity(benchmark::State& state) { chain_bench(state, true); }
+void BM_ExecutorChainNeg(benchmark::State& state) { chain_bench(state, false); }
+BENCHMARK(BM_ExecutorChainIdentity)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_ExecutorChainNeg)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,21 @@
+# Installs the Spire build tree into a scratch prefix, then configures,
+# builds and runs the consumer project against it with find_package(Spire).
+# Inputs: SPIRE_BUILD_DIR, CONSUMER_SRC, WORK_DIR.
+file(REMOVE_RECURSE ${WORK_DIR})
+file(MAKE_DIRECTORY ${WORK_DIR})
+set(prefix ${WORK_DIR}/prefix)
+
+function(run_step)
+  execute_process(COMMAND ${ARGV} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "step failed (${rc}): ${ARGV}\n${out}\n${err}")
+  endif()
+  message(STATUS "${out}")
+endfunction()
+
+run_step(${CMAKE_COMMAND} --install ${SPIRE_BUILD_DIR} --prefix ${prefix})
+run_step(${CMAKE_COMMAND} -S ${CONSUMER_SRC} -B ${WORK_DIR}/build
+         -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release)
+run_step(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
+# The installed library is found through the RPATH CMake sets for the build tree.
+run_step(${WORK_DIR}/build/consumer)
