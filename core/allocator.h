@@ -33,8 +33,12 @@ class Allocator {
 /// Alignment of every CPU buffer (bytes).
 inline constexpr size_t kCpuAlignment = 64;
 
-/// The stateless, 64-byte-aligned CPU allocator.
+/// The 64-byte-aligned CPU allocator (caches large blocks for reuse).
 Allocator* cpu_allocator();
+/// Frees the large host blocks the CPU allocator keeps for reuse.
+void cpu_empty_cache();
+/// Bytes currently held in the CPU allocator's cache.
+size_t cpu_cached_bytes();
 
 /// Factory giving the allocator of a device (registered per device type).
 using AllocatorFactory = std::function<Allocator*(int device_index)>;

@@ -80,3 +80,27 @@ TEST(Allocator, UnknownDeviceIsAClearError) {
 
 }  // namespace
 }  // namespace spire::testing
+
+namespace spire::testing {
+namespace {
+
+TEST(Allocator, LargeBlocksAreReusedAndReleased) {
+  cpu_empty_cache();
+  EXPECT_EQ(cpu_cached_bytes(), 0u);
+  void* first;
+  {
+    Tensor big(DType::F32, {1 << 20});  // 4 MiB
+    first = big.raw_data();
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(first) % kCpuAlignment, 0u);
+  }
+  EXPECT_EQ(cpu_cached_bytes(), size_t{4} << 20);
+  Tensor again(DType::F32, {1 << 20});
+  EXPECT_EQ(again.raw_data(), first);  // same block handed out again
+  EXPECT_EQ(cpu_cached_bytes(), 0u);
+  Tensor small(DType::F32, {16});       // small blocks bypass the cache
+  cpu_empty_cache();
+  EXPECT_EQ(cpu_cached_bytes(), 0u);
+}
+
+}  // namespace
+}  // namespace spire::testing
