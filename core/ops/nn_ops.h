@@ -14,8 +14,9 @@ namespace spire::ops {
 /// a @ b for rank-2 tensors, optionally transposing either operand.
 Output matmul(const Output& a, const Output& b, bool transpose_a = false,
               bool transpose_b = false, const std::string& name = "");
-/// Batched matmul over leading dimensions (rank >= 3, equal batch dims, or
-/// one operand with batch dims broadcast).
+/// Batched matmul over the last two dims (typically rank >= 3; leading batch
+/// dims equal or broadcast by NumPy rules, so a rank-2 operand is shared by
+/// every batch entry). adj_a/adj_b transpose the last two dims of a/b.
 Output batch_matmul(const Output& a, const Output& b, bool adj_a = false, bool adj_b = false,
                     const std::string& name = "");
 /// Softmax along `axis` (default last).
@@ -47,5 +48,33 @@ Output max_pool(const Output& x, const std::vector<int64_t>& ksize,
 Output avg_pool(const Output& x, const std::vector<int64_t>& ksize,
                 const std::vector<int64_t>& strides, const std::string& padding = "VALID",
                 const std::string& name = "");
+
+/// Gradient of max_pool w.r.t. x given its output y and the output gradient dy: each dy
+/// element goes to the first maximum of its window.
+Output max_pool_grad(const Output& x, const Output& y, const Output& dy,
+                     const std::vector<int64_t>& ksize, const std::vector<int64_t>& strides,
+                     const std::string& padding, const std::string& name = "");
+/// Gradient of max_pool_grad w.r.t. dy (linear): out[o] = g[first max of window o], shaped
+/// like y.
+Output max_pool_grad_grad(const Output& x, const Output& y, const Output& g,
+                          const std::vector<int64_t>& ksize, const std::vector<int64_t>& strides,
+                          const std::string& padding, const std::string& name = "");
+/// Gradient of avg_pool w.r.t. its input (shaped like x_like, whose values are unused).
+Output avg_pool_grad(const Output& x_like, const Output& dy, const std::vector<int64_t>& ksize,
+                     const std::vector<int64_t>& strides, const std::string& padding,
+                     const std::string& name = "");
+
+/// One spatial dimension of a convolution or pooling window, TF rules: SAME gives
+/// out = ceil(in / stride) and pads pad_total = max((out - 1) * stride + (k - 1) * dilation
+/// + 1 - in, 0), pad_before = pad_total / 2; VALID gives out = (in - (k - 1) * dilation - 1)
+/// / stride + 1 and no padding. An unknown `in` (-1) gives out = -1.
+struct WindowDim {
+  int64_t out = -1;
+  int64_t pad_before = 0;
+};
+/// Computes `*dim`; returns "" on success, else what is wrong (bad padding string,
+/// non-positive stride/dilation/window, input smaller than the dilated window for VALID).
+std::string window_dim(int64_t in, int64_t k, int64_t stride, int64_t dilation,
+                       const std::string& padding, WindowDim* dim);
 
 }  // namespace spire::ops
