@@ -18,7 +18,9 @@ Output transpose(const Output& x, const std::vector<int64_t>& perm = {},
                  const std::string& name = "");
 /// Inserts a size-1 dimension at `axis` (negative counts from rank+1).
 Output expand_dims(const Output& x, int64_t axis, const std::string& name = "");
-/// Removes the given size-1 dimensions (all size-1 dims when empty).
+/// Removes the given size-1 dimensions (all size-1 dims when empty). With
+/// no axes, only dims statically known to be 1 are removed (unknown dims are
+/// kept, so the output rank is known when the graph is built).
 Output squeeze(const Output& x, const std::vector<int64_t>& axes = {},
                const std::string& name = "");
 /// Joins tensors along `axis`.
@@ -47,5 +49,28 @@ Output one_hot(const Output& indices, int64_t depth, double on_value = 1.0,
 Output tile(const Output& x, const std::vector<int64_t>& multiples, const std::string& name = "");
 /// Broadcasts x to `shape` (NumPy rules).
 Output broadcast_to(const Output& x, const Shape& shape, const std::string& name = "");
+
+// ---- helper ops used by the gradients above (they take a `like` input so
+// they work with shapes known only at run time) ----
+
+/// x with the run-time shape of `like` (same element count); returns x when
+/// both static shapes are equal and fully defined.
+Output reshape_like(const Output& x, const Output& like, const std::string& name = "");
+/// Splits x along `axis` into parts as long as each of `likes` along it (gradient of concat).
+std::vector<Output> split_like(const Output& x, const std::vector<Output>& likes, int64_t axis,
+                               const std::string& name = "");
+/// Zeros shaped like `like` with `grad` placed at `begin` (gradient of slice).
+Output slice_grad(const Output& grad, const Output& like, const std::vector<int64_t>& begin,
+                  const std::vector<int64_t>& size, const std::string& name = "");
+/// The interior of `grad` without the paddings {before_0, after_0, ...} (gradient of pad).
+Output pad_grad(const Output& grad, const Output& like, const std::vector<int64_t>& paddings,
+                const std::string& name = "");
+/// Scatter-add of `grad` into zeros shaped like `params_like` at `indices` along
+/// `axis` (gradient of gather w.r.t. params).
+Output gather_grad(const Output& grad, const Output& indices, const Output& params_like,
+                   int64_t axis, const std::string& name = "");
+/// Sums the tiled copies in `grad` back to the shape of `like` (gradient of tile).
+Output tile_grad(const Output& grad, const Output& like, const std::vector<int64_t>& multiples,
+                 const std::string& name = "");
 
 }  // namespace spire::ops

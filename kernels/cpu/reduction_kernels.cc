@@ -1,0 +1,262 @@
+// CPU kernels for the reductions Sum, Mean, Max, Min, Prod and ArgMax
+// (ops in core/ops/reduction_ops.cc). The input shape is first simplified:
+// size-1 dims are dropped and adjacent dims that are all reduced or all kept
+// are merged, so a reduction becomes a walk over contiguous rows of the
+// innermost group: a reduced inner group folds each row to one value (eight
+// partial accumulators), a kept inner group combines whole rows elementwise
+// into the output (a vectorizable loop). Outer groups are iterated with an
+// odometer over the output offsets.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "core/kernel_registry.h"
+
+namespace spire::cpu {
+namespace {
+
+// A simplified reduction: dims[i] with reduced[i]; adjacent groups alternate.
+struct ReducePlan {
+  std::vector<int64_t> dims;
+  std::vector<bool> reduced;
+  Shape out_shape;        // the node's output shape (keepdims applied)
+  int64_t out_elems = 1;  // elements of the output
+  int64_t in_elems = 1;
+};
+
+ReducePlan make_plan(KernelContext& ctx, const Shape& in) {
+  const int rank = in.rank();
+  std::vector<int64_t> axes = ctx.attr<std::vector<int64_t>>("axes");
+  const bool keep = ctx.attr<bool>("keepdims");
+  std::vector<bool> is_red(static_cast<size_t>(rank), axes.empty());
+  for (int64_t a : axes) {
+    if (a < -rank || a >= rank) ctx.fail("axis ", a, " is out of range for rank ", rank);
+    is_red[static_cast<size_t>(a < 0 ? a + rank : a)] = true;
+  }
+  ReducePlan p;
+  std::vector<int64_t> out_dims;
+  for (int i = 0; i < rank; ++i) {
+    const bool r = is_red[static_cast<size_t>(i)];
+    const int64_t d = in[i];
+    p.in_elems *= d;
+    if (!r) out_dims.push_back(d), p.out_elems *= d;
+    else if (keep) out_dims.push_back(1);
+    if (d == 1) continue;  // size-1 dims do not affect the layout
+    if (!p.dims.empty() && p.reduced.back() == r) {
+      p.dims.back() *= d;
+    } else {
+      p.dims.push_back(d);
+      p.reduced.push_back(r);
+    }
+  }
+  p.out_shape = Shape(std::move(out_dims));
+  return p;
+}
+
+// Combines values: `fold` merges one element into an accumulator.
+template <typename T>
+struct SumOp {
+  static T init() { return T(0); }
+  static T fold(T acc, T v) { return acc + v; }
+};
+template <typename T>
+struct ProdOp {
+  static T init() { return T(1); }
+  static T fold(T acc, T v) { return acc * v; }
+};
+template <typename T>
+struct MaxOp {
+  static T init() {
+    if constexpr (std::is_floating_point_v<T>) return -std::numeric_limits<T>::infinity();
+    else return std::numeric_limits<T>::lowest();
+  }
+  static T fold(T acc, T v) {
+    // Bitwise | (not ||) keeps the NaN-propagating select vectorizable.
+    if constexpr (std::is_floating_point_v<T>) return ((v > acc) | (v != v)) ? v : acc;
+    else return v > acc ? v : acc;
+  }
+};
+template <typename T>
+struct MinOp {
+  static T init() {
+    if constexpr (std::is_floating_point_v<T>) return std::numeric_limits<T>::infinity();
+    else return std::numeric_limits<T>::max();
+  }
+  static T fold(T acc, T v) {
+    if constexpr (std::is_floating_point_v<T>) return ((v < acc) | (v != v)) ? v : acc;
+    else return v < acc ? v : acc;
+  }
+};
+
+// Folds a contiguous row with eight independent accumulators (better
+// pipelining and, for sums, smaller rounding error than one running sum).
+template <typename T, typename Op>
+T fold_row(const T* p, int64_t n) {
+  T acc[8];
+  for (T& a : acc) a = Op::init();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) acc[k] = Op::fold(acc[k], p[i + k]);
+  for (; i < n; ++i) acc[0] = Op::fold(acc[0], p[i]);
+  T r = acc[0];
+  for (int k = 1; k < 8; ++k) r = Op::fold(r, acc[k]);
+  return r;
+}
+
+template <typename T, typename Op>
+void reduce_into(const ReducePlan& p, const T* in, T* out) {
+  std::fill(out, out + p.out_elems, Op::init());
+  if (p.in_elems == 0) return;
+  const int g = static_cast<int>(p.dims.size());
+  if (g == 0) {  // every dim has size 1
+    out[0] = Op::fold(out[0], in[0]);
+    return;
+  }
+  // Output strides of the groups (0 for reduced groups).
+  std::vector<int64_t> ostride(static_cast<size_t>(g), 0);
+  int64_t acc = 1;
+  for (int i = g - 1; i >= 0; --i) {
+    if (!p.reduced[static_cast<size_t>(i)]) {
+      ostride[static_cast<size_t>(i)] = acc;
+      acc *= p.dims[static_cast<size_t>(i)];
+    }
+  }
+  const int64_t n = p.dims.back();
+  const bool inner_reduced = p.reduced.back();
+  const int64_t rows = p.in_elems / n;
+  std::vector<int64_t> idx(static_cast<size_t>(g), 0);
+  int64_t o = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* row = in + r * n;
+    if (inner_reduced) {
+      out[o] = Op::fold(out[o], fold_row<T, Op>(row, n));
+    } else {
+      T* dst = out + o;
+      for (int64_t i = 0; i < n; ++i) dst[i] = Op::fold(dst[i], row[i]);
+    }
+    for (int d = g - 2; d >= 0; --d) {
+      auto du = static_cast<size_t>(d);
+      o += ostride[du];
+      if (++idx[du] < p.dims[du]) break;
+      o -= ostride[du] * p.dims[du];
+      idx[du] = 0;
+    }
+  }
+}
+
+template <typename T, template <typename> class Op, bool kMean = false>
+void reduce_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  ReducePlan p = make_plan(ctx, x.shape());
+  Tensor& y = ctx.allocate_output(0, p.out_shape);
+  T* out = y.data<T>();
+  reduce_into<T, Op<T>>(p, x.data<T>(), out);
+  if constexpr (kMean) {
+    const int64_t count = p.out_elems == 0 ? 0 : p.in_elems / p.out_elems;
+    if (p.out_elems > 0 && p.in_elems == 0) {
+      const T v = std::is_floating_point_v<T> ? std::numeric_limits<T>::quiet_NaN() : T(0);
+      std::fill(out, out + p.out_elems, v);
+    } else if (count > 1) {
+      for (int64_t i = 0; i < p.out_elems; ++i) out[i] = static_cast<T>(out[i] / static_cast<T>(count));
+    }
+  }
+}
+
+// ArgMax over one axis: the input is seen as [outer, n, inner]; the inner
+// dimension is contiguous, so the best values of a whole inner row are
+// updated at once.
+template <typename T, typename I>
+void argmax_impl(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const int rank = x.rank();
+  const int64_t a = ctx.attr<int64_t>("axis");
+  if (rank == 0 || a < -rank || a >= rank) ctx.fail("axis ", a, " is out of range for rank ", rank);
+  const int axis = static_cast<int>(a < 0 ? a + rank : a);
+  int64_t outer = 1, inner = 1;
+  const int64_t n = x.dim(axis);
+  std::vector<int64_t> out_dims;
+  for (int i = 0; i < rank; ++i) {
+    if (i < axis) outer *= x.dim(i);
+    if (i > axis) inner *= x.dim(i);
+    if (i != axis) out_dims.push_back(x.dim(i));
+  }
+  Tensor& y = ctx.allocate_output(0, Shape(std::move(out_dims)));
+  if (y.num_elements() == 0) return;
+  if (n == 0) ctx.fail("cannot take the argmax over an empty dimension");
+  const T* px = x.data<T>();
+  I* py = y.data<I>();
+  if (inner == 1) {
+    // Reduction along contiguous rows: the max by a vectorized fold, then
+    // the first index holding it (NaN counts as the largest).
+    for (int64_t o = 0; o < outer; ++o) {
+      const T* row = px + o * n;
+      const T m = fold_row<T, MaxOp<T>>(row, n);
+      int64_t k = 0;
+      if (m != m) {
+        while (row[k] == row[k]) ++k;
+      } else {
+        while (row[k] != m) ++k;
+      }
+      py[o] = static_cast<I>(k);
+    }
+    return;
+  }
+  std::vector<T> best(static_cast<size_t>(inner));
+  for (int64_t o = 0; o < outer; ++o) {
+    const T* base = px + o * n * inner;
+    I* dst = py + o * inner;
+    std::copy(base, base + inner, best.begin());
+    std::fill(dst, dst + inner, I(0));
+    for (int64_t k = 1; k < n; ++k) {
+      const T* row = base + k * inner;
+      for (int64_t i = 0; i < inner; ++i) {
+        const T v = row[i];
+        const T b = best[static_cast<size_t>(i)];
+        bool better = v > b;
+        if constexpr (std::is_floating_point_v<T>) better = better | ((v != v) & (b == b));
+        if (better) {
+          best[static_cast<size_t>(i)] = v;
+          dst[i] = static_cast<I>(k);
+        }
+      }
+    }
+  }
+}
+
+void argmax_kernel(KernelContext& ctx) {
+  visit_dtype(ctx.input(0).dtype(), "ArgMax", [&](auto zero) {
+    using T = decltype(zero);
+    if constexpr (std::is_same_v<T, bool>) {
+      ctx.fail("bool input is not supported");
+    } else {
+      if (ctx.node().output_dtype(0) == DType::I32) argmax_impl<T, int32_t>(ctx);
+      else argmax_impl<T, int64_t>(ctx);
+    }
+  });
+}
+
+template <template <typename> class Op, bool kMean = false>
+void register_reduction(const char* op) {
+  auto& reg = KernelRegistry::global();
+  reg.add(op, DeviceType::CPU, DType::F32, reduce_kernel<float, Op, kMean>);
+  reg.add(op, DeviceType::CPU, DType::F64, reduce_kernel<double, Op, kMean>);
+  reg.add(op, DeviceType::CPU, DType::I32, reduce_kernel<int32_t, Op, kMean>);
+  reg.add(op, DeviceType::CPU, DType::I64, reduce_kernel<int64_t, Op, kMean>);
+}
+
+}  // namespace
+
+SPIRE_STATIC_INIT(cpu_reduction_kernels) {
+  register_reduction<SumOp>("Sum");
+  register_reduction<SumOp, true>("Mean");
+  register_reduction<MaxOp>("Max");
+  register_reduction<MinOp>("Min");
+  register_reduction<ProdOp>("Prod");
+  for (DType dt : {DType::F32, DType::F64, DType::I32, DType::I64})
+    KernelRegistry::global().add("ArgMax", DeviceType::CPU, dt, argmax_kernel);
+}
+
+}  // namespace spire::cpu
