@@ -5,6 +5,7 @@
 
 #include "core/kernel_registry.h"
 #include "kernels/cpu/broadcast.h"
+#include "kernels/elementwise_table.h"
 #include "kernels/functors.h"
 
 namespace spire::cpu {
@@ -61,27 +62,29 @@ void unary_kernel(KernelContext& ctx, F f) {
   for (int64_t i = 0; i < n; ++i) py[i] = f(px[i]);
 }
 
-template <typename F, typename... Ts>
-void register_binary(const char* op, F f, std::initializer_list<DType> dtypes) {
-  for (DType dt : dtypes)
-    KernelRegistry::global().add(op, DeviceType::CPU, dt, [f, dt](KernelContext& ctx) {
-      visit_dtype(dt, ctx.node().op_type().c_str(), [&](auto zero) {
-        using T = decltype(zero);
-        if constexpr (std::is_invocable_v<F, T, T> && functors::kSupports<F, T>) binary_kernel<T>(ctx, f);
+// Registers the shared elementwise table (kernels/elementwise_table.h) for CPU.
+struct Registrar {
+  template <typename F>
+  void binary(const char* op, F f, std::initializer_list<DType> dtypes) const {
+    for (DType dt : dtypes)
+      KernelRegistry::global().add(op, DeviceType::CPU, dt, [f, dt](KernelContext& ctx) {
+        visit_dtype(dt, ctx.node().op_type().c_str(), [&](auto zero) {
+          using T = decltype(zero);
+          if constexpr (std::is_invocable_v<F, T, T> && functors::kSupports<F, T>) binary_kernel<T>(ctx, f);
+        });
       });
-    });
-}
-
-template <typename F>
-void register_unary(const char* op, F f, std::initializer_list<DType> dtypes) {
-  for (DType dt : dtypes)
-    KernelRegistry::global().add(op, DeviceType::CPU, dt, [f, dt](KernelContext& ctx) {
-      visit_dtype(dt, ctx.node().op_type().c_str(), [&](auto zero) {
-        using T = decltype(zero);
-        if constexpr (std::is_invocable_v<F, T> && functors::kSupports<F, T>) unary_kernel<T>(ctx, f);
+  }
+  template <typename F>
+  void unary(const char* op, F f, std::initializer_list<DType> dtypes) const {
+    for (DType dt : dtypes)
+      KernelRegistry::global().add(op, DeviceType::CPU, dt, [f, dt](KernelContext& ctx) {
+        visit_dtype(dt, ctx.node().op_type().c_str(), [&](auto zero) {
+          using T = decltype(zero);
+          if constexpr (std::is_invocable_v<F, T> && functors::kSupports<F, T>) unary_kernel<T>(ctx, f);
+        });
       });
-    });
-}
+  }
+};
 
 template <typename T>
 void integer_div_kernel(KernelContext& ctx) {
@@ -219,42 +222,11 @@ template <typename T> struct BroadcastLikeK { static void run(KernelContext& c) 
 }  // namespace
 
 SPIRE_STATIC_INIT(cpu_elementwise_kernels) {
-  using namespace functors;
+  kernels::visit_elementwise_table(Registrar{});
   constexpr auto F32 = DType::F32, F64 = DType::F64, I32 = DType::I32, I64 = DType::I64,
                  B = DType::Bool;
-  register_binary("Add", Add{}, {F32, F64, I32, I64});
-  register_binary("Sub", Sub{}, {F32, F64, I32, I64});
-  register_binary("Mul", Mul{}, {F32, F64, I32, I64});
-  register_binary("Div", Div{}, {F32, F64});
   KernelRegistry::global().add("Div", DeviceType::CPU, I32, integer_div_kernel<int32_t>);
   KernelRegistry::global().add("Div", DeviceType::CPU, I64, integer_div_kernel<int64_t>);
-  register_binary("Pow", Pow{}, {F32, F64});
-  register_binary("Maximum", Maximum{}, {F32, F64, I32, I64});
-  register_binary("Minimum", Minimum{}, {F32, F64, I32, I64});
-  register_binary("Equal", Equal{}, {F32, F64, I32, I64, B});
-  register_binary("NotEqual", NotEqual{}, {F32, F64, I32, I64, B});
-  register_binary("Less", Less{}, {F32, F64, I32, I64});
-  register_binary("LessEqual", LessEqual{}, {F32, F64, I32, I64});
-  register_binary("Greater", Greater{}, {F32, F64, I32, I64});
-  register_binary("GreaterEqual", GreaterEqual{}, {F32, F64, I32, I64});
-  register_binary("LogicalAnd", LogicalAnd{}, {B});
-  register_binary("LogicalOr", LogicalOr{}, {B});
-  register_unary("LogicalNot", LogicalNot{}, {B});
-
-  register_unary("Neg", Neg{}, {F32, F64, I32, I64});
-  register_unary("Abs", Abs{}, {F32, F64, I32, I64});
-  register_unary("Square", Square{}, {F32, F64, I32, I64});
-  register_unary("Sign", Sign{}, {F32, F64, I32, I64});
-  register_unary("Relu", Relu{}, {F32, F64, I32, I64});
-  register_unary("Exp", Exp{}, {F32, F64});
-  register_unary("Log", Log{}, {F32, F64});
-  register_unary("Sqrt", Sqrt{}, {F32, F64});
-  register_unary("Rsqrt", Rsqrt{}, {F32, F64});
-  register_unary("Erf", Erf{}, {F32, F64});
-  register_unary("Sigmoid", Sigmoid{}, {F32, F64});
-  register_unary("Tanh", Tanh{}, {F32, F64});
-  register_unary("Gelu", Gelu{}, {F32, F64});
-  register_unary("Softplus", Softplus{}, {F32, F64});
   for (DType dt : kFloat) KernelRegistry::global().add("LeakyRelu", DeviceType::CPU, dt, leaky_relu_kernel);
 
   register_templated<SelectK>("Select", {F32, F64, I32, I64});
