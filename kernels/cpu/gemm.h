@@ -1,0 +1,43 @@
+// Single-threaded CPU GEMM (f32 / f64) used by Spire's CPU matmul and conv2d kernels.
+//
+// A BLIS/GotoBLAS-style implementation: operands are packed into cache-blocked panels and
+// multiplied by a register-blocked micro-kernel. The instruction set (AVX-512, AVX2+FMA or a
+// portable generic path) is chosen once at run time, so the library itself is built for
+// baseline x86-64 (or any other architecture) without -march flags.
+#pragma once
+
+#include <cstdint>
+
+namespace spire::cpu {
+
+/// C = alpha * op(A) * op(B) + beta * C, all row-major. op(X) is X or X^T per the flag.
+/// op(A) is m x k, op(B) is k x n, C is m x n. lda/ldb/ldc are row strides (elements) of the
+/// stored matrices. When beta == 0, C is overwritten and never read (it may hold NaN poison).
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+          const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
+          int64_t ldc);
+
+namespace detail {
+
+/// Instruction-set variants of the GEMM. Exposed only so tests and benchmarks can exercise every
+/// code path on one machine; kernels should call gemm() above, which picks the best variant.
+enum class GemmIsa { kGeneric, kAvx2, kAvx512 };
+
+/// Whether `isa` can run on this CPU (kGeneric always can).
+bool gemm_isa_supported(GemmIsa isa);
+/// The variant gemm() dispatches to on this CPU.
+GemmIsa gemm_best_isa();
+
+/// gemm() forced onto one variant; `isa` must be supported (unsupported ones fall back to
+/// kGeneric).
+void gemm_with_isa(GemmIsa isa, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                   float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+                   float beta, float* c, int64_t ldc);
+void gemm_with_isa(GemmIsa isa, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                   double alpha, const double* a, int64_t lda, const double* b, int64_t ldb,
+                   double beta, double* c, int64_t ldc);
+
+}  // namespace detail
+}  // namespace spire::cpu

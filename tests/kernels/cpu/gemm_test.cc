@@ -1,0 +1,230 @@
+// Tests for spire::cpu::gemm: every instruction-set variant this CPU supports is checked against a
+// naive double-precision triple loop over transposes, shapes (including empty and edge-tile
+// sizes), alpha/beta values and padded leading dimensions.
+#include "kernels/cpu/gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace spire::cpu {
+namespace {
+
+using detail::GemmIsa;
+
+struct Dims {
+  int64_t m, n, k;
+};
+
+// Includes empty products, matrix-vector products (m or n == 1, which take a GEMV path), thin
+// shapes (few columns: narrow tiles or the transposed problem), exact tiles and ragged edges.
+const Dims kShapes[] = {
+    {0, 0, 0},     {0, 5, 3},       {4, 0, 3},      {3, 4, 0},      {1, 1, 1},
+    {1, 17, 9},    {19, 1, 9},      {1, 300, 257},  {261, 1, 300},  {7, 13, 5},
+    {6, 64, 128},  {33, 65, 17},    {31, 37, 41},   {128, 96, 200}, {257, 129, 300},
+    {13, 300, 600}, {600, 40, 7},   {300, 3, 70},
+};
+
+std::string isa_name(GemmIsa isa) {
+  switch (isa) {
+    case GemmIsa::kAvx512:
+      return "avx512";
+    case GemmIsa::kAvx2:
+      return "avx2";
+    default:
+      return "generic";
+  }
+}
+
+/// The variants runnable here (the generic one always is).
+std::vector<GemmIsa> supported_isas() {
+  std::vector<GemmIsa> isas;
+  for (GemmIsa isa : {GemmIsa::kGeneric, GemmIsa::kAvx2, GemmIsa::kAvx512})
+    if (detail::gemm_isa_supported(isa)) isas.push_back(isa);
+  return isas;
+}
+
+template <class T>
+std::vector<T> random_values(size_t count, std::mt19937& rng) {
+  std::uniform_real_distribution<double> dist(-1.0, 1.0);
+  std::vector<T> v(count);
+  for (T& x : v) x = static_cast<T>(dist(rng));
+  return v;
+}
+
+/// One gemm problem with stored operands, checked against a double-precision reference.
+template <class T>
+struct Case {
+  bool trans_a = false, trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  T alpha = 1, beta = 0;
+  int64_t pad = 0;  // extra elements in every leading dimension
+
+  void run(GemmIsa isa, uint32_t seed) const {
+    SCOPED_TRACE(testing::Message()
+                 << isa_name(isa) << " ta=" << trans_a << " tb=" << trans_b << " m=" << m
+                 << " n=" << n << " k=" << k << " alpha=" << alpha << " beta=" << beta
+                 << " pad=" << pad);
+    std::mt19937 rng(seed);
+    // Stored shapes: A is m x k (k x m when transposed), B is k x n (n x k when transposed).
+    const int64_t a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
+    const int64_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
+    const int64_t lda = a_cols + pad, ldb = b_cols + pad, ldc = n + pad;
+    const auto a = random_values<T>(static_cast<size_t>(a_rows * lda), rng);
+    const auto b = random_values<T>(static_cast<size_t>(b_rows * ldb), rng);
+    auto c = random_values<T>(static_cast<size_t>(m * ldc), rng);
+    if (beta == T(0)) {
+      // beta == 0 must overwrite C without reading it: NaN poison must not leak.
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = std::numeric_limits<T>::quiet_NaN();
+    }
+    const auto c_in = c;
+
+    auto op_a = [&](int64_t i, int64_t p) { return double(trans_a ? a[p * lda + i] : a[i * lda + p]); };
+    auto op_b = [&](int64_t p, int64_t j) { return double(trans_b ? b[j * ldb + p] : b[p * ldb + j]); };
+
+    detail::gemm_with_isa(isa, trans_a, trans_b, m, n, k, alpha, a.data(), lda, b.data(), ldb,
+                          beta, c.data(), ldc);
+
+    const double rel_tol = std::is_same_v<T, float> ? 1e-4 * std::sqrt(double(std::max<int64_t>(k, 1)))
+                                                    : 1e-12;
+    int failures = 0;
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < ldc; ++j) {
+        const size_t idx = static_cast<size_t>(i * ldc + j);
+        if (j >= n) {
+          // Padding between rows must be left untouched.
+          ASSERT_EQ(std::memcmp(&c[idx], &c_in[idx], sizeof(T)), 0) << "padding written at " << i << "," << j;
+          continue;
+        }
+        double dot = 0, mag = 0;  // mag: sum of |terms|, the scale of the rounding error
+        for (int64_t p = 0; p < k; ++p) {
+          dot += op_a(i, p) * op_b(p, j);
+          mag += std::abs(op_a(i, p) * op_b(p, j));
+        }
+        double expected = double(alpha) * dot;
+        double scale = std::abs(double(alpha)) * mag;
+        if (beta != T(0)) {
+          expected += double(beta) * double(c_in[idx]);
+          scale += std::abs(double(beta) * double(c_in[idx]));
+        }
+        const double got = double(c[idx]);
+        if (!(std::abs(got - expected) <= rel_tol * std::max(scale, 1.0)) && ++failures <= 5)
+          ADD_FAILURE() << "C(" << i << "," << j << ") = " << got << ", expected " << expected;
+      }
+    }
+    EXPECT_EQ(failures, 0);
+  }
+};
+
+template <class T>
+class GemmTest : public testing::Test {};
+using Types = testing::Types<float, double>;
+TYPED_TEST_SUITE(GemmTest, Types);
+
+TYPED_TEST(GemmTest, ShapesTransposesAndScalars) {
+  using T = TypeParam;
+  struct Scalars {
+    T alpha, beta;
+  };
+  const Scalars scalars[] = {{1, 0}, {1, 1}, {T(-1.5), T(0.5)}};
+  uint32_t seed = 1;
+  for (GemmIsa isa : supported_isas())
+    for (const Dims& d : kShapes)
+      for (int t = 0; t < 4; ++t)
+        for (const Scalars& s : scalars) {
+          Case<T> c;
+          c.trans_a = t & 1;
+          c.trans_b = t & 2;
+          c.m = d.m, c.n = d.n, c.k = d.k;
+          c.alpha = s.alpha, c.beta = s.beta;
+          c.run(isa, seed++);
+        }
+}
+
+TYPED_TEST(GemmTest, PaddedLeadingDimensions) {
+  using T = TypeParam;
+  uint32_t seed = 100;
+  for (GemmIsa isa : supported_isas())
+    for (const Dims& d : {Dims{7, 13, 5}, Dims{33, 65, 17}, Dims{70, 50, 300}, Dims{70, 1, 300},
+                          Dims{1, 70, 300}, Dims{200, 5, 30}})
+      for (int t = 0; t < 4; ++t)
+        for (T beta : {T(0), T(0.5)}) {
+          Case<T> c;
+          c.trans_a = t & 1;
+          c.trans_b = t & 2;
+          c.m = d.m, c.n = d.n, c.k = d.k;
+          c.alpha = T(0.75), c.beta = beta;
+          c.pad = 9;
+          c.run(isa, seed++);
+        }
+}
+
+// Sizes spanning several cache blocks in every dimension (m, n beyond MC; k beyond KC).
+TYPED_TEST(GemmTest, Large) {
+  using T = TypeParam;
+  uint32_t seed = 200;
+  for (GemmIsa isa : supported_isas())
+    for (int t = 0; t < 4; ++t) {
+      // All transposes on the dispatched variant, one per other variant (keeps the test fast).
+      if (isa != detail::gemm_best_isa() && t != 0) continue;
+      Case<T> c;
+      c.trans_a = t & 1;
+      c.trans_b = t & 2;
+      c.m = 512, c.n = 512, c.k = 512;
+      c.beta = t == 3 ? T(1) : T(0);
+      c.run(isa, seed++);
+    }
+  // Ragged cases with edge tiles on top of several blocks along m and k, then along n; thin
+  // products (few columns: narrow tiles, or the transposed problem) across several blocks.
+  for (const Dims& d :
+       {Dims{523, 130, 531}, Dims{61, 4133, 300}, Dims{1000, 16, 300}, Dims{2000, 5, 300}}) {
+    Case<T> c;
+    c.m = d.m, c.n = d.n, c.k = d.k;
+    c.beta = T(0.5), c.pad = 3;
+    c.run(detail::gemm_best_isa(), seed++);
+  }
+}
+
+// k == 0 scales C by beta (zeros when beta == 0, never reading C); alpha == 0 likewise.
+TYPED_TEST(GemmTest, EmptyProductScalesC) {
+  using T = TypeParam;
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  for (T alpha : {T(1), T(0)}) {
+    const int64_t k = alpha == T(0) ? 4 : 0;
+    const std::vector<T> a(3 * 4, nan), b(4 * 2, nan);  // never read, or multiplied by zero
+    std::vector<T> c = {1, 2, 3, 4, 5, 6};
+    gemm(false, false, 3, 2, k, alpha, a.data(), 4, b.data(), 2, T(2), c.data(), 2);
+    EXPECT_EQ(c, (std::vector<T>{2, 4, 6, 8, 10, 12}));
+    std::vector<T> poisoned(6, nan);
+    gemm(false, false, 3, 2, k, alpha, a.data(), 4, b.data(), 2, T(0), poisoned.data(), 2);
+    EXPECT_EQ(poisoned, std::vector<T>(6, T(0)));
+  }
+}
+
+// Small exact case for readability: [1 2; 3 4] * [5 6; 7 8] = [19 22; 43 50].
+TYPED_TEST(GemmTest, TwoByTwo) {
+  using T = TypeParam;
+  const std::vector<T> a = {1, 2, 3, 4}, b = {5, 6, 7, 8};
+  std::vector<T> c(4);
+  gemm(false, false, 2, 2, 2, T(1), a.data(), 2, b.data(), 2, T(0), c.data(), 2);
+  EXPECT_EQ(c, (std::vector<T>{19, 22, 43, 50}));
+  gemm(true, true, 2, 2, 2, T(1), a.data(), 2, b.data(), 2, T(0), c.data(), 2);  // A^T B^T
+  EXPECT_EQ(c, (std::vector<T>{23, 31, 34, 46}));
+}
+
+TEST(GemmDispatch, BestIsaIsSupported) {
+  EXPECT_TRUE(detail::gemm_isa_supported(detail::gemm_best_isa()));
+  EXPECT_TRUE(detail::gemm_isa_supported(GemmIsa::kGeneric));
+}
+
+}  // namespace
+}  // namespace spire::cpu
