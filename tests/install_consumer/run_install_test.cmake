@@ -1,6 +1,7 @@
 # Installs the Spire build tree into a scratch prefix, then configures,
 # builds and runs the consumer project against it with find_package(Spire).
-# Inputs: SPIRE_BUILD_DIR, CONSUMER_SRC, WORK_DIR.
+# Inputs: SPIRE_BUILD_DIR, CONSUMER_SRC, WORK_DIR, CONSUMER_FLAGS (compile and
+# link flags, e.g. the sanitizers the library was built with).
 file(REMOVE_RECURSE ${WORK_DIR})
 file(MAKE_DIRECTORY ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
@@ -15,7 +16,8 @@ endfunction()
 
 run_step(${CMAKE_COMMAND} --install ${SPIRE_BUILD_DIR} --prefix ${prefix})
 run_step(${CMAKE_COMMAND} -S ${CONSUMER_SRC} -B ${WORK_DIR}/build
-         -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release)
+         -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release
+         "-DCMAKE_CXX_FLAGS=${CONSUMER_FLAGS}" "-DCMAKE_EXE_LINKER_FLAGS=${CONSUMER_FLAGS}")
 run_step(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 # The installed library is found through the RPATH CMake sets for the build tree.
 run_step(${WORK_DIR}/build/consumer)
