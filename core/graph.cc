@@ -204,6 +204,30 @@ std::string Graph::to_text() const {
   return os.str();
 }
 
+void Graph::add_to_collection(const std::string& key, const Output& value) {
+  SPIRE_CHECK(value.node && value.node->graph() == this, "add_to_collection('", key,
+              "'): the value is not a node of this graph");
+  auto& items = collections_[key];
+  if (std::find(items.begin(), items.end(), value) == items.end()) items.push_back(value);
+}
+
+std::vector<Output> Graph::get_collection(const std::string& key, const std::string& scope) const {
+  std::vector<Output> out;
+  auto it = collections_.find(key);
+  if (it == collections_.end()) return out;
+  for (const auto& o : it->second)
+    if (scope.empty() || o.node->name().compare(0, scope.size(), scope) == 0) out.push_back(o);
+  return out;
+}
+
+void Graph::clear_collection(const std::string& key) { collections_.erase(key); }
+
+std::vector<std::string> Graph::collection_keys() const {
+  std::vector<std::string> keys;
+  for (const auto& kv : collections_) keys.push_back(kv.first);
+  return keys;
+}
+
 // ---- default graph and scopes ----------------------------------------------
 
 namespace {

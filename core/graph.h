@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <typeindex>
 #include <vector>
 
 #include "core/attr.h"
@@ -137,6 +138,24 @@ class Graph {
   int64_t seed() const { return seed_; }
   void set_seed(int64_t s) { seed_ = s; }
 
+  /// Collections (TF style): named lists of outputs (variables, losses,
+  /// ...) or of ops (an op is stored as Output{node, 0} and read via .node).
+  /// Allowed after finalize(); duplicates are not added twice.
+  void add_to_collection(const std::string& key, const Output& value);
+  /// Items of `key` whose node name starts with `scope` (all when empty), in insertion order.
+  std::vector<Output> get_collection(const std::string& key, const std::string& scope = "") const;
+  void clear_collection(const std::string& key);
+  std::vector<std::string> collection_keys() const;
+
+  /// Per-graph state of a higher layer (variable store, scopes, ...): the
+  /// instance of T owned by this graph, default-constructed on first use.
+  template <typename T>
+  T& extension() {
+    auto& slot = extensions_[std::type_index(typeid(T))];
+    if (!slot) slot = std::shared_ptr<void>(new T(), [](void* p) { delete static_cast<T*>(p); });
+    return *static_cast<T*>(slot.get());
+  }
+
   /// Human-readable listing: one node per line with op, inputs, attrs, types.
   std::string to_text() const;
   /// JSON serialization of every node (attrs, including constant tensors).
@@ -161,6 +180,8 @@ class Graph {
   bool finalized_ = false;
   uint64_t version_ = 0;
   int64_t seed_ = 0;
+  std::map<std::string, std::vector<Output>> collections_;
+  std::map<std::type_index, std::shared_ptr<void>> extensions_;
 };
 
 /// The graph new ops go to when none is given: the innermost DefaultGraphGuard

@@ -141,3 +141,40 @@ TEST(Graph, MalformedJsonIsRejected) {
 
 }  // namespace
 }  // namespace spire::testing
+
+namespace spire::testing {
+namespace {
+
+TEST(Graph, CollectionsAndExtensions) {
+  Graph g;
+  DefaultGraphGuard guard(g);
+  Output a, b;
+  {
+    NameScope s(g, "tower0");
+    a = ops::scalar(1, DType::F32);
+  }
+  b = ops::scalar(2, DType::F32);
+  g.add_to_collection("losses", a);
+  g.add_to_collection("losses", b);
+  g.add_to_collection("losses", a);  // no duplicates
+  EXPECT_EQ(g.get_collection("losses").size(), 2u);
+  ASSERT_EQ(g.get_collection("losses", "tower0/").size(), 1u);
+  EXPECT_EQ(g.get_collection("losses", "tower0/")[0], a);
+  EXPECT_TRUE(g.get_collection("nothing").empty());
+  g.finalize();
+  Node* op = b.node;
+  g.add_to_collection("ops", Output(op, 0));  // allowed after finalize
+  EXPECT_EQ(g.collection_keys(), (std::vector<std::string>{"losses", "ops"}));
+  g.clear_collection("ops");
+  EXPECT_TRUE(g.get_collection("ops").empty());
+  Graph other;
+  expect_error([&] { other.add_to_collection("x", a); }, {"add_to_collection('x')", "not a node of this graph"});
+
+  struct Counter { int n = 0; };
+  g.extension<Counter>().n += 2;
+  EXPECT_EQ(g.extension<Counter>().n, 2);
+  EXPECT_EQ(other.extension<Counter>().n, 0);
+}
+
+}  // namespace
+}  // namespace spire::testing
