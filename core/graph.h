@@ -169,6 +169,8 @@ class Graph {
   friend class ControlDependencies;
   friend class DeviceScope;
   friend class Node;
+  friend class GraphUnfinalizeGuard;
+  friend class ClearControlDependencies;
   void check_mutable(const std::string& what) const;
 
   std::vector<std::unique_ptr<Node>> nodes_;
@@ -221,6 +223,22 @@ class NameScope {
   std::string scope_;
 };
 
+/// Makes a finalized graph mutable while alive, then finalizes it again
+/// (TF's _unsafe_unfinalize). For framework code that must add to a
+/// finalized graph, such as a trainer building an inference tower for a
+/// predictor after training started.
+class GraphUnfinalizeGuard {
+ public:
+  explicit GraphUnfinalizeGuard(Graph& g) : g_(g), was_(g.finalized_) { g.finalized_ = false; }
+  ~GraphUnfinalizeGuard() { g_.finalized_ = was_; }
+  GraphUnfinalizeGuard(const GraphUnfinalizeGuard&) = delete;
+  GraphUnfinalizeGuard& operator=(const GraphUnfinalizeGuard&) = delete;
+
+ private:
+  Graph& g_;
+  bool was_;
+};
+
 /// New nodes of `g` get control inputs on `deps` while alive (nested guards accumulate).
 class ControlDependencies {
  public:
@@ -230,6 +248,23 @@ class ControlDependencies {
  private:
   Graph& g_;
   size_t prev_size_;
+};
+
+/// New nodes of `g` get no control inputs from enclosing
+/// ControlDependencies while alive (TF's control_dependencies(None)); used
+/// when creating variables and their initializers.
+class ClearControlDependencies {
+ public:
+  explicit ClearControlDependencies(Graph& g) : g_(g), saved_(std::move(g.control_deps_)) {
+    g.control_deps_.clear();
+  }
+  ~ClearControlDependencies() { g_.control_deps_ = std::move(saved_); }
+  ClearControlDependencies(const ClearControlDependencies&) = delete;
+  ClearControlDependencies& operator=(const ClearControlDependencies&) = delete;
+
+ private:
+  Graph& g_;
+  std::vector<Node*> saved_;
 };
 
 /// New nodes of `g` request `device` while alive.
