@@ -1,5 +1,6 @@
 // Umbrella header of Spire: include this to get the whole public API
-// (tensors, graphs, ops, sessions, autodiff).
+// (tensors, graphs, ops, sessions, autodiff, variables and scopes, towers,
+// layers and optimizers).
 #pragma once
 
 #include "autograd/gradients.h"
@@ -13,3 +14,8 @@
 #include "core/session.h"
 #include "core/shape.h"
 #include "core/tensor.h"
+#include "layers/initializers.h"
+#include "layers/layers.h"
+#include "layers/optimizers.h"
+#include "layers/tower.h"
+#include "layers/variables.h"

@@ -1,0 +1,536 @@
+// Optimizers (see optimizers.h): the shared compute/apply machinery of the
+// Optimizer base, the GradientDescent/Momentum/Adam/AdamW updates as graph
+// ops, global-norm clipping, gradient processors and tower averaging.
+#include "layers/optimizers.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "autograd/gradients.h"
+#include "core/error.h"
+#include "core/ops.h"
+#include "layers/initializers.h"
+
+namespace spire {
+
+namespace {
+
+std::string describe_output(const Output& o) {
+  if (!o.valid()) return "<invalid>";
+  return str_cat("'", o.name(), "' (", dtype_name(o.dtype()), o.shape().to_string(), ")");
+}
+
+bool is_variable(const Output& o) { return o.valid() && o.node->op_type() == "Variable"; }
+
+void check_lr(const Output& lr, const std::string& opt) {
+  SPIRE_CHECK(lr.valid(), "Optimizer '", opt, "': the learning rate is an invalid Output");
+  SPIRE_CHECK(is_floating(lr.dtype()) && lr.dtype() != DType::F16 && lr.dtype() != DType::BF16,
+              "Optimizer '", opt, "': the learning rate must be a f32 or f64 scalar, got ",
+              describe_output(lr));
+  SPIRE_CHECK(lr.shape().rank() == 0, "Optimizer '", opt,
+              "': the learning rate must be a scalar, got ", describe_output(lr));
+}
+
+// True when a gradient of static shape `g` fits a variable of shape `v`.
+bool grad_shape_fits(const Shape& g, const Shape& v) {
+  if (g.rank() != v.rank()) return false;
+  for (int i = 0; i < g.rank(); ++i)
+    if (g[i] >= 0 && g[i] != v[i]) return false;
+  return true;
+}
+
+}  // namespace
+
+// ---- Optimizer ----------------------------------------------------------------
+
+Optimizer::~Optimizer() = default;
+
+Optimizer::Optimizer(double lr, std::string name) : name_(std::move(name)) {
+  SPIRE_CHECK(std::isfinite(lr), "Optimizer '", name_, "': the learning rate must be finite, got ",
+              lr);
+  Graph& g = default_graph();  // get_variable's graph
+  // tensorpack: tf.get_variable('learning_rate', initializer=lr, trainable=False);
+  // reuse the variable when it already exists in the current variable scope.
+  const VariableScope vs = current_variable_scope(&g);
+  const std::string full = vs.name.empty() ? "learning_rate" : vs.name + "/learning_rate";
+  for (const Variable& v : all_variables(&g))
+    if (v.name() == full) {
+      lr_ = v.value;
+      break;
+    }
+  if (!lr_.valid())
+    lr_ = get_variable("learning_rate", Shape{}, DType::F32, init::constant(lr), false).value;
+  check_lr(lr_, name_);
+}
+
+Optimizer::Optimizer(const Output& lr, std::string name) : name_(std::move(name)), lr_(lr) {
+  check_lr(lr_, name_);
+}
+
+GradsAndVars Optimizer::compute_gradients(const Output& loss, const std::vector<Output>& var_list) {
+  SPIRE_CHECK(loss.valid(), "Optimizer '", name_, "': compute_gradients got an invalid loss");
+  SPIRE_CHECK(loss.shape().rank() == 0, "Optimizer '", name_, "': the loss must be a scalar, got ",
+              describe_output(loss));
+  SPIRE_CHECK(is_floating(loss.dtype()), "Optimizer '", name_,
+              "': the loss must be floating-point, got ", describe_output(loss));
+  Graph* g = loss.graph();
+  std::vector<Output> vars = var_list.empty() ? trainable_variables("", g) : var_list;
+  SPIRE_CHECK(!vars.empty(), "Optimizer '", name_, "': no variables to optimize for loss ",
+              describe_output(loss), " (TRAINABLE_VARIABLES is empty)");
+  for (const Output& v : vars) {
+    SPIRE_CHECK(is_variable(v), "Optimizer '", name_, "': ", describe_output(v),
+                " in var_list is not a variable");
+    SPIRE_CHECK(v.graph() == g, "Optimizer '", name_, "': variable '", v.node->name(),
+                "' is not in the graph of the loss ", describe_output(loss));
+    SPIRE_CHECK(is_floating(v.dtype()), "Optimizer '", name_, "': variable ", describe_output(v),
+                " is not floating-point; only float variables can be optimized");
+  }
+  std::vector<Output> grads = gradients({loss}, vars);
+  GradsAndVars out;
+  for (size_t i = 0; i < vars.size(); ++i)
+    if (grads[i].valid()) out.emplace_back(grads[i], vars[i]);
+  if (out.empty()) {
+    std::string names;
+    for (const Output& v : vars) names += (names.empty() ? "'" : ", '") + v.node->name() + "'";
+    throw_error("Optimizer '", name_, "': no gradients provided for any variable: the loss ",
+                describe_output(loss), " depends on none of ", names);
+  }
+  return out;
+}
+
+Node* Optimizer::apply_gradients(const GradsAndVars& grads_and_vars, const Output& global_step,
+                                 const std::string& name) {
+  SPIRE_CHECK(!grads_and_vars.empty(), "Optimizer '", name_,
+              "': apply_gradients got no (gradient, variable) pairs");
+  Graph* g = nullptr;
+  GradsAndVars pairs;
+  std::set<const Node*> seen;
+  std::string names;
+  for (const auto& [grad, var] : grads_and_vars) {
+    SPIRE_CHECK(is_variable(var), "Optimizer '", name_, "': ", describe_output(var),
+                " is not a variable");
+    if (!g) g = var.graph();
+    SPIRE_CHECK(var.graph() == g, "Optimizer '", name_, "': variable '", var.node->name(),
+                "' is in another graph than '", grads_and_vars[0].second.node->name(), "'");
+    SPIRE_CHECK(is_floating(var.dtype()), "Optimizer '", name_, "': variable ",
+                describe_output(var), " is not floating-point; only float variables can be optimized");
+    SPIRE_CHECK(seen.insert(var.node).second, "Optimizer '", name_, "': variable '",
+                var.node->name(), "' is listed twice in grads_and_vars");
+    names += (names.empty() ? "'" : ", '") + var.node->name() + "'";
+    if (!grad.valid()) continue;  // TF: a None gradient leaves the variable alone
+    SPIRE_CHECK(grad.graph() == g, "Optimizer '", name_, "': the gradient of '", var.node->name(),
+                "' is in another graph");
+    SPIRE_CHECK(grad.dtype() == var.dtype(), "Optimizer '", name_, "': gradient ",
+                describe_output(grad), " does not match the dtype of variable ",
+                describe_output(var));
+    SPIRE_CHECK(grad_shape_fits(grad.shape(), var.shape()), "Optimizer '", name_, "': gradient ",
+                describe_output(grad), " does not match the shape of variable ",
+                describe_output(var));
+    pairs.emplace_back(grad, var);
+  }
+  SPIRE_CHECK(!pairs.empty(), "Optimizer '", name_, "': no gradients provided for any variable (",
+              names, ")");
+  SPIRE_CHECK(lr_.graph() == g, "Optimizer '", name_, "': the learning rate ",
+              describe_output(lr_), " is in another graph than the variables");
+  if (global_step.valid()) {
+    SPIRE_CHECK(is_variable(global_step) && global_step.graph() == g &&
+                    global_step.shape().rank() == 0 && global_step.dtype() != DType::Bool,
+                "Optimizer '", name_, "': global_step must be a scalar numeric variable of the ",
+                "variables' graph, got ", describe_output(global_step));
+  }
+
+  std::vector<Output> vars;
+  std::vector<Node*> grad_nodes;
+  for (const auto& [grad, var] : pairs) {
+    vars.push_back(var);
+    if (std::find(grad_nodes.begin(), grad_nodes.end(), grad.node) == grad_nodes.end())
+      grad_nodes.push_back(grad.node);
+  }
+  // Slots and other state first: outside the update's scope and control deps.
+  create_slots(vars);
+
+  Node* train = ops::no_op(name.empty() ? name_ : name, g);
+  const std::string scope = train->name() + "/";
+  std::vector<Node*> done;
+  {
+    NameScope ns(*g, scope);
+    // Every update waits for every gradient: a gradient may read any variable.
+    ControlDependencies after_grads(*g, grad_nodes);
+    lr_cast_.clear();
+    prepare(vars);
+    std::vector<Node*> updates;
+    for (const auto& [grad, var] : pairs) {
+      NameScope us(*g, "update_" + var.node->name());
+      DeviceScope ds(*g, var.node->device());
+      updates.push_back(apply_dense(grad, var));
+    }
+    done = finish(updates);
+  }
+  if (global_step.valid()) {
+    NameScope ns(*g, scope);
+    Node* update = ops::group(done, "update", g);
+    ControlDependencies after_update(*g, {update});
+    Output inc = ops::assign_add(global_step, ops::scalar(1, global_step.dtype(), g),
+                                 "increment_global_step");
+    train->add_control_input(inc.node);
+  } else {
+    for (Node* n : done) train->add_control_input(n);
+  }
+  lr_cast_.clear();
+  return train;
+}
+
+Node* Optimizer::minimize(const Output& loss, const Output& global_step,
+                          const std::vector<Output>& var_list, const std::string& name) {
+  return apply_gradients(compute_gradients(loss, var_list), global_step, name);
+}
+
+Output Optimizer::get_slot(const Output& var, const std::string& slot_name) const {
+  auto it = slots_.find({var.node, slot_name});
+  return it == slots_.end() ? Output() : it->second;
+}
+
+Output Optimizer::make_non_slot_variable(Graph& g, const std::string& name, const Shape& shape,
+                                         DType dtype, double initial_value) {
+  std::string unique = name;
+  for (int i = 1; g.find_node(unique); ++i) unique = name + "_" + std::to_string(i);
+  // Absolute name: leave the caller's variable scope and name scope.
+  DefaultGraphGuard dg(g);  // get_variable builds in the default graph
+  VariableScopeGuard top(VariableScope{}, Reuse::kNoReuse, &g);
+  NameScope ns(g, "");
+  Initializer init = initial_value == 0.0 ? init::zeros() : init::constant(initial_value);
+  return get_variable(unique, shape, dtype, init, /*trainable=*/false).value;
+}
+
+Output Optimizer::zeros_slot(const Output& var, const std::string& slot_name) {
+  auto key = std::make_pair(static_cast<const Node*>(var.node), slot_name);
+  auto it = slots_.find(key);
+  if (it != slots_.end()) return it->second;
+  Graph& g = *var.graph();
+  SPIRE_CHECK(var.shape().is_fully_defined(), "Optimizer '", name_, "': variable ",
+              describe_output(var), " has no fully defined shape for its slot '", slot_name, "'");
+  DeviceScope ds(g, var.node->device());  // TF colocates slots with their variable
+  Output slot = make_non_slot_variable(g, var.node->name() + "/" + slot_name, var.shape(),
+                                       var.dtype(), 0.0);
+  slots_[key] = slot;
+  return slot;
+}
+
+Output Optimizer::lr_as(DType dtype) {
+  if (lr_.dtype() == dtype) return lr_;
+  auto it = lr_cast_.find(dtype);
+  if (it != lr_cast_.end()) return it->second;
+  Output c = ops::cast(lr_, dtype, "learning_rate_cast");
+  lr_cast_[dtype] = c;
+  return c;
+}
+
+// ---- GradientDescent -------------------------------------------------------------
+
+GradientDescentOptimizer::GradientDescentOptimizer(double lr, const std::string& name)
+    : Optimizer(lr, name) {}
+GradientDescentOptimizer::GradientDescentOptimizer(const Output& lr, const std::string& name)
+    : Optimizer(lr, name) {}
+
+Node* GradientDescentOptimizer::apply_dense(const Output& grad, const Output& var) {
+  return ops::assign_sub(var, lr_as(var.dtype()) * grad, "apply")
+      .node;
+}
+
+// ---- Momentum ----------------------------------------------------------------------
+
+MomentumOptimizer::MomentumOptimizer(double lr, double momentum, bool use_nesterov,
+                                     const std::string& name)
+    : Optimizer(lr, name), momentum_(momentum), nesterov_(use_nesterov) {}
+MomentumOptimizer::MomentumOptimizer(const Output& lr, double momentum, bool use_nesterov,
+                                     const std::string& name)
+    : Optimizer(lr, name), momentum_(momentum), nesterov_(use_nesterov) {}
+
+void MomentumOptimizer::create_slots(const std::vector<Output>& vars) {
+  for (const Output& v : vars) zeros_slot(v, "Momentum");
+}
+
+Node* MomentumOptimizer::apply_dense(const Output& grad, const Output& var) {
+  Output lr = lr_as(var.dtype());
+  Output accum = get_slot(var, "Momentum");
+  Output acc = ops::assign(accum, accum * momentum_ + grad, "accum");
+  Output step = nesterov_ ? lr * (grad + acc * momentum_) : lr * acc;
+  return ops::assign_sub(var, step, "apply").node;
+}
+
+// ---- Adam ----------------------------------------------------------------------------
+
+namespace {
+void check_adam_params(const std::string& name, double beta1, double beta2, double epsilon) {
+  SPIRE_CHECK(beta1 >= 0 && beta1 < 1, "Optimizer '", name, "': beta1 must be in [0, 1), got ",
+              beta1);
+  SPIRE_CHECK(beta2 >= 0 && beta2 < 1, "Optimizer '", name, "': beta2 must be in [0, 1), got ",
+              beta2);
+  SPIRE_CHECK(epsilon >= 0, "Optimizer '", name, "': epsilon must be >= 0, got ", epsilon);
+}
+}  // namespace
+
+AdamOptimizer::AdamOptimizer(double lr, double beta1, double beta2, double epsilon,
+                             const std::string& name)
+    : Optimizer(lr, name), beta1_(beta1), beta2_(beta2), epsilon_(epsilon) {
+  check_adam_params(this->name(), beta1, beta2, epsilon);
+}
+AdamOptimizer::AdamOptimizer(const Output& lr, double beta1, double beta2, double epsilon,
+                             const std::string& name)
+    : Optimizer(lr, name), beta1_(beta1), beta2_(beta2), epsilon_(epsilon) {
+  check_adam_params(this->name(), beta1, beta2, epsilon);
+}
+
+void AdamOptimizer::create_slots(const std::vector<Output>& vars) {
+  if (!beta1_power_.valid()) {
+    // TF1: non-slot variables in the dtype of the first variable, colocated with it.
+    Graph& g = *vars[0].graph();
+    DeviceScope ds(g, vars[0].node->device());
+    beta1_power_ = make_non_slot_variable(g, "beta1_power", Shape{}, vars[0].dtype(), beta1_);
+    beta2_power_ = make_non_slot_variable(g, "beta2_power", Shape{}, vars[0].dtype(), beta2_);
+  }
+  SPIRE_CHECK(beta1_power_.graph() == vars[0].graph(), "Optimizer '", name(),
+              "': used on variables of two graphs");
+  for (const Output& v : vars) {
+    zeros_slot(v, "Adam");
+    zeros_slot(v, "Adam_1");
+  }
+}
+
+void AdamOptimizer::prepare(const std::vector<Output>& vars) {
+  (void)vars;
+  powers_cast_.clear();
+}
+
+std::pair<Output, Output> AdamOptimizer::powers_as(DType dtype) {
+  if (beta1_power_.dtype() == dtype) return {beta1_power_, beta2_power_};
+  auto it = powers_cast_.find(dtype);
+  if (it != powers_cast_.end()) return it->second;
+  std::pair<Output, Output> p{ops::cast(beta1_power_, dtype, "beta1_power_cast"),
+                              ops::cast(beta2_power_, dtype, "beta2_power_cast")};
+  powers_cast_[dtype] = p;
+  return p;
+}
+
+Node* AdamOptimizer::apply_dense(const Output& grad, const Output& var) {
+  auto [b1p, b2p] = powers_as(var.dtype());
+  Output lr = lr_as(var.dtype());
+  Output lr_t = lr * ops::sqrt(1.0 - b2p) / (1.0 - b1p);
+  Output m = get_slot(var, "Adam");
+  Output v = get_slot(var, "Adam_1");
+  Output m_t = ops::assign(m, m * beta1_ + grad * (1.0 - beta1_), "m");
+  Output v_t = ops::assign(v, v * beta2_ + ops::square(grad) * (1.0 - beta2_), "v");
+  return ops::assign_sub(var, lr_t * m_t / (ops::sqrt(v_t) + epsilon_), "apply").node;
+}
+
+std::vector<Node*> AdamOptimizer::finish(const std::vector<Node*>& updates) {
+  Graph& g = *beta1_power_.graph();
+  std::vector<Node*> out = updates;
+  ControlDependencies after(g, updates);
+  DeviceScope ds(g, beta1_power_.node->device());
+  out.push_back(ops::assign(beta1_power_, beta1_power_ * beta1_, "update_beta1_power").node);
+  out.push_back(ops::assign(beta2_power_, beta2_power_ * beta2_, "update_beta2_power").node);
+  return out;
+}
+
+// ---- AdamW ---------------------------------------------------------------------------
+
+AdamWOptimizer::AdamWOptimizer(double lr, double weight_decay, double beta1, double beta2,
+                               double epsilon, const std::string& name)
+    : AdamOptimizer(lr, beta1, beta2, epsilon, name), weight_decay_(weight_decay) {
+  SPIRE_CHECK(weight_decay >= 0, "Optimizer '", this->name(),
+              "': weight_decay must be >= 0, got ", weight_decay);
+}
+AdamWOptimizer::AdamWOptimizer(const Output& lr, double weight_decay, double beta1, double beta2,
+                               double epsilon, const std::string& name)
+    : AdamOptimizer(lr, beta1, beta2, epsilon, name), weight_decay_(weight_decay) {
+  SPIRE_CHECK(weight_decay >= 0, "Optimizer '", this->name(),
+              "': weight_decay must be >= 0, got ", weight_decay);
+}
+
+Node* AdamWOptimizer::apply_dense(const Output& grad, const Output& var) {
+  auto [b1p, b2p] = powers_as(var.dtype());
+  Output lr = lr_as(var.dtype());
+  Output m = get_slot(var, "Adam");
+  Output v = get_slot(var, "Adam_1");
+  Output m_t = ops::assign(m, m * beta1_ + grad * (1.0 - beta1_), "m");
+  Output v_t = ops::assign(v, v * beta2_ + ops::square(grad) * (1.0 - beta2_), "v");
+  // torch.optim.AdamW: p *= 1 - lr * wd; p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps).
+  Output step_size = lr / (1.0 - b1p);
+  Output denom = ops::sqrt(v_t) / ops::sqrt(1.0 - b2p) + epsilon_;
+  Output decayed = var * (1.0 - lr * weight_decay_);
+  return ops::assign(var, decayed - step_size * (m_t / denom), "apply").node;
+}
+
+// ---- clipping ------------------------------------------------------------------------
+
+Output global_norm(const std::vector<Output>& tensors, const std::string& name) {
+  Graph* g = nullptr;
+  DType acc = DType::F32;
+  for (const Output& t : tensors) {
+    if (!t.valid()) continue;
+    SPIRE_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F64,
+                "global_norm: tensor ", describe_output(t), " is not f32 or f64");
+    if (!g) g = t.graph();
+    SPIRE_CHECK(t.graph() == g, "global_norm: tensor ", describe_output(t),
+                " is in another graph");
+    if (t.dtype() == DType::F64) acc = DType::F64;
+  }
+  SPIRE_CHECK(g, "global_norm: no valid tensor given");
+  NameScope ns(*g, name);
+  std::vector<Output> squares;
+  for (const Output& t : tensors) {
+    if (!t.valid()) continue;
+    Output s = ops::sum(ops::square(t));
+    squares.push_back(s.dtype() == acc ? s : ops::cast(s, acc));
+  }
+  Output total = squares.size() == 1 ? squares[0] : ops::add_n(squares);
+  return ops::sqrt(total, "global_norm");
+}
+
+std::pair<std::vector<Output>, Output> clip_by_global_norm(const std::vector<Output>& tensors,
+                                                           double clip_norm,
+                                                           const std::string& name) {
+  SPIRE_CHECK(std::isfinite(clip_norm) && clip_norm > 0,
+              "clip_by_global_norm: clip_norm must be a finite number > 0, got ", clip_norm);
+  Graph* g = nullptr;
+  for (const Output& t : tensors)
+    if (t.valid()) {
+      g = t.graph();
+      break;
+    }
+  SPIRE_CHECK(g, "clip_by_global_norm: no valid tensor given");
+  NameScope ns(*g, name);
+  Output norm = global_norm(tensors);
+  Output c = ops::scalar(clip_norm, norm.dtype(), g);
+  Output scale = c / ops::maximum(norm, c);  // TF: clip_norm * min(1/norm, 1/clip_norm)
+  std::vector<Output> out;
+  for (const Output& t : tensors) {
+    if (!t.valid()) {
+      out.emplace_back();
+      continue;
+    }
+    Output s = t.dtype() == scale.dtype() ? scale : ops::cast(scale, t.dtype());
+    out.push_back(t * s);
+  }
+  return {out, norm};
+}
+
+// ---- gradient processors ---------------------------------------------------------------
+
+namespace {
+Graph* graph_of(const GradsAndVars& gv) {
+  for (const auto& p : gv) {
+    if (p.first.valid()) return p.first.graph();
+    if (p.second.valid()) return p.second.graph();
+  }
+  return nullptr;
+}
+
+// tensorpack's ProxyOptimizer + apply_grad_processors.
+class GradProcOptimizer : public Optimizer {
+ public:
+  GradProcOptimizer(std::shared_ptr<Optimizer> opt, std::vector<GradientProcessor> procs)
+      : Optimizer(opt->learning_rate(), opt->name()),
+        opt_(std::move(opt)),
+        procs_(std::move(procs)) {}
+
+  GradsAndVars compute_gradients(const Output& loss, const std::vector<Output>& var_list) override {
+    return opt_->compute_gradients(loss, var_list);
+  }
+  Node* apply_gradients(const GradsAndVars& grads_and_vars, const Output& global_step,
+                        const std::string& name) override {
+    GradsAndVars gv = grads_and_vars;
+    for (const GradientProcessor& p : procs_) {
+      gv = p(gv);
+      SPIRE_CHECK(!gv.empty(), "apply_grad_processors: a gradient processor returned no gradients");
+    }
+    return opt_->apply_gradients(gv, global_step, name);
+  }
+  Output get_slot(const Output& var, const std::string& slot_name) const override {
+    return opt_->get_slot(var, slot_name);
+  }
+  std::vector<std::string> get_slot_names() const override { return opt_->get_slot_names(); }
+
+ protected:
+  Node* apply_dense(const Output&, const Output&) override {
+    throw_error("internal error: GradProcOptimizer::apply_dense called");
+  }
+
+ private:
+  std::shared_ptr<Optimizer> opt_;
+  std::vector<GradientProcessor> procs_;
+};
+}  // namespace
+
+GradientProcessor GlobalNormClip(double norm) {
+  SPIRE_CHECK(std::isfinite(norm) && norm > 0, "GlobalNormClip: the norm must be > 0, got ", norm);
+  return [norm](const GradsAndVars& gv) {
+    Graph* g = graph_of(gv);
+    SPIRE_CHECK(g, "GlobalNormClip: no gradients given");
+    NameScope ns(*g, "GlobalNormClip");
+    std::vector<Output> grads;
+    for (const auto& p : gv) grads.push_back(p.first);
+    std::vector<Output> clipped = clip_by_global_norm(grads, norm).first;
+    GradsAndVars out;
+    for (size_t i = 0; i < gv.size(); ++i) out.emplace_back(clipped[i], gv[i].second);
+    return out;
+  };
+}
+
+GradientProcessor MapGradient(std::function<Output(const Output& grad, const Output& var)> fn) {
+  SPIRE_CHECK(fn != nullptr, "MapGradient: the function is null");
+  return [fn](const GradsAndVars& gv) {
+    Graph* g = graph_of(gv);
+    SPIRE_CHECK(g, "MapGradient: no gradients given");
+    NameScope ns(*g, "MapGradient");
+    GradsAndVars out;
+    for (const auto& [grad, var] : gv)
+      out.emplace_back(grad.valid() ? fn(grad, var) : grad, var);
+    return out;
+  };
+}
+
+std::shared_ptr<Optimizer> apply_grad_processors(std::shared_ptr<Optimizer> opt,
+                                                 std::vector<GradientProcessor> processors) {
+  SPIRE_CHECK(opt != nullptr, "apply_grad_processors: the optimizer is null");
+  for (const GradientProcessor& p : processors)
+    SPIRE_CHECK(p != nullptr, "apply_grad_processors: a gradient processor is null");
+  return std::make_shared<GradProcOptimizer>(std::move(opt), std::move(processors));
+}
+
+// ---- towers ----------------------------------------------------------------------------
+
+GradsAndVars average_grads(const std::vector<GradsAndVars>& tower_grads, bool average) {
+  SPIRE_CHECK(!tower_grads.empty(), "average_grads: no towers given");
+  const size_t n = tower_grads.size();
+  if (n == 1) return tower_grads[0];
+  const GradsAndVars& first = tower_grads[0];
+  for (size_t t = 1; t < n; ++t)
+    SPIRE_CHECK(tower_grads[t].size() == first.size(), "average_grads: tower ", t, " has ",
+                tower_grads[t].size(), " (gradient, variable) pairs, tower 0 has ", first.size());
+  Graph* g = graph_of(first);
+  SPIRE_CHECK(g || first.empty(), "average_grads: tower 0 has no valid gradient or variable");
+  GradsAndVars out;
+  if (first.empty()) return out;
+  NameScope ns(*g, "AvgGrad");
+  for (size_t k = 0; k < first.size(); ++k) {
+    const Output& var = first[k].second;
+    std::vector<Output> grads;
+    for (size_t t = 0; t < n; ++t) {
+      const auto& [grad, v] = tower_grads[t][k];
+      SPIRE_CHECK(v == var, "average_grads: pair ", k, " of tower ", t, " is for variable ",
+                  describe_output(v), ", tower 0's for ", describe_output(var),
+                  " (towers must list the same variables in the same order)");
+      SPIRE_CHECK(grad.valid(), "average_grads: tower ", t, " has no gradient for variable ",
+                  describe_output(var));
+      grads.push_back(grad);
+    }
+    Output sum = ops::add_n(grads);
+    out.emplace_back(average ? sum * (1.0 / static_cast<double>(n)) : sum, var);
+  }
+  return out;
+}
+
+}  // namespace spire
