@@ -14,3 +14,20 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
 fi
+
+# Python clients used by the external-format checks in tests/train (TensorBoard
+# reads Spire's event files, the safetensors package reads/writes checkpoints).
+# Those tests skip when the packages are missing, so failure here is only a note.
+if command -v python3 >/dev/null 2>&1; then
+  if python3 -c 'import tensorboard, safetensors, numpy' >/dev/null 2>&1; then
+    :
+  elif ! python3 -m pip --version >/dev/null 2>&1; then
+    echo "note: pip is not available for python3; the tensorboard/safetensors interop tests will be skipped"
+  elif ! python3 -m pip install --quiet tensorboard safetensors numpy; then
+    # A Debian system python refuses plain pip installs (PEP 668); fall back to the user site.
+    python3 -m pip install --quiet --user --break-system-packages tensorboard safetensors numpy ||
+      echo "note: could not pip install tensorboard safetensors numpy; the interop tests will be skipped"
+  fi
+else
+  echo "note: python3 not found; the tensorboard/safetensors interop tests will be skipped"
+fi
