@@ -1,0 +1,202 @@
+// Trainer loop tests: the exact hook sequence over 2 epochs x 3 steps,
+// chief-only filtering, StopTraining from a callback and from run_step,
+// errors reported with the callback's name, hooked vs plain sessions.
+#include "tests/support/op_test_util.h"
+#include "train/monitor.h"
+#include "train/trainer.h"
+
+namespace spire::testing {
+namespace {
+
+// Records every hook call as "name:hook[:epoch:local_step:global_step]".
+class Recorder : public Callback {
+ public:
+  Recorder(std::string tag, std::vector<std::string>* log, bool chief_only = false)
+      : tag_(std::move(tag)), log_(log) {
+    chief_only_ = chief_only;
+  }
+  std::string name() const override { return tag_; }
+
+ protected:
+  void rec(const std::string& hook, bool with_steps = false) {
+    std::string s = tag_ + ":" + hook;
+    if (with_steps)
+      s += str_cat(":", trainer().epoch_num(), ":", trainer().local_step(), ":", trainer().global_step());
+    log_->push_back(s);
+  }
+  void _setup_graph() override { rec("setup_graph"); }
+  void _before_train() override { rec("before_train"); }
+  void _before_epoch() override { rec("before_epoch", true); }
+  void _after_epoch() override { rec("after_epoch", true); }
+  SessionRunArgs _before_run(SessionRunContext&) override {
+    rec("before_run", true);
+    return {};
+  }
+  void _after_run(SessionRunContext&, const SessionRunValues&) override { rec("after_run", true); }
+  void _trigger_step() override { rec("trigger_step", true); }
+  void _trigger() override { rec("trigger", true); }
+  void _after_train() override { rec("after_train"); }
+
+ private:
+  std::string tag_;
+  std::vector<std::string>* log_;
+};
+
+// A trainer whose step increments a counter variable through the hooked session.
+class CountingTrainer : public Trainer {
+ public:
+  CountingTrainer() {
+    DefaultGraphGuard guard(graph());
+    counter = ops::variable({}, DType::F64, "counter");
+    init = ops::assign(counter, ops::scalar(0, DType::F64)).node;
+    train_op = ops::assign_add(counter, ops::scalar(1, DType::F64)).node;
+  }
+  void set_chief(bool c) { is_chief_ = c; }
+  Output counter;
+  Node* init;
+};
+
+SessionCreator creator_with_init(Node* init) {
+  return [init](Graph& g) {
+    auto s = new_session_creator()(g);
+    s->run_targets({init});
+    return s;
+  };
+}
+
+TEST(Trainer, ExactHookSequence) {
+  std::vector<std::string> log;
+  CountingTrainer t;
+  auto a = std::make_shared<Recorder>("A", &log);
+  auto b = std::make_shared<Recorder>("B", &log);
+  t.train({a, b}, {}, creator_with_init(t.init), nullptr, /*steps_per_epoch=*/3, 1, 2);
+  std::vector<std::string> want = {"A:setup_graph", "B:setup_graph", "A:before_train", "B:before_train"};
+  int64_t gs = 0;
+  for (int epoch = 1; epoch <= 2; ++epoch) {
+    want.push_back(str_cat("A:before_epoch:", epoch, ":-1:", gs));
+    want.push_back(str_cat("B:before_epoch:", epoch, ":-1:", gs));
+    for (int step = 0; step < 3; ++step) {
+      want.push_back(str_cat("A:before_run:", epoch, ":", step, ":", gs));
+      want.push_back(str_cat("B:before_run:", epoch, ":", step, ":", gs));
+      ++gs;
+      want.push_back(str_cat("A:after_run:", epoch, ":", step, ":", gs));
+      want.push_back(str_cat("B:after_run:", epoch, ":", step, ":", gs));
+      want.push_back(str_cat("A:trigger_step:", epoch, ":", step, ":", gs));
+      want.push_back(str_cat("B:trigger_step:", epoch, ":", step, ":", gs));
+    }
+    want.push_back(str_cat("A:after_epoch:", epoch, ":3:", gs));
+    want.push_back(str_cat("B:after_epoch:", epoch, ":3:", gs));
+    want.push_back(str_cat("A:trigger:", epoch, ":3:", gs));
+    want.push_back(str_cat("B:trigger:", epoch, ":3:", gs));
+  }
+  want.push_back("A:after_train");
+  want.push_back("B:after_train");
+  EXPECT_EQ(log, want);
+  EXPECT_EQ(t.global_step(), 6);
+  EXPECT_EQ(t.epoch_num(), 2);
+  EXPECT_EQ(t.sess().run({t.counter})[0].item<double>(), 6);
+  EXPECT_TRUE(t.graph().finalized());
+}
+
+TEST(Trainer, ChiefOnlyCallbacksAreSkippedOnNonChief) {
+  std::vector<std::string> log;
+  CountingTrainer t;
+  t.set_chief(false);
+  t.train({std::make_shared<Recorder>("chief", &log, true), std::make_shared<Recorder>("all", &log, false)},
+          {}, creator_with_init(t.init), nullptr, 1, 1, 1);
+  for (const auto& s : log) EXPECT_EQ(s.rfind("all:", 0), 0u) << s;
+  EXPECT_FALSE(log.empty());
+}
+
+class StopAt : public Callback {
+ public:
+  explicit StopAt(int64_t step) : step_(step) { chief_only_ = false; }
+  bool after_train_called = false;
+
+ protected:
+  void _trigger_step() override {
+    if (trainer().global_step() == step_) throw StopTraining("enough");
+  }
+  void _after_train() override { after_train_called = true; }
+
+ private:
+  int64_t step_;
+};
+
+TEST(Trainer, StopTrainingFromACallback) {
+  CountingTrainer t;
+  auto stop = std::make_shared<StopAt>(4);
+  t.train({stop}, {}, creator_with_init(t.init), nullptr, 3, 1, 10);
+  EXPECT_EQ(t.global_step(), 4);
+  EXPECT_EQ(t.epoch_num(), 2);
+  EXPECT_TRUE(stop->after_train_called);
+}
+
+class StoppingTrainer : public CountingTrainer {
+ public:
+  void run_step() override {
+    if (global_step() == 2) throw StopTraining("from run_step");
+    Trainer::run_step();
+  }
+};
+
+TEST(Trainer, StopTrainingFromRunStep) {
+  StoppingTrainer t;
+  auto watch = std::make_shared<StopAt>(-1);
+  t.train({watch}, {}, creator_with_init(t.init), nullptr, 5, 1, 3);
+  EXPECT_EQ(t.global_step(), 2);
+  EXPECT_TRUE(watch->after_train_called);
+}
+
+class Failing : public Callback {
+ public:
+  std::string name() const override { return "FailingCallback"; }
+
+ protected:
+  void _trigger_epoch() override { throw Error("boom"); }
+};
+
+TEST(Trainer, CallbackErrorsNameTheCallbackAndStillRunAfterTrain) {
+  CountingTrainer t;
+  auto watch = std::make_shared<StopAt>(-1);
+  expect_error([&] { t.train({std::make_shared<Failing>(), watch}, {}, creator_with_init(t.init), nullptr, 2, 1, 3); },
+               {"callback FailingCallback", "trigger_epoch", "boom"});
+  EXPECT_TRUE(watch->after_train_called);
+  EXPECT_EQ(t.global_step(), 2);
+}
+
+TEST(Trainer, RegisterAfterSetupIsAnError) {
+  CountingTrainer t;
+  t.setup_callbacks({}, {});
+  expect_error([&] { t.register_callback(std::make_shared<StopAt>(1)); }, {"before training starts"});
+}
+
+TEST(Trainer, PlainSessionSkipsHooks) {
+  std::vector<std::string> log;
+  CountingTrainer t;
+  t.setup_callbacks({std::make_shared<Recorder>("A", &log)}, {});
+  t.initialize(creator_with_init(t.init), nullptr);
+  log.clear();
+  t.sess().run({t.counter});
+  EXPECT_TRUE(log.empty());
+  t.hooked_sess().run({t.counter});
+  EXPECT_EQ(log.size(), 2u);  // before_run + after_run
+}
+
+class PutScalars : public Callback {
+ protected:
+  void _trigger_epoch() override { trainer().monitors().put_scalar("metric", trainer().epoch_num() * 1.5); }
+};
+
+TEST(Trainer, MonitorsRecordScalars) {
+  CountingTrainer t;
+  t.train({std::make_shared<PutScalars>()}, {}, creator_with_init(t.init), nullptr, 2, 1, 3);
+  EXPECT_EQ(t.monitors().get_latest("metric"), 4.5);
+  auto h = t.monitors().get_history("metric");
+  ASSERT_EQ(h.size(), 3u);
+  EXPECT_EQ(h[0].first, 2);
+  expect_error([&] { t.monitors().get_latest("nothing"); }, {"'nothing'"});
+}
+
+}  // namespace
+}  // namespace spire::testing

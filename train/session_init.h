@@ -1,0 +1,77 @@
+// Session initializers (tensorpack's SessionInit): how a trainer's session
+// gets its variable values after the default initializers ran: nothing
+// (JustCurrentSession), a checkpoint (all variables or by name, with
+// warnings for missing and unexpected ones), a map of tensors, or a chain.
+// Only the chief runs them.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/session.h"
+
+namespace spire {
+
+class SessionInit {
+ public:
+  virtual ~SessionInit() = default;
+  /// Sets variables of `session` (whose graph holds them).
+  virtual void init(Session& session) = 0;
+};
+
+class JustCurrentSession : public SessionInit {
+ public:
+  void init(Session&) override {}
+};
+
+/// Assigns variables from name -> tensor. Names not in the graph and graph
+/// variables without a value are reported as warnings (on stderr) unless
+/// `strict`, which makes them errors; dtype/shape mismatches are errors.
+class DictRestore : public SessionInit {
+ public:
+  explicit DictRestore(std::map<std::string, Tensor> values, bool strict = false);
+  void init(Session& session) override;
+  /// Warnings produced by the last init() (for tests and logs).
+  const std::vector<std::string>& warnings() const { return warnings_; }
+
+ private:
+  std::map<std::string, Tensor> values_;
+  bool strict_;
+  std::vector<std::string> warnings_;
+};
+
+/// Restores from a safetensors checkpoint file, or from the latest
+/// checkpoint of a directory. `ignore` names variables to leave alone.
+class CheckpointRestore : public SessionInit {
+ public:
+  explicit CheckpointRestore(std::string path, std::vector<std::string> ignore = {});
+  void init(Session& session) override;
+  const std::vector<std::string>& warnings() const;
+
+ private:
+  std::string path_;
+  std::vector<std::string> ignore_;
+  std::unique_ptr<DictRestore> dict_;
+};
+/// tensorpack's name.
+using SaverRestore = CheckpointRestore;
+
+/// Runs several initializers in order.
+class ChainInit : public SessionInit {
+ public:
+  explicit ChainInit(std::vector<std::shared_ptr<SessionInit>> inits) : inits_(std::move(inits)) {}
+  void init(Session& session) override {
+    for (auto& i : inits_) i->init(session);
+  }
+
+ private:
+  std::vector<std::shared_ptr<SessionInit>> inits_;
+};
+
+/// Every variable of `session`'s graph (by name) with its current value
+/// (uninitialized ones are skipped): what ModelSaver writes.
+std::map<std::string, Tensor> get_variable_values(Session& session);
+
+}  // namespace spire

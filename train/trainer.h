@@ -1,0 +1,202 @@
+// The trainer stack (tensorpack's Trainer -> TowerTrainer ->
+// SingleCostTrainer -> SimpleTrainer / NoOpTrainer). Trainer runs "anything
+// that runs in a loop": it owns the session, the callbacks and monitors,
+// and the epoch/step loop; run_step() is one iteration (by default one run
+// of train_op through the hooked session). Multi-device and MPI trainers
+// subclass SingleCostTrainer and override _setup_graph.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/session.h"
+#include "layers/optimizers.h"
+#include "layers/tower.h"
+#include "train/callback.h"
+#include "train/input_source.h"
+#include "train/monitor.h"
+#include "train/session_init.h"
+
+namespace spire {
+
+/// Creates the session of a trainer (tensorpack's session creator). The
+/// default makes a Session and runs global_variables_initializer().
+using SessionCreator = std::function<std::unique_ptr<Session>(Graph&)>;
+SessionCreator new_session_creator();
+
+/// The loop counters of a trainer (tensorpack's TrainLoop).
+struct TrainLoop {
+  int starting_epoch = 1;
+  int max_epoch = 99999;
+  int64_t steps_per_epoch = 0;
+  int epoch_num = 0;        // the current (or last finished) epoch, 1-based
+  int64_t global_step = 0;  // hooked runs so far, across resumes
+  int64_t local_step = -1;  // step within the current epoch, 0-based
+};
+
+/// Facade running the trainer's session WITHOUT callbacks' hooks (tensorpack's trainer.sess).
+class PlainSession {
+ public:
+  explicit PlainSession(Session& s) : s_(s) {}
+  std::vector<Tensor> run(const std::vector<Output>& fetches, const FeedDict& feeds = {},
+                          const std::vector<Node*>& targets = {}) {
+    return s_.run_without_hooks(fetches, feeds, targets);
+  }
+  Session& session() const { return s_; }
+
+ private:
+  Session& s_;
+};
+
+/// Facade running the trainer's session WITH every callback's
+/// before_run/after_run (tensorpack's trainer.hooked_sess).
+class HookedSession {
+ public:
+  explicit HookedSession(Session& s) : s_(s) {}
+  std::vector<Tensor> run(const std::vector<Output>& fetches, const FeedDict& feeds = {},
+                          const std::vector<Node*>& targets = {}) {
+    return s_.run(fetches, feeds, targets);
+  }
+  Session& session() const { return s_; }
+
+ private:
+  Session& s_;
+};
+
+class Trainer {
+ public:
+  Trainer();
+  virtual ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  /// The graph this trainer builds into and trains (its own by default).
+  Graph& graph() const { return *graph_; }
+  const TrainLoop& loop() const { return loop_; }
+  int epoch_num() const { return loop_.epoch_num; }
+  int64_t global_step() const { return loop_.global_step; }
+  int64_t local_step() const { return loop_.local_step; }
+  int64_t steps_per_epoch() const { return loop_.steps_per_epoch; }
+  int starting_epoch() const { return loop_.starting_epoch; }
+  int max_epoch() const { return loop_.max_epoch; }
+
+  /// False on non-chief processes of distributed training.
+  bool is_chief() const { return is_chief_; }
+  /// The log directory monitors and savers write to ("" = none).
+  const std::string& logdir() const { return logdir_; }
+  void set_logdir(const std::string& dir) { logdir_ = dir; }
+
+  /// Registers a callback (before training only). On non-chief processes
+  /// chief-only callbacks are skipped with a log line.
+  void register_callback(CallbackPtr cb);
+  /// Registers callbacks and monitors (the Monitors group becomes a callback too).
+  void setup_callbacks(const std::vector<CallbackPtr>& callbacks,
+                       const std::vector<MonitorPtr>& monitors);
+  /// Creates the session, runs the session initializer (chief only), and
+  /// finalizes the graph.
+  void initialize(SessionCreator creator, std::shared_ptr<SessionInit> init);
+  /// The epoch/step loop; StopTraining ends it cleanly, after_train always runs.
+  void main_loop(int64_t steps_per_epoch, int starting_epoch, int max_epoch);
+  /// One training iteration: by default runs train_op through the hooked session.
+  virtual void run_step();
+  /// setup_callbacks + initialize + main_loop.
+  void train(const std::vector<CallbackPtr>& callbacks, const std::vector<MonitorPtr>& monitors,
+             SessionCreator creator, std::shared_ptr<SessionInit> init, int64_t steps_per_epoch,
+             int starting_epoch = 1, int max_epoch = 99999);
+  /// train() with tensorpack's defaults: extra_callbacks = DEFAULT_CALLBACKS,
+  /// monitors = DEFAULT_MONITORS, a new session, no initializer.
+  void train_with_defaults(std::vector<CallbackPtr> callbacks = {},
+                           std::vector<MonitorPtr> monitors = {}, SessionCreator creator = {},
+                           std::shared_ptr<SessionInit> init = {}, int64_t steps_per_epoch = 0,
+                           int starting_epoch = 1, int max_epoch = 99999,
+                           const std::vector<CallbackPtr>* extra_callbacks = nullptr);
+
+  /// The session without hooks / with the callbacks' hooks.
+  PlainSession sess() const;
+  HookedSession hooked_sess() const;
+  Session& session() const;
+  Monitors& monitors() const;
+
+  /// The op run_step runs (set by setup_graph; may be replaced).
+  Node* train_op = nullptr;
+
+ protected:
+  bool is_chief_ = true;
+
+ private:
+  std::unique_ptr<Graph> graph_;
+  std::string logdir_;
+  TrainLoop loop_;
+  std::vector<CallbackPtr> callbacks_;
+  std::shared_ptr<Callbacks> group_;
+  std::shared_ptr<Monitors> monitors_;
+  std::unique_ptr<Session> session_;
+  std::unique_ptr<SessionRunHook> hook_;
+  bool setup_done_ = false;
+  class StepCounter;
+  friend class StepCounter;
+};
+
+/// A trainer with a tower function (set once): towers() are the calls
+/// made for training; get_predictor builds an inference tower sharing the
+/// trained variables.
+class TowerTrainer : public Trainer {
+ public:
+  void set_tower_func(TowerFunc tower_func);
+  const TowerFunc& tower_func() const;
+  const std::vector<std::shared_ptr<TowerHandle>>& towers() const;
+  /// A callable running an inference tower ("InferenceTower") on the
+  /// trainer's session: inputs by signature name, outputs by tensor name
+  /// relative to the tower.
+  std::function<std::vector<Tensor>(const std::vector<Tensor>&)> get_predictor(
+      const std::vector<std::string>& input_names, const std::vector<std::string>& output_names);
+
+ protected:
+  std::unique_ptr<TowerFunc> tower_func_;
+};
+
+/// Builds the cost of one tower from its input tensors.
+using GetCostFn = std::function<Output(const std::vector<Output>& inputs)>;
+using GetOptFn = std::function<std::shared_ptr<Optimizer>()>;
+
+class SingleCostTrainer : public TowerTrainer {
+ public:
+  /// Sets up the input source, the tower function from get_cost_fn (the
+  /// cost must be a scalar) and the training op; registers the callbacks
+  /// the input and the trainer need.
+  void setup_graph(const std::vector<InputDesc>& input_signature,
+                   std::shared_ptr<InputSource> input, GetCostFn get_cost_fn,
+                   GetOptFn get_opt_fn);
+
+ protected:
+  /// Builds train_op; returns callbacks to register. Subclasses (multi-GPU,
+  /// MPI) override this.
+  virtual std::vector<CallbackPtr> _setup_graph(InputSource& input, GetOptFn get_opt_fn) = 0;
+  /// Calls the tower function on the input's tensors inside the current
+  /// TowerContext, checks the cost is a scalar, and computes gradients of
+  /// the cost plus regularization losses of this tower.
+  GradsAndVars compute_tower_gradients(InputSource& input, Optimizer& opt);
+
+  std::shared_ptr<InputSource> input_;
+  std::shared_ptr<Optimizer> optimizer_;
+};
+
+/// Single device: one training tower, train_op = apply_gradients.
+class SimpleTrainer : public SingleCostTrainer {
+ protected:
+  std::vector<CallbackPtr> _setup_graph(InputSource& input, GetOptFn get_opt_fn) override;
+};
+
+/// Builds the tower but no training op (run_step does nothing unless
+/// overridden or train_op is set): for "train" loops of inference or custom steps.
+class NoOpTrainer : public SimpleTrainer {
+ public:
+  void run_step() override;
+
+ protected:
+  std::vector<CallbackPtr> _setup_graph(InputSource& input, GetOptFn get_opt_fn) override;
+};
+
+}  // namespace spire
