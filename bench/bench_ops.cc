@@ -2,7 +2,8 @@
 // through a Session as a user would: f32 matmul (GFLOP/s), elementwise add
 // and sum reduction (GB/s), conv2d forward/backward on MNIST- and
 // CIFAR-sized batches, and executor overhead per node on a chain of 1000
-// tiny nodes.
+// tiny nodes. Matmul and conv2d take a thread count as their last argument
+// (SessionOptions::num_threads), e.g. MatMulF32/1024/2.
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -22,6 +23,13 @@ Tensor random_f32(const Shape& s, uint64_t seed = 1) {
   return t;
 }
 
+// A session using `threads` CPU threads.
+SessionOptions with_threads(int64_t threads) {
+  SessionOptions o;
+  o.num_threads = static_cast<int>(threads);
+  return o;
+}
+
 void BM_MatMulF32(benchmark::State& state) {
   const int64_t n = state.range(0);
   Graph g;
@@ -29,13 +37,16 @@ void BM_MatMulF32(benchmark::State& state) {
   Output a = ops::placeholder(DType::F32, {n, n}, "a");
   Output b = ops::placeholder(DType::F32, {n, n}, "b");
   Output c = ops::matmul(a, b);
-  Session s(g);
+  Session s(g, with_threads(state.range(1)));
   FeedDict feeds = {{a, random_f32({n, n}, 1)}, {b, random_f32({n, n}, 2)}};
   for (auto _ : state) benchmark::DoNotOptimize(s.run({c}, feeds));
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate,
                                                  benchmark::Counter::kIs1000);
 }
-BENCHMARK(BM_MatMulF32)->Arg(256)->Arg(512)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_MatMulF32)
+    ->ArgsProduct({{256, 512, 1024, 2048}, {1, 2}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 void BM_AddF32(benchmark::State& state) {
   const int64_t n = state.range(0);
@@ -68,6 +79,7 @@ BENCHMARK(BM_SumF32)->RangeMultiplier(4)->Range(1 << 20, 1 << 26)->Unit(benchmar
 // conv2d on NHWC batches: {batch, size, size, in_channels} with a 3x3 filter.
 void conv_bench(benchmark::State& state, bool backward) {
   const int64_t batch = state.range(0), size = state.range(1), cin = state.range(2), cout = state.range(3);
+  const SessionOptions options = with_threads(state.range(4));
   Graph g;
   DefaultGraphGuard guard(g);
   Output x = ops::placeholder(DType::F32, {batch, size, size, cin}, "x");
@@ -77,13 +89,13 @@ void conv_bench(benchmark::State& state, bool backward) {
   if (backward) {
     Output dy = ops::placeholder(DType::F32, {batch, size, size, cout}, "dy");
     fetches = gradients({y}, {x, w}, {dy});
-    Session s(g);
+    Session s(g, options);
     FeedDict feeds = {{x, random_f32({batch, size, size, cin}, 1)},
                       {w, random_f32({3, 3, cin, cout}, 2)},
                       {dy, random_f32({batch, size, size, cout}, 3)}};
     for (auto _ : state) benchmark::DoNotOptimize(s.run(fetches, feeds));
   } else {
-    Session s(g);
+    Session s(g, options);
     FeedDict feeds = {{x, random_f32({batch, size, size, cin}, 1)}, {w, random_f32({3, 3, cin, cout}, 2)}};
     for (auto _ : state) benchmark::DoNotOptimize(s.run(fetches, feeds));
   }
@@ -93,8 +105,13 @@ void conv_bench(benchmark::State& state, bool backward) {
 }
 void BM_Conv2DForward(benchmark::State& state) { conv_bench(state, false); }
 void BM_Conv2DBackward(benchmark::State& state) { conv_bench(state, true); }
-// MNIST-sized: 64 x 28x28x1 -> 32 channels, and 64 x 14x14x32 -> 64; CIFAR-sized: 64 x 32x32x3 -> 64, 64 x 16x16x64 -> 128.
-#define CONV_ARGS ->Args({64, 28, 1, 32})->Args({64, 14, 32, 64})->Args({64, 32, 3, 64})->Args({64, 16, 64, 128})->Unit(benchmark::kMillisecond)->UseRealTime()
+// MNIST-sized: 64 x 28x28x1 -> 32 channels, and 64 x 14x14x32 -> 64; CIFAR-sized: 64 x 32x32x3 -> 64,
+// 64 x 16x16x64 -> 128; each on 1 and 2 threads.
+#define CONV_ARGS                                                                          \
+  ->Args({64, 28, 1, 32, 1})->Args({64, 28, 1, 32, 2})->Args({64, 14, 32, 64, 1})         \
+      ->Args({64, 14, 32, 64, 2})->Args({64, 32, 3, 64, 1})->Args({64, 32, 3, 64, 2})     \
+      ->Args({64, 16, 64, 128, 1})->Args({64, 16, 64, 128, 2})->Unit(benchmark::kMillisecond) \
+      ->UseRealTime()
 BENCHMARK(BM_Conv2DForward) CONV_ARGS;
 BENCHMARK(BM_Conv2DBackward) CONV_ARGS;
 

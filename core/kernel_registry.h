@@ -14,6 +14,7 @@
 
 #include "core/graph.h"
 #include "core/tensor.h"
+#include "core/thread_pool.h"
 
 namespace spire {
 
@@ -32,9 +33,10 @@ class SessionState {
 class KernelContext {
  public:
   KernelContext(const Node& node, const Device& device, const Tensor* inputs, Tensor* outputs,
-                SessionState* state, void* device_context = nullptr)
+                SessionState* state, void* device_context = nullptr,
+                ThreadPool* thread_pool = nullptr)
       : node_(node), device_(device), inputs_(inputs), outputs_(outputs), state_(state),
-        device_context_(device_context) {}
+        device_context_(device_context), thread_pool_(thread_pool) {}
 
   const Node& node() const { return node_; }
   const Device& device() const { return device_; }
@@ -61,6 +63,23 @@ class KernelContext {
   /// Backend data for the device (e.g. the CUDA per-device context).
   void* device_context() const { return device_context_; }
 
+  /// The session's CPU thread pool (null when the kernel runs without one).
+  ThreadPool* thread_pool() const { return thread_pool_; }
+  /// Threads a parallel_for may use (1 without a pool).
+  int num_threads() const { return thread_pool_ ? thread_pool_->num_threads() : 1; }
+  /// fn(begin, end) over chunks of [0, n) on the session's pool (see
+  /// ThreadPool::parallel_for); runs fn(0, n) inline when there is no pool,
+  /// one thread, or n <= grain.
+  template <typename F>
+  void parallel_for(int64_t n, int64_t grain, F&& fn) const {
+    if (n <= 0) return;
+    if (thread_pool_ == nullptr || thread_pool_->num_threads() == 1 || n <= grain) {
+      fn(int64_t{0}, n);
+      return;
+    }
+    thread_pool_->parallel_for(n, grain, ThreadPool::RangeFn(std::ref(fn)));
+  }
+
   /// Throws spire::Error naming the op, node and input types.
   template <typename... Args>
   [[noreturn]] void fail(Args&&... args) const {
@@ -76,6 +95,7 @@ class KernelContext {
   Tensor* outputs_;
   SessionState* state_;
   void* device_context_;
+  ThreadPool* thread_pool_;
 };
 
 using KernelFn = std::function<void(KernelContext&)>;

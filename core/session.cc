@@ -25,7 +25,9 @@ struct Session::Plan {
   std::map<Output, int> feed_slots;
 };
 
-Session::Session(Graph& graph, SessionOptions options) : graph_(graph), options_(options) {}
+Session::Session(Graph& graph, SessionOptions options)
+    : graph_(graph), options_(options),
+      thread_pool_(std::make_unique<ThreadPool>(options.num_threads)) {}
 Session::~Session() = default;
 
 void Session::add_hook(SessionRunHook* hook) {
@@ -268,7 +270,8 @@ std::vector<Tensor> Session::execute(const Plan& plan, const std::vector<Output>
       }
     }
     Tensor* outs = values.data() + step.first_output_slot;
-    KernelContext ctx(*n, step.device, inputs.data(), outs, this);
+    KernelContext ctx(*n, step.device, inputs.data(), outs, this, nullptr,
+                      step.device.type == DeviceType::CPU ? thread_pool_.get() : nullptr);
     try {
       (*step.kernel)(ctx);
     } catch (const Error& e) {

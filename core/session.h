@@ -17,6 +17,7 @@
 #include "core/graph.h"
 #include "core/kernel_registry.h"
 #include "core/tensor.h"
+#include "core/thread_pool.h"
 
 namespace spire {
 
@@ -65,6 +66,10 @@ struct SessionOptions {
   /// Check each kernel's output against the node's inferred dtype and shape
   /// (cheap; catches kernel bugs early).
   bool check_outputs = true;
+  /// Threads the CPU kernels of this session may use (the session owns a
+  /// ThreadPool of this size; the calling thread counts as one). 1 runs every
+  /// kernel on the calling thread; 0 = std::thread::hardware_concurrency().
+  int num_threads = 1;
 };
 
 class Session : private SessionState {
@@ -96,6 +101,8 @@ class Session : private SessionState {
   bool stop_requested() const { return stop_requested_; }
 
   Graph& graph() const { return graph_; }
+  /// The CPU thread pool the kernels use (SessionOptions::num_threads).
+  ThreadPool& thread_pool() const { return *thread_pool_; }
 
   /// The current value of a Variable node (undefined when uninitialized).
   Tensor variable_value(const Node* var) const;
@@ -124,6 +131,7 @@ class Session : private SessionState {
   uint64_t plans_version_ = 0;
   std::unordered_map<const Node*, Tensor> variables_;
   std::unordered_map<const Node*, uint64_t> rng_;
+  std::unique_ptr<ThreadPool> thread_pool_;
 };
 
 }  // namespace spire

@@ -156,8 +156,9 @@ SPIRE_REGISTER_OP("Erf").input("x").shape_fn(float_unary_shape)
 
 SPIRE_REGISTER_OP("Relu").input("x").shape_fn(numeric_unary_shape)
     .grad([](GradContext& c) -> Grads {
-      Output x = c.input(0);
-      return {mul(c.grad(), mask(greater(x, zeros_like(x)), x))};
+      // The mask x > 0, computed as sign(relu(x)) from the output: one op instead of
+      // zeros_like + greater + cast (relu(NaN) = 0 and sign(0) = 0, so it is the same mask).
+      return {mul(c.grad(), sign(c.output()))};
     });
 
 SPIRE_REGISTER_OP("Sigmoid").input("x").shape_fn(float_unary_shape)

@@ -7,8 +7,13 @@
 //   Conv2DBackpropFilter: dw[KKC, O]    += col^T x dy[rows, O]
 // The batch is processed in chunks of images so the im2col buffer stays bounded; a 1x1
 // convolution with stride 1 uses the input itself as the col matrix.
+// With the session's thread pool, the batch is split across threads (each thread builds the
+// col matrix of its own images and runs its own GEMM): forward and input gradient are then
+// bitwise identical to one thread; the filter gradient sums per-thread partial gradients in a
+// fixed order. A batch smaller than the thread count splits the GEMMs instead.
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "core/kernel_registry.h"
@@ -18,8 +23,9 @@
 namespace spire::cpu {
 namespace {
 
-// Upper bound on the im2col buffer, in elements.
-constexpr int64_t kMaxColElements = int64_t{1} << 22;
+// Upper bound on the im2col buffer, in elements: 1 MiB of f32, so the col matrix of a chunk
+// is still in the core's L2 cache when the GEMM packs it (at least one image per chunk).
+constexpr int64_t kMaxColElements = int64_t{1} << 18;
 
 struct ConvGeom {
   int64_t n, h, w, c;      // input
@@ -61,49 +67,96 @@ void expect_dy_shape(KernelContext& ctx, const ConvGeom& g, const Tensor& dy) {
     ctx.fail("dy has shape ", dy.shape().to_string(), ", expected ", want.to_string());
 }
 
-// Fills col (count images starting at x) with one row per output pixel.
+// Uninitialized scratch that grows on demand (each thread's share of a kernel owns one).
+template <typename T>
+class Scratch {
+ public:
+  T* get(int64_t count) {
+    if (static_cast<size_t>(count) > capacity_) {
+      data_.reset(new T[static_cast<size_t>(count)]);
+      capacity_ = static_cast<size_t>(count);
+    }
+    return data_.get();
+  }
+
+ private:
+  std::unique_ptr<T[]> data_;
+  size_t capacity_ = 0;
+};
+
+// Output columns [*lo, *hi) whose input column ox * sw - pl + kx * dw lies inside the image.
+inline void valid_ox(const ConvGeom& g, int64_t kx, int64_t* lo, int64_t* hi) {
+  auto ceil_div = [](int64_t a, int64_t b) { return a <= 0 ? 0 : (a + b - 1) / b; };
+  const int64_t shift = g.pl - kx * g.dw;  // ix = ox * sw - shift
+  *lo = std::min(g.ow, ceil_div(shift, g.sw));
+  *hi = std::max(*lo, std::min(g.ow, ceil_div(g.w + shift, g.sw)));
+}
+
+// Fills col (count images starting at x) with one row per output pixel. Walks one filter tap
+// at a time over a whole output row, so the bounds are checked once per tap and row, and
+// the copies of few channels (the first layer of an image model) are tight strided loops.
 template <typename T>
 void im2col(const ConvGeom& g, const T* x, int64_t count, T* col) {
-  const int64_t kkc = g.kkc();
+  const int64_t kkc = g.kkc(), c = g.c;
   for (int64_t img = 0; img < count; ++img) {
-    const T* xi = x + img * g.h * g.w * g.c;
+    const T* xi = x + img * g.h * g.w * c;
     for (int64_t oy = 0; oy < g.oh; ++oy) {
-      for (int64_t ox = 0; ox < g.ow; ++ox) {
-        T* row = col + ((img * g.oh + oy) * g.ow + ox) * kkc;
-        for (int64_t ky = 0; ky < g.kh; ++ky) {
-          const int64_t iy = oy * g.sh - g.pt + ky * g.dh;
-          for (int64_t kx = 0; kx < g.kw; ++kx) {
-            const int64_t ix = ox * g.sw - g.pl + kx * g.dw;
-            T* dst = row + (ky * g.kw + kx) * g.c;
-            if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w)
-              std::memcpy(dst, xi + (iy * g.w + ix) * g.c, static_cast<size_t>(g.c) * sizeof(T));
-            else
-              std::fill(dst, dst + g.c, T(0));
+      T* rows = col + (img * g.oh + oy) * g.ow * kkc;
+      for (int64_t ky = 0; ky < g.kh; ++ky) {
+        const int64_t iy = oy * g.sh - g.pt + ky * g.dh;
+        for (int64_t kx = 0; kx < g.kw; ++kx) {
+          T* dst = rows + (ky * g.kw + kx) * c;
+          int64_t lo = g.ow, hi = g.ow;
+          if (iy >= 0 && iy < g.h) valid_ox(g, kx, &lo, &hi);
+          else lo = 0, hi = 0;
+          for (int64_t ox = 0; ox < lo; ++ox) std::fill(dst + ox * kkc, dst + ox * kkc + c, T(0));
+          // Input offset of output column ox: base + ox * step (only used for valid columns).
+          const int64_t base = (iy * g.w - g.pl + kx * g.dw) * c, step = g.sw * c;
+          if (c == 1) {
+            for (int64_t ox = lo; ox < hi; ++ox) dst[ox * kkc] = xi[base + ox * step];
+          } else if (c <= 64) {  // short runs: an inline (vectorized) copy beats a memcpy call
+            for (int64_t ox = lo; ox < hi; ++ox) {
+              T* __restrict d = dst + ox * kkc;
+              const T* __restrict src = xi + base + ox * step;
+              for (int64_t ch = 0; ch < c; ++ch) d[ch] = src[ch];
+            }
+          } else {
+            for (int64_t ox = lo; ox < hi; ++ox)
+              std::memcpy(dst + ox * kkc, xi + base + ox * step, static_cast<size_t>(c) * sizeof(T));
           }
+          for (int64_t ox = std::max(hi, lo); ox < g.ow; ++ox)
+            std::fill(dst + ox * kkc, dst + ox * kkc + c, T(0));
         }
       }
     }
   }
 }
 
-// Adds col (as produced by im2col for count images) back into dx (the adjoint of im2col).
+// Adds col (as produced by im2col for count images) back into dx (the adjoint of im2col),
+// tap by tap over whole output rows like im2col.
 template <typename T>
 void col2im_add(const ConvGeom& g, const T* col, int64_t count, T* dx) {
-  const int64_t kkc = g.kkc();
+  const int64_t kkc = g.kkc(), c = g.c;
   for (int64_t img = 0; img < count; ++img) {
-    T* di = dx + img * g.h * g.w * g.c;
+    T* di = dx + img * g.h * g.w * c;
     for (int64_t oy = 0; oy < g.oh; ++oy) {
-      for (int64_t ox = 0; ox < g.ow; ++ox) {
-        const T* row = col + ((img * g.oh + oy) * g.ow + ox) * kkc;
-        for (int64_t ky = 0; ky < g.kh; ++ky) {
-          const int64_t iy = oy * g.sh - g.pt + ky * g.dh;
-          if (iy < 0 || iy >= g.h) continue;
-          for (int64_t kx = 0; kx < g.kw; ++kx) {
-            const int64_t ix = ox * g.sw - g.pl + kx * g.dw;
-            if (ix < 0 || ix >= g.w) continue;
-            const T* src = row + (ky * g.kw + kx) * g.c;
-            T* dst = di + (iy * g.w + ix) * g.c;
-            for (int64_t ch = 0; ch < g.c; ++ch) dst[ch] += src[ch];
+      const T* rows = col + (img * g.oh + oy) * g.ow * kkc;
+      for (int64_t ky = 0; ky < g.kh; ++ky) {
+        const int64_t iy = oy * g.sh - g.pt + ky * g.dh;
+        if (iy < 0 || iy >= g.h) continue;
+        for (int64_t kx = 0; kx < g.kw; ++kx) {
+          const T* src = rows + (ky * g.kw + kx) * c;
+          int64_t lo, hi;
+          valid_ox(g, kx, &lo, &hi);
+          const int64_t base = (iy * g.w - g.pl + kx * g.dw) * c, step = g.sw * c;
+          if (c == 1) {
+            for (int64_t ox = lo; ox < hi; ++ox) di[base + ox * step] += src[ox * kkc];
+          } else {
+            for (int64_t ox = lo; ox < hi; ++ox) {
+              T* __restrict d = di + base + ox * step;
+              const T* __restrict s = src + ox * kkc;
+              for (int64_t ch = 0; ch < c; ++ch) d[ch] += s[ch];
+            }
           }
         }
       }
@@ -114,12 +167,12 @@ void col2im_add(const ConvGeom& g, const T* col, int64_t count, T* dx) {
 // The col matrix of images [n0, n0 + count): the input itself when pointwise, else im2col
 // into `buf`.
 template <typename T>
-const T* col_of(const ConvGeom& g, const T* x, int64_t n0, int64_t count, std::vector<T>& buf) {
+const T* col_of(const ConvGeom& g, const T* x, int64_t n0, int64_t count, Scratch<T>& buf) {
   const T* xi = x + n0 * g.h * g.w * g.c;
   if (g.pointwise()) return xi;
-  buf.resize(static_cast<size_t>(count * g.rows_per_image() * g.kkc()));
-  im2col(g, xi, count, buf.data());
-  return buf.data();
+  T* col = buf.get(count * g.rows_per_image() * g.kkc());
+  im2col(g, xi, count, col);
+  return col;
 }
 
 template <typename T>
@@ -131,14 +184,22 @@ void conv2d_kernel(KernelContext& ctx) {
   const T* px = x.data<T>();
   const T* pf = f.data<T>();
   T* py = y.data<T>();
-  std::vector<T> buf;
   const int64_t chunk = g.chunk(), rows = g.rows_per_image(), kkc = g.kkc();
-  for (int64_t n0 = 0; n0 < g.n; n0 += chunk) {
-    const int64_t count = std::min(chunk, g.n - n0);
-    const T* col = col_of(g, px, n0, count, buf);
-    gemm(false, false, count * rows, g.o, kkc, T(1), col, kkc, pf, g.o, T(0),
-         py + n0 * rows * g.o, g.o);
+  // Images [b0, b1), with `pool` splitting each GEMM (null inside a per-thread share).
+  auto images = [&](int64_t b0, int64_t b1, ThreadPool* pool) {
+    Scratch<T> buf;
+    for (int64_t n0 = b0; n0 < b1; n0 += chunk) {
+      const int64_t count = std::min(chunk, b1 - n0);
+      const T* col = col_of(g, px, n0, count, buf);
+      gemm(false, false, count * rows, g.o, kkc, T(1), col, kkc, pf, g.o, T(0),
+           py + n0 * rows * g.o, g.o, pool);
+    }
+  };
+  if (g.pointwise() || g.n < ctx.num_threads()) {
+    images(0, g.n, ctx.thread_pool());
+    return;
   }
+  ctx.parallel_for(g.n, 1, [&](int64_t b0, int64_t b1) { images(b0, b1, nullptr); });
 }
 
 template <typename T>
@@ -154,19 +215,27 @@ void conv2d_backprop_input_kernel(KernelContext& ctx) {
   T* pdx = dx.data<T>();
   const int64_t rows = g.rows_per_image(), kkc = g.kkc();
   if (g.pointwise()) {  // dx = dy x w^T directly
-    gemm(false, true, g.n * rows, kkc, g.o, T(1), pdy, g.o, pf, g.o, T(0), pdx, kkc);
+    gemm(false, true, g.n * rows, kkc, g.o, T(1), pdy, g.o, pf, g.o, T(0), pdx, kkc,
+         ctx.thread_pool());
     return;
   }
-  std::fill(pdx, pdx + dx.num_elements(), T(0));
-  std::vector<T> buf;
-  const int64_t chunk = g.chunk();
-  for (int64_t n0 = 0; n0 < g.n; n0 += chunk) {
-    const int64_t count = std::min(chunk, g.n - n0);
-    buf.resize(static_cast<size_t>(count * rows * kkc));
-    gemm(false, true, count * rows, kkc, g.o, T(1), pdy + n0 * rows * g.o, g.o, pf, g.o, T(0),
-         buf.data(), kkc);
-    col2im_add(g, buf.data(), count, pdx + n0 * g.h * g.w * g.c);
+  const int64_t chunk = g.chunk(), image = g.h * g.w * g.c;
+  auto images = [&](int64_t b0, int64_t b1, ThreadPool* pool) {
+    std::fill(pdx + b0 * image, pdx + b1 * image, T(0));
+    Scratch<T> buf;
+    for (int64_t n0 = b0; n0 < b1; n0 += chunk) {
+      const int64_t count = std::min(chunk, b1 - n0);
+      T* dcol = buf.get(count * rows * kkc);
+      gemm(false, true, count * rows, kkc, g.o, T(1), pdy + n0 * rows * g.o, g.o, pf, g.o, T(0),
+           dcol, kkc, pool);
+      col2im_add(g, dcol, count, pdx + n0 * image);
+    }
+  };
+  if (g.n < ctx.num_threads()) {
+    images(0, g.n, ctx.thread_pool());
+    return;
   }
+  ctx.parallel_for(g.n, 1, [&](int64_t b0, int64_t b1) { images(b0, b1, nullptr); });
 }
 
 template <typename T>
@@ -181,15 +250,36 @@ void conv2d_backprop_filter_kernel(KernelContext& ctx) {
   const T* pdy = dy.data<T>();
   T* pdw = dw.data<T>();
   const int64_t rows = g.rows_per_image(), kkc = g.kkc();
-  std::fill(pdw, pdw + dw.num_elements(), T(0));
-  std::vector<T> buf;
-  const int64_t chunk = g.chunk();
-  for (int64_t n0 = 0; n0 < g.n; n0 += chunk) {
-    const int64_t count = std::min(chunk, g.n - n0);
-    const T* col = col_of(g, px, n0, count, buf);
-    gemm(true, false, kkc, g.o, count * rows, T(1), col, kkc, pdy + n0 * rows * g.o, g.o, T(1),
-         pdw, g.o);
+  const int64_t chunk = g.chunk(), size = dw.num_elements();
+  // dw (= out, zeroed first) += the gradient of images [b0, b1).
+  auto images = [&](int64_t b0, int64_t b1, T* out, ThreadPool* pool) {
+    std::fill(out, out + size, T(0));
+    Scratch<T> buf;
+    for (int64_t n0 = b0; n0 < b1; n0 += chunk) {
+      const int64_t count = std::min(chunk, b1 - n0);
+      const T* col = col_of(g, px, n0, count, buf);
+      gemm(true, false, kkc, g.o, count * rows, T(1), col, kkc, pdy + n0 * rows * g.o, g.o, T(1),
+           out, g.o, pool);
+    }
+  };
+  const int64_t parts = std::min<int64_t>(ctx.num_threads(), g.n);
+  if (parts <= 1 || g.n * rows * kkc * g.o < (int64_t{1} << 20)) {
+    images(0, g.n, pdw, ctx.thread_pool());
+    return;
   }
+  // One partial gradient per share of the batch (share 0 writes dw), summed in share order.
+  std::vector<T> partials(static_cast<size_t>((parts - 1) * size));
+  ctx.parallel_for(parts, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p)
+      images(ThreadPool::chunk_begin(g.n, parts, p), ThreadPool::chunk_begin(g.n, parts, p + 1),
+             p == 0 ? pdw : partials.data() + (p - 1) * size, nullptr);
+  });
+  ctx.parallel_for(size, 1 << 14, [&](int64_t i0, int64_t i1) {
+    for (int64_t p = 1; p < parts; ++p) {
+      const T* src = partials.data() + (p - 1) * size;
+      for (int64_t i = i0; i < i1; ++i) pdw[i] += src[i];
+    }
+  });
 }
 
 }  // namespace

@@ -1,7 +1,10 @@
 // CPU kernels for elementwise math, comparisons, logical ops, select, cast
 // and the broadcast helpers SumToLike/BroadcastLike. The math of each op is
-// the functor in kernels/functors.h, shared with the CUDA kernels.
+// the functor in kernels/functors.h, shared with the CUDA kernels. Large
+// tensors are split over the session's thread pool (disjoint output ranges,
+// so results do not depend on the thread count).
 #include <cstring>
+#include <vector>
 
 #include "core/kernel_registry.h"
 #include "kernels/cpu/broadcast.h"
@@ -32,7 +35,7 @@ void binary_kernel(KernelContext& ctx, F f) {
   R* pz = z.data<R>();
   std::array<std::vector<int64_t>, 2> st{broadcast_strides(x.shape(), out),
                                          broadcast_strides(y.shape(), out)};
-  for_each_broadcast_row<2>(out, st, [&](int64_t o, const auto& off, const auto& inner, int64_t n) {
+  parallel_for_each_broadcast_row<2>(ctx, out, st, [&](int64_t o, const auto& off, const auto& inner, int64_t n) {
     const T* a = px + off[0];
     const T* b = py + off[1];
     R* c = pz + o;
@@ -58,8 +61,9 @@ void unary_kernel(KernelContext& ctx, F f) {
   Tensor& y = ctx.allocate_output(0, x.shape());
   const T* px = x.data<T>();
   R* py = y.data<R>();
-  const int64_t n = x.num_elements();
-  for (int64_t i = 0; i < n; ++i) py[i] = f(px[i]);
+  ctx.parallel_for(x.num_elements(), kElementwiseGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) py[i] = f(px[i]);
+  });
 }
 
 // Registers the shared elementwise table (kernels/elementwise_table.h) for CPU.
@@ -118,7 +122,7 @@ void select_kernel(KernelContext& ctx) {
   std::array<std::vector<int64_t>, 3> st{broadcast_strides(c.shape(), out),
                                          broadcast_strides(x.shape(), out),
                                          broadcast_strides(y.shape(), out)};
-  for_each_broadcast_row<3>(out, st, [&](int64_t o, const auto& off, const auto& inner, int64_t n) {
+  parallel_for_each_broadcast_row<3>(ctx, out, st, [&](int64_t o, const auto& off, const auto& inner, int64_t n) {
     for (int64_t i = 0; i < n; ++i)
       pz[o + i] = f(pc[off[0] + i * inner[0]], px[off[1] + i * inner[1]], py[off[2] + i * inner[2]]);
   });
@@ -134,7 +138,9 @@ void cast_kernel(KernelContext& ctx) {
       functors::CastTo<To> f;
       const From* px = x.data<From>();
       To* py = y.data<To>();
-      for (int64_t i = 0; i < x.num_elements(); ++i) py[i] = f(px[i]);
+      ctx.parallel_for(x.num_elements(), kElementwiseGrain, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) py[i] = f(px[i]);
+      });
     });
   });
 }
@@ -148,11 +154,14 @@ void add_n_kernel(KernelContext& ctx) {
   Tensor& z = ctx.allocate_output(0, x0.shape());
   T* pz = z.data<T>();
   const int64_t n = z.num_elements();
-  std::memcpy(pz, x0.data<T>(), static_cast<size_t>(n) * sizeof(T));
-  for (int k = 1; k < ctx.num_inputs(); ++k) {
-    const T* p = ctx.input(k).data<T>();
-    for (int64_t i = 0; i < n; ++i) pz[i] += p[i];
-  }
+  const T* p0 = x0.data<T>();
+  ctx.parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
+    std::memcpy(pz + b, p0 + b, static_cast<size_t>(e - b) * sizeof(T));
+    for (int k = 1; k < ctx.num_inputs(); ++k) {
+      const T* p = ctx.input(k).data<T>();
+      for (int64_t i = b; i < e; ++i) pz[i] += p[i];
+    }
+  });
 }
 
 // SumToLike: out has like's shape; accumulate x into it.
@@ -169,18 +178,42 @@ void sum_to_like_kernel(KernelContext& ctx) {
     ctx.fail("cannot sum ", x.shape().to_string(), " down to ", target.to_string());
   Tensor& z = ctx.allocate_output(0, target);
   T* pz = z.data<T>();
-  std::fill(pz, pz + z.num_elements(), T(0));
+  const int64_t size = z.num_elements();
+  std::fill(pz, pz + size, T(0));
   const T* px = x.data<T>();
   std::array<std::vector<int64_t>, 1> st{broadcast_strides(target, x.shape())};
-  for_each_broadcast_row<1>(x.shape(), st, [&](int64_t o, const auto& off, const auto& inner, int64_t n) {
-    if (inner[0] == 0) {
-      T acc = T(0);
-      for (int64_t i = 0; i < n; ++i) acc += px[o + i];
-      pz[off[0]] += acc;
-    } else {
-      for (int64_t i = 0; i < n; ++i) pz[off[0] + i] += px[o + i];
-    }
+  auto accumulate = [&](T* out) {
+    return [px, out](int64_t o, const auto& off, const auto& inner, int64_t n) {
+      if (inner[0] == 0) {
+        T acc = T(0);
+        for (int64_t i = 0; i < n; ++i) acc += px[o + i];
+        out[off[0]] += acc;
+      } else {
+        for (int64_t i = 0; i < n; ++i) out[off[0] + i] += px[o + i];
+      }
+    };
+  };
+  // Large inputs summed to a small target (e.g. bias gradients): each thread sums a share of
+  // the rows into a private partial, and the partials are added in share order.
+  const int64_t total = x.num_elements(), rank = x.rank();
+  const int64_t n_inner = rank > 0 ? x.dim(static_cast<int>(rank - 1)) : 1;
+  const int64_t rows = n_inner > 0 ? total / n_inner : 0;
+  const int64_t parts = ctx.thread_pool() && rank > 0 && rows > 0
+                            ? ctx.thread_pool()->num_chunks(rows, (kElementwiseGrain + n_inner - 1) / n_inner)
+                            : 1;
+  if (parts <= 1 || size * parts * 8 > total) {
+    for_each_broadcast_row<1>(x.shape(), st, accumulate(pz));
+    return;
+  }
+  std::vector<T> partials(static_cast<size_t>((parts - 1) * size), T(0));
+  ctx.parallel_for(parts, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p)
+      for_each_broadcast_row_range<1>(x.shape(), st, ThreadPool::chunk_begin(rows, parts, p),
+                                      ThreadPool::chunk_begin(rows, parts, p + 1),
+                                      accumulate(p == 0 ? pz : partials.data() + (p - 1) * size));
   });
+  for (int64_t p = 1; p < parts; ++p)
+    for (int64_t i = 0; i < size; ++i) pz[i] += partials[static_cast<size_t>((p - 1) * size + i)];
 }
 
 // BroadcastLike: out has like's shape; copy x broadcast into it.
@@ -199,7 +232,7 @@ void broadcast_like_kernel(KernelContext& ctx) {
   T* pz = z.data<T>();
   const T* px = x.data<T>();
   std::array<std::vector<int64_t>, 1> st{broadcast_strides(x.shape(), target)};
-  for_each_broadcast_row<1>(target, st, [&](int64_t o, const auto& off, const auto& inner, int64_t n) {
+  parallel_for_each_broadcast_row<1>(ctx, target, st, [&](int64_t o, const auto& off, const auto& inner, int64_t n) {
     for (int64_t i = 0; i < n; ++i) pz[o + i] = px[off[0] + i * inner[0]];
   });
 }

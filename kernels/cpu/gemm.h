@@ -1,4 +1,5 @@
-// Single-threaded CPU GEMM (f32 / f64) used by Spire's CPU matmul and conv2d kernels.
+// CPU GEMM (f32 / f64) used by Spire's CPU matmul and conv2d kernels: single-threaded, or split
+// over a ThreadPool (the overloads taking one).
 //
 // A BLIS/GotoBLAS-style implementation: operands are packed into cache-blocked panels and
 // multiplied by a register-blocked micro-kernel. The instruction set (AVX-512, AVX2+FMA or a
@@ -7,6 +8,10 @@
 #pragma once
 
 #include <cstdint>
+
+namespace spire {
+class ThreadPool;
+}
 
 namespace spire::cpu {
 
@@ -18,6 +23,18 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
           const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
           int64_t ldc);
+
+/// The same product split over `pool` (null or one thread: the calls above). C is cut into
+/// per-thread macro-panels along its larger dimension (aligned to whole register tiles), each an
+/// independent GEMM that packs its own panels; every element is still summed in the same order,
+/// so results are bitwise identical to the single-threaded call for any thread count. Small
+/// products run on the calling thread.
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
+          ThreadPool* pool);
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+          const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
+          int64_t ldc, ThreadPool* pool);
 
 namespace detail {
 

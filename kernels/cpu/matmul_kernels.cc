@@ -1,7 +1,10 @@
 // CPU kernels for MatMul and BatchMatMul (ops registered in core/ops/nn_ops.cc), f32 and
 // f64. Both are thin wrappers over the blocked GEMM of kernels/cpu/gemm.h: MatMul is one
 // GEMM; BatchMatMul runs one GEMM per (broadcast) batch entry, or a single tall GEMM when
-// only `a` carries batch dimensions.
+// only `a` carries batch dimensions. Both use the session's thread pool: the GEMMs split their
+// output into per-thread panels, and many small batch entries are spread over the threads.
+#include <algorithm>
+
 #include "core/kernel_registry.h"
 #include "kernels/cpu/gemm.h"
 
@@ -20,7 +23,8 @@ void matmul_kernel(KernelContext& ctx) {
     ctx.fail("inner dimensions do not match: ", a.shape().to_string(), " and ",
              b.shape().to_string());
   Tensor& c = ctx.allocate_output(0, Shape{m, n});
-  gemm(ta, tb, m, n, k, T(1), a.data<T>(), a.dim(1), b.data<T>(), b.dim(1), T(0), c.data<T>(), n);
+  gemm(ta, tb, m, n, k, T(1), a.data<T>(), a.dim(1), b.data<T>(), b.dim(1), T(0), c.data<T>(), n,
+       ctx.thread_pool());
 }
 
 // Offsets (in matrices) of operand `s`'s batch entry for each entry of the broadcast batch
@@ -78,15 +82,26 @@ void batch_matmul_kernel(KernelContext& ctx) {
   const int64_t count_a = Shape(ba).num_elements(), count_b = Shape(bb).num_elements();
   if (!ta && count_b == 1 && count_a == total) {
     // b is shared by every batch entry: one (total * m) x n GEMM.
-    gemm(false, tb, total * m, n, k, T(1), pa, ac, pb, bc, T(0), pc, n);
+    gemm(false, tb, total * m, n, k, T(1), pa, ac, pb, bc, T(0), pc, n, ctx.thread_pool());
     return;
   }
   std::vector<int64_t> oa = batch_offsets(ba, batch.dims()), ob = batch_offsets(bb, batch.dims());
-  for (int64_t t = 0; t < total; ++t) {
+  auto entry = [&](int64_t t, ThreadPool* pool) {
     const size_t i = static_cast<size_t>(t);
     gemm(ta, tb, m, n, k, T(1), pa + oa[i] * ar * ac, ac, pb + ob[i] * br * bc, bc, T(0),
-         pc + t * m * n, n);
+         pc + t * m * n, n, pool);
+  };
+  // Entries big enough to split run one after another on all threads; small ones are spread
+  // over the threads whole (same per-entry arithmetic either way).
+  const int64_t macs = m * n * k;
+  if (total < ctx.num_threads() || macs >= (int64_t{1} << 22)) {
+    for (int64_t t = 0; t < total; ++t) entry(t, ctx.thread_pool());
+    return;
   }
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(macs, 1));
+  ctx.parallel_for(total, grain, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) entry(t, nullptr);
+  });
 }
 
 }  // namespace

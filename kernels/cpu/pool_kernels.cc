@@ -3,7 +3,10 @@
 // SAME/VALID rules (ops::window_dim); padded positions are skipped, so a max never comes
 // from padding and a SAME average divides by the number of valid elements. The three
 // max-pool kernels share one routine that finds the first maximum of each window.
+// The batch is split over the session's thread pool (each image's windows touch only that
+// image), so results do not depend on the thread count.
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "core/kernel_registry.h"
@@ -47,44 +50,75 @@ void expect_shape(KernelContext& ctx, const char* what, const Tensor& t, const S
     ctx.fail(what, " has shape ", t.shape().to_string(), ", expected ", want.to_string());
 }
 
-// Calls f(out_index, in_index) for every output element, with in_index the flat input
-// index of the first maximum of its window (scan order: rows, then cols), or -1 for a
-// window without valid elements.
+// Calls f(out, pixel_base, pixels, arg) for every output pixel: out is the flat index of its
+// channel 0, pixel_base[0..pixels) the flat input indices (channel 0) of the valid pixels of
+// its window in scan order (rows, then cols; pixels == 0 for a window without any), and
+// arg[ch] the position in that list of the first maximum of channel ch.
+// Images [b0, b1) only.
 template <typename T, typename F>
-void for_each_window_argmax(const PoolGeom& g, const T* x, F f) {
-  std::vector<T> best(static_cast<size_t>(g.c));
-  std::vector<int64_t> arg(static_cast<size_t>(g.c));
-  for (int64_t b = 0; b < g.n; ++b) {
+void for_each_window_argmax_in(const PoolGeom& g, const T* x, int64_t b0, int64_t b1, F&& f) {
+  std::vector<T> best_buf(static_cast<size_t>(g.c));
+  std::vector<int32_t> arg_buf(static_cast<size_t>(g.c));
+  std::vector<int64_t> pixel_base(static_cast<size_t>(g.kh * g.kw));
+  T* __restrict best = best_buf.data();
+  int32_t* __restrict arg = arg_buf.data();  // pixel number within the window scan
+  for (int64_t b = b0; b < b1; ++b) {
     for (int64_t oy = 0; oy < g.oh; ++oy) {
       for (int64_t ox = 0; ox < g.ow; ++ox) {
-        std::fill(arg.begin(), arg.end(), -1);
+        const int64_t out = ((b * g.oh + oy) * g.ow + ox) * g.c;
         int64_t y0, y1, x0, x1;
         g.window(oy, ox, &y0, &y1, &x0, &x1);
+        if (y0 >= y1 || x0 >= x1) {
+          f(out, pixel_base.data(), int32_t{0}, arg);
+          continue;
+        }
+        // The first valid pixel starts the scan; later ones replace it only when strictly
+        // greater (branch-free selects on 32-bit lanes, so the channel loop vectorizes).
+        int32_t k = 0;
         for (int64_t iy = y0; iy < y1; ++iy) {
-          for (int64_t ix = x0; ix < x1; ++ix) {
+          for (int64_t ix = x0; ix < x1; ++ix, ++k) {
             const int64_t base = ((b * g.h + iy) * g.w + ix) * g.c;
-            for (int64_t ch = 0; ch < g.c; ++ch) {
-              const size_t k = static_cast<size_t>(ch);
-              const T v = x[base + ch];
-              if (arg[k] < 0 || v > best[k]) {
-                best[k] = v;
-                arg[k] = base + ch;
+            pixel_base[static_cast<size_t>(k)] = base;
+            const T* __restrict p = x + base;
+            if (k == 0) {
+              for (int64_t ch = 0; ch < g.c; ++ch) {
+                best[ch] = p[ch];
+                arg[ch] = 0;
               }
+              continue;
+            }
+            for (int64_t ch = 0; ch < g.c; ++ch) {
+              const T v = p[ch], cur = best[ch];
+              const int32_t greater = -static_cast<int32_t>(v > cur);  // all ones when v > cur
+              best[ch] = v > cur ? v : cur;
+              arg[ch] = (k & greater) | (arg[ch] & ~greater);
             }
           }
         }
-        const int64_t out = ((b * g.oh + oy) * g.ow + ox) * g.c;
-        for (int64_t ch = 0; ch < g.c; ++ch) f(out + ch, arg[static_cast<size_t>(ch)]);
+        f(out, pixel_base.data(), k, arg);
       }
     }
   }
 }
 
+// Images per parallel chunk of the pooling kernels: about 16K input elements.
+inline int64_t pool_grain(const PoolGeom& g) {
+  return std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(g.h * g.w * g.c, 1));
+}
+
+// All images, split over the kernel's thread pool.
+template <typename T, typename F>
+void for_each_window_argmax(const KernelContext& ctx, const PoolGeom& g, const T* x, F f) {
+  ctx.parallel_for(g.n, pool_grain(g),
+                   [&](int64_t b0, int64_t b1) { for_each_window_argmax_in(g, x, b0, b1, f); });
+}
+
 // Calls f(out_base, in_base, count) for every output pixel and every valid input pixel of
 // its window (bases are flat indices of channel 0), count = valid elements in the window.
 template <typename F>
-void for_each_window_pixel(const PoolGeom& g, F f) {
-  for (int64_t b = 0; b < g.n; ++b) {
+void for_each_window_pixel(const KernelContext& ctx, const PoolGeom& g, F f) {
+  ctx.parallel_for(g.n, pool_grain(g), [&](int64_t b0, int64_t b1) {
+  for (int64_t b = b0; b < b1; ++b) {
     for (int64_t oy = 0; oy < g.oh; ++oy) {
       for (int64_t ox = 0; ox < g.ow; ++ox) {
         int64_t y0, y1, x0, x1;
@@ -96,6 +130,7 @@ void for_each_window_pixel(const PoolGeom& g, F f) {
       }
     }
   }
+  });
 }
 
 template <typename T>
@@ -105,7 +140,31 @@ void max_pool_kernel(KernelContext& ctx) {
   Tensor& y = ctx.allocate_output(0, g.out_shape());
   const T* px = x.data<T>();
   T* py = y.data<T>();
-  for_each_window_argmax(g, px, [&](int64_t o, int64_t i) { py[o] = i >= 0 ? px[i] : T(0); });
+  // Same scan as for_each_window_argmax (first valid pixel, then strictly greater values),
+  // keeping only the values.
+  ctx.parallel_for(g.n, pool_grain(g), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      for (int64_t oy = 0; oy < g.oh; ++oy) {
+        for (int64_t ox = 0; ox < g.ow; ++ox) {
+          T* __restrict dst = py + ((b * g.oh + oy) * g.ow + ox) * g.c;
+          int64_t y0, y1, x0, x1;
+          g.window(oy, ox, &y0, &y1, &x0, &x1);
+          if (y0 >= y1 || x0 >= x1) {
+            std::fill(dst, dst + g.c, T(0));
+            continue;
+          }
+          const T* first = px + ((b * g.h + y0) * g.w + x0) * g.c;
+          std::copy(first, first + g.c, dst);
+          for (int64_t iy = y0; iy < y1; ++iy) {
+            for (int64_t ix = iy == y0 ? x0 + 1 : x0; ix < x1; ++ix) {
+              const T* __restrict p = px + ((b * g.h + iy) * g.w + ix) * g.c;
+              for (int64_t ch = 0; ch < g.c; ++ch) dst[ch] = p[ch] > dst[ch] ? p[ch] : dst[ch];
+            }
+          }
+        }
+      }
+    }
+  });
 }
 
 template <typename T>
@@ -117,9 +176,32 @@ void max_pool_grad_kernel(KernelContext& ctx) {
   Tensor& dx = ctx.allocate_output(0, x.shape());
   const T* pdy = ctx.input(2).data<T>();
   T* pdx = dx.data<T>();
-  std::fill(pdx, pdx + dx.num_elements(), T(0));
-  for_each_window_argmax(g, x.data<T>(), [&](int64_t o, int64_t i) {
-    if (i >= 0) pdx[i] += pdy[o];
+  const int64_t c = g.c, image = g.h * g.w * g.c;
+  // Windows that tile the input exactly (e.g. 2x2 stride 2 on even sizes) write every dx
+  // element once: store instead of zero-filling and accumulating.
+  const bool tiles = g.sh == g.kh && g.sw == g.kw && g.pt == 0 && g.pl == 0 &&
+                     g.oh * g.kh == g.h && g.ow * g.kw == g.w;
+  auto scatter = [&](int64_t o, const int64_t* base, int32_t pixels, const int32_t* arg) {
+    const T* __restrict dy = pdy + o;
+    for (int32_t k = 0; k < pixels; ++k) {
+      T* __restrict d = pdx + base[k];
+      if (tiles) {
+        for (int64_t ch = 0; ch < c; ++ch) {
+          const T v = dy[ch];  // loaded unconditionally so the select vectorizes
+          d[ch] = arg[ch] == k ? v : T(0);
+        }
+      } else {
+        for (int64_t ch = 0; ch < c; ++ch) {
+          const T v = dy[ch];
+          d[ch] += arg[ch] == k ? v : T(0);
+        }
+      }
+    }
+  };
+  // Otherwise zero each share's images right before scattering into them (still in cache).
+  ctx.parallel_for(g.n, pool_grain(g), [&](int64_t b0, int64_t b1) {
+    if (!tiles) std::fill(pdx + b0 * image, pdx + b1 * image, T(0));
+    for_each_window_argmax_in(g, x.data<T>(), b0, b1, scatter);
   });
 }
 
@@ -132,8 +214,9 @@ void max_pool_grad_grad_kernel(KernelContext& ctx) {
   Tensor& out = ctx.allocate_output(0, g.out_shape());
   const T* pg = ctx.input(2).data<T>();
   T* po = out.data<T>();
-  for_each_window_argmax(g, x.data<T>(), [&](int64_t o, int64_t i) {
-    po[o] = i >= 0 ? pg[i] : T(0);
+  for_each_window_argmax(ctx, g, x.data<T>(),
+                         [&](int64_t o, const int64_t* base, int32_t pixels, const int32_t* arg) {
+    for (int64_t ch = 0; ch < g.c; ++ch) po[o + ch] = pixels > 0 ? pg[base[arg[ch]] + ch] : T(0);
   });
 }
 
@@ -145,7 +228,7 @@ void avg_pool_kernel(KernelContext& ctx) {
   const T* px = x.data<T>();
   T* py = y.data<T>();
   std::fill(py, py + y.num_elements(), T(0));
-  for_each_window_pixel(g, [&](int64_t o, int64_t i, int64_t count) {
+  for_each_window_pixel(ctx, g, [&](int64_t o, int64_t i, int64_t count) {
     const T scale = T(1) / static_cast<T>(count);
     for (int64_t ch = 0; ch < g.c; ++ch) py[o + ch] += px[i + ch] * scale;
   });
@@ -160,7 +243,7 @@ void avg_pool_grad_kernel(KernelContext& ctx) {
   const T* pdy = ctx.input(1).data<T>();
   T* pdx = dx.data<T>();
   std::fill(pdx, pdx + dx.num_elements(), T(0));
-  for_each_window_pixel(g, [&](int64_t o, int64_t i, int64_t count) {
+  for_each_window_pixel(ctx, g, [&](int64_t o, int64_t i, int64_t count) {
     const T scale = T(1) / static_cast<T>(count);
     for (int64_t ch = 0; ch < g.c; ++ch) pdx[i + ch] += pdy[o + ch] * scale;
   });

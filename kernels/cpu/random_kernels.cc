@@ -68,11 +68,14 @@ void dropout_kernel(KernelContext& ctx) {
   const T* px = x.data<T>();
   T* py = y.data<T>();
   T* pm = mask.data<T>();
-  for (int64_t i = 0; i < n; ++i) {
-    const T m = random::dropout_keep(key, offset + static_cast<uint64_t>(i), rate) ? scale : T(0);
-    pm[i] = m;
-    py[i] = px[i] * m;
-  }
+  // Counter-based draws: element i uses counter offset + i whichever thread computes it.
+  ctx.parallel_for(n, int64_t{1} << 14, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const T m = random::dropout_keep(key, offset + static_cast<uint64_t>(i), rate) ? scale : T(0);
+      pm[i] = m;
+      py[i] = px[i] * m;
+    }
+  });
 }
 
 }  // namespace

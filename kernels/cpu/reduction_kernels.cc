@@ -6,6 +6,11 @@
 // partial accumulators), a kept inner group combines whole rows elementwise
 // into the output (a vectorizable loop). Outer groups are iterated with an
 // odometer over the output offsets.
+// With the session's thread pool, the outermost group is split across
+// threads: when it is kept, each thread writes its own slab of the output
+// (same result as one thread); when it is reduced, each thread folds its
+// share into a private partial output and the partials are combined in
+// share order (deterministic for a given thread count).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -106,13 +111,19 @@ T fold_row(const T* p, int64_t n) {
   return r;
 }
 
+// Folds the input rows whose outermost-group index lies in [i0, i1) into
+// `out` (already initialized). With a single group, [i0, i1) are elements.
 template <typename T, typename Op>
-void reduce_into(const ReducePlan& p, const T* in, T* out) {
-  std::fill(out, out + p.out_elems, Op::init());
-  if (p.in_elems == 0) return;
+void reduce_range(const ReducePlan& p, const T* in, T* out, int64_t i0, int64_t i1) {
   const int g = static_cast<int>(p.dims.size());
-  if (g == 0) {  // every dim has size 1
-    out[0] = Op::fold(out[0], in[0]);
+  const int64_t n = p.dims.back();
+  const bool inner_reduced = p.reduced.back();
+  if (g == 1) {
+    if (inner_reduced) {
+      out[0] = Op::fold(out[0], fold_row<T, Op>(in + i0, i1 - i0));
+    } else {
+      for (int64_t i = i0; i < i1; ++i) out[i] = Op::fold(out[i], in[i]);
+    }
     return;
   }
   // Output strides of the groups (0 for reduced groups).
@@ -124,12 +135,11 @@ void reduce_into(const ReducePlan& p, const T* in, T* out) {
       acc *= p.dims[static_cast<size_t>(i)];
     }
   }
-  const int64_t n = p.dims.back();
-  const bool inner_reduced = p.reduced.back();
-  const int64_t rows = p.in_elems / n;
+  const int64_t rows_per_outer = p.in_elems / n / p.dims[0];
   std::vector<int64_t> idx(static_cast<size_t>(g), 0);
-  int64_t o = 0;
-  for (int64_t r = 0; r < rows; ++r) {
+  idx[0] = i0;
+  int64_t o = i0 * ostride[0];
+  for (int64_t r = i0 * rows_per_outer, r_end = i1 * rows_per_outer; r < r_end; ++r) {
     const T* row = in + r * n;
     if (inner_reduced) {
       out[o] = Op::fold(out[o], fold_row<T, Op>(row, n));
@@ -140,10 +150,47 @@ void reduce_into(const ReducePlan& p, const T* in, T* out) {
     for (int d = g - 2; d >= 0; --d) {
       auto du = static_cast<size_t>(d);
       o += ostride[du];
-      if (++idx[du] < p.dims[du]) break;
+      if (++idx[du] < p.dims[du] || d == 0) break;
       o -= ostride[du] * p.dims[du];
       idx[du] = 0;
     }
+  }
+}
+
+// Elements per thread below which a reduction stays on one thread.
+constexpr int64_t kReduceGrain = int64_t{1} << 15;
+
+template <typename T, typename Op>
+void reduce_into(const KernelContext& ctx, const ReducePlan& p, const T* in, T* out) {
+  std::fill(out, out + p.out_elems, Op::init());
+  if (p.in_elems == 0) return;
+  if (p.dims.empty()) {  // every dim has size 1
+    out[0] = Op::fold(out[0], in[0]);
+    return;
+  }
+  const int64_t outer = p.dims[0];
+  const int64_t per_outer = p.in_elems / outer;
+  const int64_t grain = std::max<int64_t>(1, kReduceGrain / per_outer);
+  const int64_t parts = ctx.thread_pool() ? ctx.thread_pool()->num_chunks(outer, grain) : 1;
+  if (parts <= 1) {
+    reduce_range<T, Op>(p, in, out, 0, outer);
+    return;
+  }
+  if (!p.reduced[0]) {  // disjoint output slabs
+    ctx.parallel_for(outer, grain, [&](int64_t b, int64_t e) { reduce_range<T, Op>(p, in, out, b, e); });
+    return;
+  }
+  // Private partials for shares 1.., combined into share 0's `out` in order.
+  std::vector<T> partials(static_cast<size_t>((parts - 1) * p.out_elems), Op::init());
+  ctx.parallel_for(parts, 1, [&](int64_t s0, int64_t s1) {
+    for (int64_t s = s0; s < s1; ++s)
+      reduce_range<T, Op>(p, in, s == 0 ? out : partials.data() + (s - 1) * p.out_elems,
+                          ThreadPool::chunk_begin(outer, parts, s),
+                          ThreadPool::chunk_begin(outer, parts, s + 1));
+  });
+  for (int64_t s = 1; s < parts; ++s) {
+    const T* src = partials.data() + (s - 1) * p.out_elems;
+    for (int64_t i = 0; i < p.out_elems; ++i) out[i] = Op::fold(out[i], src[i]);
   }
 }
 
@@ -153,7 +200,7 @@ void reduce_kernel(KernelContext& ctx) {
   ReducePlan p = make_plan(ctx, x.shape());
   Tensor& y = ctx.allocate_output(0, p.out_shape);
   T* out = y.data<T>();
-  reduce_into<T, Op<T>>(p, x.data<T>(), out);
+  reduce_into<T, Op<T>>(ctx, p, x.data<T>(), out);
   if constexpr (kMean) {
     const int64_t count = p.out_elems == 0 ? 0 : p.in_elems / p.out_elems;
     if (p.out_elems > 0 && p.in_elems == 0) {

@@ -1,7 +1,9 @@
 // CPU kernels for Softmax, LogSoftmax and SparseSoftmaxCrossEntropyWithLogits (ops
 // registered in core/ops/nn_ops.cc), f32 and f64. All are numerically stable: the maximum
 // along the axis is subtracted before exponentiating. The tensor is viewed as
-// [outer, axis, inner] so any axis works without transposes.
+// [outer, axis, inner] so any axis works without transposes. Rows (the outer
+// dimension) are split over the session's thread pool; each row's arithmetic
+// is unchanged, so results do not depend on the thread count.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -38,7 +40,9 @@ void softmax_kernel(KernelContext& ctx) {
   const T* px = x.data<T>();
   T* py = y.data<T>();
   const int64_t in = v.inner;
-  for (int64_t o = 0; o < v.outer; ++o) {
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 13) / std::max<int64_t>(v.len * in, 1));
+  ctx.parallel_for(v.outer, grain, [&](int64_t o0, int64_t o1) {
+  for (int64_t o = o0; o < o1; ++o) {
     for (int64_t i = 0; i < in; ++i) {
       const T* xs = px + o * v.len * in + i;
       T* ys = py + o * v.len * in + i;
@@ -61,6 +65,7 @@ void softmax_kernel(KernelContext& ctx) {
       }
     }
   }
+  });
 }
 
 template <typename T, typename L>
@@ -70,7 +75,9 @@ void sparse_xent(KernelContext& ctx, const Tensor& logits, const Tensor& labels)
   const T* px = logits.data<T>();
   const L* pl = labels.data<L>();
   T* out = loss.data<T>();
-  for (int64_t r = 0; r < n; ++r) {
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 13) / std::max<int64_t>(classes, 1));
+  ctx.parallel_for(n, grain, [&](int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
     const int64_t label = static_cast<int64_t>(pl[r]);
     if (label < 0 || label >= classes)
       ctx.fail("label ", label, " at index ", r, " is outside the valid range [0, ", classes, ")");
@@ -81,6 +88,7 @@ void sparse_xent(KernelContext& ctx, const Tensor& logits, const Tensor& labels)
     for (int64_t j = 0; j < classes; ++j) sum += std::exp(row[j] - mx);
     out[r] = std::log(sum) - (row[label] - mx);
   }
+  });
 }
 
 template <typename T>

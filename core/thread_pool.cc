@@ -1,0 +1,113 @@
+// ThreadPool implementation (see core/thread_pool.h): one job at a time,
+// chunks claimed through an atomic counter by the caller and the workers.
+#include "core/thread_pool.h"
+
+#include <algorithm>
+#include <exception>
+
+#include "core/error.h"
+
+namespace spire {
+
+struct ThreadPool::Job {
+  const RangeFn* fn = nullptr;
+  int64_t n = 0;
+  int64_t chunks = 0;
+  std::atomic<int64_t> next{0};
+  std::mutex error_mu;
+  std::exception_ptr error;
+};
+
+ThreadPool::ThreadPool(int num_threads) {
+  SPIRE_CHECK(num_threads >= 0, "ThreadPool: num_threads must be >= 0 (0 = hardware "
+              "concurrency), got ", num_threads);
+  if (num_threads == 0) num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  num_threads_ = num_threads;
+  workers_.reserve(static_cast<size_t>(num_threads_ - 1));
+  try {
+    for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this] { worker_loop(); });
+  } catch (...) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    work_cv_.notify_all();
+    for (auto& t : workers_) t.join();
+    throw;
+  }
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+int64_t ThreadPool::num_chunks(int64_t n, int64_t grain) const {
+  if (n <= 0) return 0;
+  grain = std::max<int64_t>(grain, 1);
+  return std::max<int64_t>(1, std::min<int64_t>(num_threads_, n / grain));
+}
+
+void ThreadPool::run_chunks(Job& job) {
+  for (;;) {
+    const int64_t c = job.next.fetch_add(1, std::memory_order_relaxed);
+    if (c >= job.chunks) return;
+    try {
+      (*job.fn)(chunk_begin(job.n, job.chunks, c), chunk_begin(job.n, job.chunks, c + 1));
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(job.error_mu);
+      if (!job.error) job.error = std::current_exception();
+      job.next.store(job.chunks, std::memory_order_relaxed);  // skip the rest
+    }
+  }
+}
+
+void ThreadPool::worker_loop() {
+  uint64_t seen = 0;
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+    if (stop_) return;
+    seen = generation_;
+    Job* job = job_;
+    if (job == nullptr) continue;  // woke after the job finished
+    ++active_;
+    lock.unlock();
+    run_chunks(*job);
+    lock.lock();
+    if (--active_ == 0) done_cv_.notify_one();
+  }
+}
+
+void ThreadPool::parallel_for(int64_t n, int64_t grain, const RangeFn& fn) {
+  if (n <= 0) return;
+  const int64_t chunks = num_chunks(n, grain);
+  if (chunks <= 1 || busy_.exchange(true, std::memory_order_acquire)) {
+    fn(0, n);  // single chunk, no workers, or nested / concurrent use: inline
+    return;
+  }
+  Job job;
+  job.fn = &fn;
+  job.n = n;
+  job.chunks = chunks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job_ = &job;
+    ++generation_;
+  }
+  work_cv_.notify_all();
+  run_chunks(job);
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    job_ = nullptr;  // late workers skip it; those inside are counted by active_
+    done_cv_.wait(lock, [&] { return active_ == 0; });
+  }
+  busy_.store(false, std::memory_order_release);
+  if (job.error) std::rethrow_exception(job.error);
+}
+
+}  // namespace spire

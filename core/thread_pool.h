@@ -1,0 +1,69 @@
+// ThreadPool: a fixed set of worker threads that runs parallel_for loops for
+// the CPU kernels. A Session owns one (SessionOptions::num_threads) and hands
+// it to kernels through KernelContext; there is no process-wide pool.
+//
+// parallel_for(n, grain, fn) splits [0, n) into at most num_threads()
+// contiguous chunks of at least `grain` indices (boundaries depend only on n,
+// grain and num_threads(), so kernels that combine per-chunk results stay
+// deterministic for a given thread count), runs them on the workers and the
+// calling thread, and returns when all are done. The first exception thrown
+// by a chunk is rethrown in the caller (remaining unstarted chunks are
+// skipped). A call made while the pool is already running a loop (a nested
+// call from inside a chunk, or a second thread sharing the session) runs
+// inline on its caller as fn(0, n). With num_threads() == 1 there are no
+// workers and every call is the inline fn(0, n).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace spire {
+
+class ThreadPool {
+ public:
+  using RangeFn = std::function<void(int64_t begin, int64_t end)>;
+
+  /// `num_threads` counts the calling thread: num_threads - 1 workers are
+  /// started. 0 means std::thread::hardware_concurrency(). Throws
+  /// spire::Error for a negative count.
+  explicit ThreadPool(int num_threads);
+  /// Stops and joins the workers.
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  /// Threads a loop may use (workers + the caller), >= 1.
+  int num_threads() const { return num_threads_; }
+
+  /// Runs fn over [0, n) split into chunks (see the file comment). n <= 0
+  /// does nothing; grain < 1 counts as 1.
+  void parallel_for(int64_t n, int64_t grain, const RangeFn& fn);
+
+  /// The number of chunks parallel_for(n, grain, ...) uses.
+  int64_t num_chunks(int64_t n, int64_t grain) const;
+  /// Chunk c of n indices split into `chunks` near-equal parts: [begin, end).
+  static int64_t chunk_begin(int64_t n, int64_t chunks, int64_t c) { return n * c / chunks; }
+
+ private:
+  struct Job;
+  void worker_loop();
+  void run_chunks(Job& job);
+
+  int num_threads_ = 1;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable work_cv_;  // workers wait for a job or stop
+  std::condition_variable done_cv_;  // the caller waits for workers to leave the job
+  Job* job_ = nullptr;               // guarded by mu_
+  uint64_t generation_ = 0;          // guarded by mu_; bumped per job
+  int active_ = 0;                   // guarded by mu_; workers inside job_
+  bool stop_ = false;                // guarded by mu_
+  std::atomic<bool> busy_{false};    // a loop is running (nested calls run inline)
+};
+
+}  // namespace spire
