@@ -1,8 +1,11 @@
+// default_callbacks(): the extra callbacks Trainer::train_with_defaults adds.
 #include "train/callbacks.h"
 
 namespace spire {
 
-// Placeholder until the built-in callbacks land (being written now).
-std::vector<CallbackPtr> default_callbacks() { return {}; }
+std::vector<CallbackPtr> default_callbacks() {
+  return {std::make_shared<MovingAverageSummary>(), std::make_shared<ProgressBar>(),
+          std::make_shared<MergeAllSummaries>(), std::make_shared<RunUpdateOps>()};
+}
 
 }  // namespace spire

@@ -13,32 +13,13 @@
 #include <unistd.h>
 
 #include "tests/support/op_test_util.h"
+#include "tests/support/temp_dir.h"
 
 namespace spire::testing {
 namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh temporary directory, removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("spire_datasets_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  std::string str() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
 
 using Bytes = std::vector<uint8_t>;
 

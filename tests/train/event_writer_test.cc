@@ -22,6 +22,7 @@
 #include "tests/support/op_test_util.h"
 #include "train/event_writer.h"
 #include "train/file_util.h"
+#include "tests/support/temp_dir.h"
 
 #ifndef SPIRE_SOURCE_DIR
 #error "tests/CMakeLists.txt must define SPIRE_SOURCE_DIR"
@@ -30,31 +31,6 @@
 namespace spire::testing {
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "spire_events_XXXXXX").string();
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    if (!::mkdtemp(buf.data())) throw Error("mkdtemp failed");
-    path_ = buf.data();
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::vector<std::string> list(const std::string& sub = "") const {
-    std::vector<std::string> names;
-    for (const auto& e : std::filesystem::directory_iterator(sub.empty() ? path_ : path_ + "/" + sub))
-      names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
- private:
-  std::string path_;
-};
 
 int run_command(const std::string& cmd, std::string* out) {
   out->clear();

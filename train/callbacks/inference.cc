@@ -1,0 +1,140 @@
+// ScalarStats, ClassificationError and InferenceRunner (see inference.h).
+#include "train/callbacks/inference.h"
+
+#include <chrono>
+
+#include "core/ops/state_ops.h"
+#include "train/callbacks/misc.h"
+#include "train/dataflow.h"
+#include "train/logger.h"
+#include "train/trainer.h"
+
+namespace spire {
+
+// ---- ScalarStats ------------------------------------------------------------------------
+
+ScalarStats::ScalarStats(std::vector<std::string> names, std::string prefix)
+    : names_(std::move(names)), prefix_(std::move(prefix)) {
+  SPIRE_CHECK(!names_.empty(), "ScalarStats: no tensor names");
+}
+
+void ScalarStats::on_fetches(const std::vector<Tensor>& values) {
+  SPIRE_CHECK(values.size() == names_.size(), "ScalarStats: expected ", names_.size(),
+              " values, got ", values.size());
+  if (sums_.size() != names_.size()) sums_.assign(names_.size(), 0.0);
+  for (size_t i = 0; i < values.size(); ++i) {
+    SPIRE_CHECK(values[i].num_elements() == 1, "ScalarStats: '", names_[i],
+                "' must be a scalar, got ", values[i].type_string());
+    sums_[i] += values[i].item<double>();
+  }
+  ++count_;
+}
+
+std::map<std::string, double> ScalarStats::after_inference() {
+  std::map<std::string, double> out;
+  if (count_ == 0) return out;
+  for (size_t i = 0; i < names_.size(); ++i) {
+    std::string op = op_name_of(names_[i]);
+    out[prefix_.empty() ? op : prefix_ + "_" + op] = sums_[i] / static_cast<double>(count_);
+  }
+  return out;
+}
+
+// ---- ClassificationError ------------------------------------------------------------------
+
+ClassificationError::ClassificationError(std::string wrong_tensor_name, std::string summary_name)
+    : wrong_name_(std::move(wrong_tensor_name)), summary_name_(std::move(summary_name)) {}
+
+void ClassificationError::on_fetches(const std::vector<Tensor>& values) {
+  SPIRE_CHECK(values.size() == 1, "ClassificationError: expected 1 value, got ", values.size());
+  const Tensor& vec = values[0];
+  SPIRE_CHECK(vec.rank() == 1, "ClassificationError: '", wrong_name_, "' is not a vector (got ",
+              vec.type_string(), ")");
+  for (int64_t i = 0; i < vec.num_elements(); ++i) wrong_ += vec.element_as_double(i);
+  count_ += vec.num_elements();
+}
+
+std::map<std::string, double> ClassificationError::after_inference() {
+  return {{summary_name_, count_ == 0 ? 0.0 : wrong_ / static_cast<double>(count_)}};
+}
+
+// ---- InferenceRunner -----------------------------------------------------------------------
+
+InferenceRunner::InferenceRunner(std::shared_ptr<DataFlow> dataflow,
+                                 std::vector<InferencerPtr> inferencers, std::string tower_name)
+    : df_(std::move(dataflow)), infs_(std::move(inferencers)), tower_name_(std::move(tower_name)) {
+  SPIRE_CHECK(df_, "InferenceRunner: null dataflow");
+  for (const auto& inf : infs_) SPIRE_CHECK(inf, "InferenceRunner: null inferencer");
+  SPIRE_CHECK(!tower_name_.empty(), "InferenceRunner: empty tower name");
+}
+
+void InferenceRunner::_setup_graph() {
+  auto* tt = dynamic_cast<TowerTrainer*>(&trainer());
+  SPIRE_CHECK(tt, "InferenceRunner needs a TowerTrainer (a trainer with a tower function)");
+  // Calling the tower function records a tower in it; TowerTrainer only
+  // exposes it const (the object itself is not const).
+  TowerFunc& tf = const_cast<TowerFunc&>(tt->tower_func());
+  for (const auto& h : tf.towers())
+    if (h->ns_name == tower_name_) handle_ = h;
+  if (!handle_) {
+    Graph& g = trainer().graph();
+    DefaultGraphGuard guard(g);
+    logger::info("[InferenceRunner] Building tower '", tower_name_, "' ...");
+    std::vector<Output> inputs;
+    {
+      NameScope ns(g, tower_name_ + "/");
+      for (const auto& d : tf.input_signature())
+        inputs.push_back(ops::placeholder(d.dtype, d.shape, d.name, &g));
+    }
+    TowerContext ctx(tower_name_, false, "", 0, 1, &g);
+    tf(inputs);
+    handle_ = tf.towers().back();
+  } else {
+    SPIRE_CHECK(!handle_->is_training, "InferenceRunner: tower '", tower_name_,
+                "' exists and is a training tower");
+  }
+  fetches_.clear();
+  ranges_.clear();
+  for (const auto& inf : infs_) {
+    size_t begin = fetches_.size();
+    for (const auto& n : inf->get_fetches()) fetches_.push_back(handle_->get_tensor(n));
+    ranges_.emplace_back(begin, fetches_.size());
+  }
+}
+
+void InferenceRunner::_before_train() {
+  if (!df_->is_reset()) df_->reset_state();
+  if (df_->has_size())
+    logger::info("[InferenceRunner] Will eval ", df_->size(), " iterations");
+  else
+    logger::warn("[InferenceRunner] The inference dataflow has no size: one epoch of it is run");
+}
+
+void InferenceRunner::_trigger() {
+  auto start = std::chrono::steady_clock::now();
+  for (auto& inf : infs_) inf->before_inference();
+  const auto& inputs = handle_->inputs;
+  df_->begin_epoch();
+  Datapoint dp;
+  int64_t batches = 0;
+  PlainSession sess = trainer().sess();
+  while (df_->next(dp)) {
+    SPIRE_CHECK(dp.size() == inputs.size(), "InferenceRunner: a datapoint has ", dp.size(),
+                " components but the tower takes ", inputs.size(), " inputs");
+    FeedDict feeds;
+    for (size_t i = 0; i < inputs.size(); ++i) feeds.push_back({inputs[i], dp[i]});
+    std::vector<Tensor> values = sess.run(fetches_, feeds);
+    for (size_t k = 0; k < infs_.size(); ++k) {
+      const auto& r = ranges_[k];
+      infs_[k]->on_fetches(std::vector<Tensor>(values.begin() + static_cast<long>(r.first),
+                                               values.begin() + static_cast<long>(r.second)));
+    }
+    ++batches;
+  }
+  for (auto& inf : infs_)
+    for (const auto& [k, v] : inf->after_inference()) trainer().monitors().put_scalar(k, v);
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  logger::info("[InferenceRunner] ", batches, " batches in ", secs, " sec.");
+}
+
+}  // namespace spire
