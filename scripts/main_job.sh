@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
 cmake -S . -B build -DSPIRE_CUDA=OFF
 cmake --build build -j2
-./build/examples/mlp_gd
+./build/examples/mnist_convnet

@@ -66,9 +66,11 @@ class CallbacksHook : public SessionRunHook {
 
 }  // namespace
 
-SessionCreator new_session_creator() {
-  return [](Graph& g) {
-    auto s = std::make_unique<Session>(g);
+SessionCreator new_session_creator() { return new_session_creator(SessionOptions{}); }
+
+SessionCreator new_session_creator(SessionOptions options) {
+  return [options](Graph& g) {
+    auto s = std::make_unique<Session>(g, options);
     Node* init;
     {
       DefaultGraphGuard guard(g);

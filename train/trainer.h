@@ -25,6 +25,9 @@ namespace spire {
 /// default makes a Session and runs global_variables_initializer().
 using SessionCreator = std::function<std::unique_ptr<Session>(Graph&)>;
 SessionCreator new_session_creator();
+/// The same with options for the Session (e.g. SessionOptions::num_threads
+/// for the CPU kernels).
+SessionCreator new_session_creator(SessionOptions options);
 
 /// The loop counters of a trainer (tensorpack's TrainLoop).
 struct TrainLoop {
