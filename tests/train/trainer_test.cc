@@ -3,6 +3,7 @@
 // errors reported with the callback's name, hooked vs plain sessions.
 #include "tests/support/op_test_util.h"
 #include "train/monitor.h"
+#include "layers/layers.h"
 #include "train/trainer.h"
 
 namespace spire::testing {
@@ -196,6 +197,49 @@ TEST(Trainer, MonitorsRecordScalars) {
   ASSERT_EQ(h.size(), 3u);
   EXPECT_EQ(h[0].first, 2);
   expect_error([&] { t.monitors().get_latest("nothing"); }, {"'nothing'"});
+}
+
+}  // namespace
+}  // namespace spire::testing
+
+#include "train/dataflow.h"
+
+namespace spire::testing {
+namespace {
+
+TEST(SingleCostTrainer, CostMustBeAScalar) {
+  SimpleTrainer t;
+  auto df = std::make_shared<DataFromList>(
+      std::vector<Datapoint>{{Tensor::from_vector<float>({1, 2}, {1, 2})}}, false);
+  std::vector<InputDesc> sig = {{"x", DType::F32, {-1, 2}}};
+  auto cost_fn = [](const std::vector<Output>& in) {
+    Output w = get_variable("w", {2}, DType::F32, init::ones()).value;
+    return ops::mul(in[0], w, "per_example_cost");  // [?, 2]: not a scalar
+  };
+  auto opt_fn = [] { return std::make_shared<GradientDescentOptimizer>(0.1); };
+  expect_error([&] { t.setup_graph(sig, std::make_shared<FeedInput>(df), cost_fn, opt_fn); },
+               {"cost must be a scalar", "per_example_cost", "[?, 2]"});
+}
+
+TEST(SimpleTrainer, TrainsAndPredicts) {
+  SimpleTrainer t;
+  std::vector<Datapoint> dps;
+  for (int i = 0; i < 4; ++i)
+    dps.push_back({Tensor::from_vector<double>({1, 1}, {double(i)}), Tensor::from_vector<double>({1}, {2.0 * i + 1})});
+  auto df = std::make_shared<DataFromList>(dps, false);
+  std::vector<InputDesc> sig = {{"x", DType::F64, {-1, 1}}, {"y", DType::F64, {-1}}};
+  auto cost_fn = [](const std::vector<Output>& in) {
+    Output pred = ops::reshape(FullyConnected("fc", in[0], 1), {-1}, "pred");
+    return ops::mean(ops::square(ops::sub(pred, in[1])), {}, false, "mse");
+  };
+  auto opt_fn = [] { return std::make_shared<GradientDescentOptimizer>(0.1); };
+  t.setup_graph(sig, std::make_shared<FeedInput>(df), cost_fn, opt_fn);
+  t.train({}, {}, new_session_creator(), nullptr, 4, 1, 150);
+  auto predict = t.get_predictor({"x"}, {"pred"});
+  Tensor out = predict({Tensor::from_vector<double>({2, 1}, {10, -1})})[0];
+  EXPECT_NEAR(out.data<double>()[0], 21, 0.05);  // learned y = 2x + 1
+  EXPECT_NEAR(out.data<double>()[1], -1, 0.05);
+  EXPECT_EQ(t.global_step(), 600);
 }
 
 }  // namespace
