@@ -228,6 +228,18 @@ Output batch_flatten(const Output& x, const std::string& name) {
   return ops::reshape(x, Shape{s[0], -1}, name);
 }
 
+// The common tail of FullyConnected/Conv2D/Conv2DTranspose: the optional
+// bias "b" of `units` elements, the activation, and the "output" node.
+static Output bias_activation_output(Output y, int64_t units, const LayerArgs& a) {
+  if (a.use_bias_.value_or(true)) {
+    Variable b =
+        get_variable("b", Shape{units}, y.dtype(), a.bias_initializer_.value_or(init::zeros()));
+    y = ops::add(y, b.value);
+  }
+  y = a.activation_.value_or(Activation())(y);
+  return ops::identity(y, "output");
+}
+
 Output FullyConnected(const std::string& name, const Output& x, int64_t units,
                       const FullyConnectedOptions& opts) {
   const char* kind = "FullyConnected";
@@ -247,14 +259,7 @@ Output FullyConnected(const std::string& name, const Output& x, int64_t units,
   Output flat = batch_flatten(x);
   Variable w = get_variable("W", Shape{in, units}, x.dtype(),
                             a.kernel_initializer_.value_or(default_kernel_init()));
-  Output y = ops::matmul(flat, w.value);
-  if (a.use_bias_.value_or(true)) {
-    Variable b =
-        get_variable("b", Shape{units}, x.dtype(), a.bias_initializer_.value_or(init::zeros()));
-    y = ops::add(y, b.value);
-  }
-  y = a.activation_.value_or(Activation())(y);
-  return ops::identity(y, "output");
+  return bias_activation_output(ops::matmul(flat, w.value), units, a);
 }
 
 Output Conv2D(const std::string& name, const Output& x, int64_t filters, Size2 kernel_size,
@@ -291,13 +296,7 @@ Output Conv2D(const std::string& name, const Output& x, int64_t filters, Size2 k
   Variable w = get_variable("W", Shape{kernel_size.h, kernel_size.w, s[3], filters}, x.dtype(),
                             a.kernel_initializer_.value_or(default_kernel_init()));
   Output y = ops::conv2d(x, w.value, strides.vec(), padding, dilation.vec());
-  if (a.use_bias_.value_or(true)) {
-    Variable b =
-        get_variable("b", Shape{filters}, x.dtype(), a.bias_initializer_.value_or(init::zeros()));
-    y = ops::add(y, b.value);
-  }
-  y = a.activation_.value_or(Activation())(y);
-  return ops::identity(y, "output");
+  return bias_activation_output(y, filters, a);
 }
 
 Output Conv2DTranspose(const std::string& name, const Output& x, int64_t filters, Size2 kernel_size,
@@ -332,13 +331,7 @@ Output Conv2DTranspose(const std::string& name, const Output& x, int64_t filters
   Output n_like = ops::zeros_like(ops::slice(x, {0, 0, 0, 0}, {-1, 1, 1, 1}));
   Output out_like = ops::tile(n_like, {1, oh, ow, filters});
   Output y = ops::conv2d_backprop_input(out_like, w.value, x, strides.vec(), padding, {1, 1});
-  if (a.use_bias_.value_or(true)) {
-    Variable b =
-        get_variable("b", Shape{filters}, x.dtype(), a.bias_initializer_.value_or(init::zeros()));
-    y = ops::add(y, b.value);
-  }
-  y = a.activation_.value_or(Activation())(y);
-  return ops::identity(y, "output");
+  return bias_activation_output(y, filters, a);
 }
 
 // ---- pooling, dropout, flatten -------------------------------------------------------------

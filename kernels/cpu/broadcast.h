@@ -26,46 +26,6 @@ inline std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out)
   return st;
 }
 
-/// Calls f(out_offset, in_offsets, in_inner_strides, count) for each
-/// contiguous output row; inputs are given by their broadcast strides.
-template <size_t N, typename F>
-void for_each_broadcast_row(const Shape& out, const std::array<std::vector<int64_t>, N>& strides,
-                            F&& f) {
-  const int r = out.rank();
-  std::array<int64_t, N> off{};
-  std::array<int64_t, N> inner{};
-  if (r == 0) {
-    f(int64_t{0}, off, inner, int64_t{1});
-    return;
-  }
-  const int64_t n_inner = out[r - 1];
-  const int64_t total = out.num_elements();
-  if (total == 0) return;
-  // Contiguous fast path: every input has the full shape.
-  bool all_full = true;
-  std::vector<int64_t> full = row_major_strides(out);
-  for (size_t k = 0; k < N; ++k) all_full = all_full && strides[k] == full;
-  if (all_full) {
-    inner.fill(1);
-    f(int64_t{0}, off, inner, total);
-    return;
-  }
-  for (size_t k = 0; k < N; ++k) inner[k] = strides[k][static_cast<size_t>(r - 1)];
-  std::vector<int64_t> idx(static_cast<size_t>(r), 0);
-  for (int64_t o = 0; o < total; o += n_inner) {
-    f(o, off, inner, n_inner);
-    // Advance the outer index (dims 0..r-2) and the input offsets.
-    for (int d = r - 2; d >= 0; --d) {
-      auto du = static_cast<size_t>(d);
-      ++idx[du];
-      for (size_t k = 0; k < N; ++k) off[k] += strides[k][du];
-      if (idx[du] < out[d]) break;
-      for (size_t k = 0; k < N; ++k) off[k] -= strides[k][du] * out[d];
-      idx[du] = 0;
-    }
-  }
-}
-
 /// for_each_broadcast_row restricted to the contiguous output rows (last
 /// dimension) [rb, re), always walked row by row. out must have rank >= 1.
 template <size_t N, typename F>
@@ -97,6 +57,33 @@ void for_each_broadcast_row_range(const Shape& out,
       idx[du] = 0;
     }
   }
+}
+
+/// Calls f(out_offset, in_offsets, in_inner_strides, count) for each
+/// contiguous output row; inputs are given by their broadcast strides.
+template <size_t N, typename F>
+void for_each_broadcast_row(const Shape& out, const std::array<std::vector<int64_t>, N>& strides,
+                            F&& f) {
+  const int r = out.rank();
+  std::array<int64_t, N> off{};
+  std::array<int64_t, N> inner{};
+  if (r == 0) {
+    f(int64_t{0}, off, inner, int64_t{1});
+    return;
+  }
+  const int64_t n_inner = out[r - 1];
+  const int64_t total = out.num_elements();
+  if (total == 0) return;
+  // Contiguous fast path: every input has the full shape.
+  bool all_full = true;
+  std::vector<int64_t> full = row_major_strides(out);
+  for (size_t k = 0; k < N; ++k) all_full = all_full && strides[k] == full;
+  if (all_full) {
+    inner.fill(1);
+    f(int64_t{0}, off, inner, total);
+    return;
+  }
+  for_each_broadcast_row_range<N>(out, strides, 0, total / n_inner, f);
 }
 
 /// Elements per parallel chunk of elementwise kernels: ~128 KiB of f32 per
