@@ -9,43 +9,11 @@
 #include <random>
 
 #include "layers/layers.h"
+#include "tests/layers/layer_test_util.h"
 #include "tests/support/op_test_util.h"
 
 namespace spire::testing {
 namespace {
-
-std::vector<double> vals(const Tensor& t) {
-  std::vector<double> v(static_cast<size_t>(t.num_elements()));
-  for (int64_t i = 0; i < t.num_elements(); ++i) v[static_cast<size_t>(i)] = t.element_as_double(i);
-  return v;
-}
-
-Tensor f64(const Shape& s, const std::vector<double>& v) {
-  return Tensor::from_vector<double>(s, v);
-}
-
-struct GraphEnv {
-  Graph g;
-  DefaultGraphGuard guard{g};
-};
-
-std::unique_ptr<Session> init_session(Graph& g) {
-  auto s = std::make_unique<Session>(g);
-  s->run_targets({global_variables_initializer(&g)});
-  return s;
-}
-
-Node* node(Graph& g, const std::string& name) {
-  Node* n = g.find_node(name);
-  EXPECT_NE(n, nullptr) << "no node " << name;
-  return n;
-}
-
-std::vector<std::string> names_of(const std::vector<Output>& outs) {
-  std::vector<std::string> v;
-  for (const Output& o : outs) v.push_back(o.node->name());
-  return v;
-}
 
 std::vector<Node*> update_ops(Graph& g) {
   std::vector<Node*> v;
@@ -94,14 +62,14 @@ TEST(BatchNorm, VariablesCollectionsAndDefaults) {
             (std::vector<std::string>{"bn/mean/EMA", "bn/variance/EMA"}));
   EXPECT_EQ(global_variables().size(), 4u);
   for (const char* v : {"bn/beta", "bn/gamma", "bn/mean/EMA", "bn/variance/EMA"})
-    EXPECT_EQ(node(env.g, v)->output_shape(0), (Shape{3})) << v;
+    EXPECT_EQ(var_node(env.g, v)->output_shape(0), (Shape{3})) << v;
   EXPECT_EQ(names_of(env.g.get_collection(GraphKeys::UPDATE_OPS)),
             (std::vector<std::string>{"bn/mean_ema_op", "bn/var_ema_op"}));
   auto s = init_session(env.g);
-  expect_tensor(s->variable_value(node(env.g, "bn/beta")), {3}, {0, 0, 0}, 0);
-  expect_tensor(s->variable_value(node(env.g, "bn/gamma")), {3}, {1, 1, 1}, 0);
-  expect_tensor(s->variable_value(node(env.g, "bn/mean/EMA")), {3}, {0, 0, 0}, 0);
-  expect_tensor(s->variable_value(node(env.g, "bn/variance/EMA")), {3}, {1, 1, 1}, 0);
+  expect_tensor(s->variable_value(var_node(env.g, "bn/beta")), {3}, {0, 0, 0}, 0);
+  expect_tensor(s->variable_value(var_node(env.g, "bn/gamma")), {3}, {1, 1, 1}, 0);
+  expect_tensor(s->variable_value(var_node(env.g, "bn/mean/EMA")), {3}, {0, 0, 0}, 0);
+  expect_tensor(s->variable_value(var_node(env.g, "bn/variance/EMA")), {3}, {1, 1, 1}, 0);
 }
 
 TEST(BatchNorm, TrainingNormalizesWithBatchStatistics) {
@@ -110,8 +78,8 @@ TEST(BatchNorm, TrainingNormalizesWithBatchStatistics) {
   Output y = BatchNorm("bn", x, BatchNormOptions().epsilon(1e-3));
   auto s = init_session(env.g);
   std::vector<double> gamma = {1.5, -0.5, 2}, beta = {0.1, 0.2, -0.3};
-  s->set_variable_value(node(env.g, "bn/gamma"), f64({3}, gamma));
-  s->set_variable_value(node(env.g, "bn/beta"), f64({3}, beta));
+  s->set_variable_value(var_node(env.g, "bn/gamma"), f64({3}, gamma));
+  s->set_variable_value(var_node(env.g, "bn/beta"), f64({3}, beta));
   std::mt19937_64 rng(11);
   Tensor xv = random_tensor(DType::F64, {2, 2, 2, 3}, rng, -2, 3);
   std::vector<double> mean, var;
@@ -125,9 +93,9 @@ TEST(BatchNorm, ChannelAxisNotLast) {
   Output x = ops::placeholder(DType::F64, {2, 3, 2}, "x");  // channels on axis 1
   Output y = BatchNorm("bn", x, BatchNormOptions().axis(1).scale(false));
   EXPECT_EQ(env.g.find_node("bn/gamma"), nullptr);
-  EXPECT_EQ(node(env.g, "bn/beta")->output_shape(0), (Shape{3}));
+  EXPECT_EQ(var_node(env.g, "bn/beta")->output_shape(0), (Shape{3}));
   auto s = init_session(env.g);
-  s->set_variable_value(node(env.g, "bn/beta"), f64({3}, {1, 2, 3}));
+  s->set_variable_value(var_node(env.g, "bn/beta"), f64({3}, {1, 2, 3}));
   std::vector<double> xv = {1, 2, 3, 5, -1, 0, 4, 4, 0, 1, 2, 7};
   // Per channel c: elements x[n, c, w] over n, w.
   std::vector<double> expect(12);
@@ -173,10 +141,10 @@ TEST(BatchNorm, EmaAfterThreeTrainingSteps) {
       vu[k] = vu[k] * 0.7 + bv[k] * 0.3;
     }
   }
-  expect_tensor(s->variable_value(node(env.g, "bn/mean/EMA")), {2}, m, 1e-12);
-  expect_tensor(s->variable_value(node(env.g, "bn/variance/EMA")), {2}, v, 1e-12);
-  expect_tensor(s->variable_value(node(env.g, "bn_unknown/mean/EMA")), {2}, mu, 1e-12);
-  expect_tensor(s->variable_value(node(env.g, "bn_unknown/variance/EMA")), {2}, vu, 1e-12);
+  expect_tensor(s->variable_value(var_node(env.g, "bn/mean/EMA")), {2}, m, 1e-12);
+  expect_tensor(s->variable_value(var_node(env.g, "bn/variance/EMA")), {2}, v, 1e-12);
+  expect_tensor(s->variable_value(var_node(env.g, "bn_unknown/mean/EMA")), {2}, mu, 1e-12);
+  expect_tensor(s->variable_value(var_node(env.g, "bn_unknown/variance/EMA")), {2}, vu, 1e-12);
 }
 
 TEST(BatchNorm, TowersShareVariablesAndOnlyMainTowerUpdates) {
@@ -203,10 +171,10 @@ TEST(BatchNorm, TowersShareVariablesAndOnlyMainTowerUpdates) {
   EXPECT_EQ(global_variables().size(), 4u);  // all towers share bn/*
   auto s = init_session(env.g);
   std::vector<double> gamma = {2, 0.5}, beta = {1, -1}, m = {0.5, -0.25}, v = {4, 0.09};
-  s->set_variable_value(node(env.g, "bn/gamma"), f64({2}, gamma));
-  s->set_variable_value(node(env.g, "bn/beta"), f64({2}, beta));
-  s->set_variable_value(node(env.g, "bn/mean/EMA"), f64({2}, m));
-  s->set_variable_value(node(env.g, "bn/variance/EMA"), f64({2}, v));
+  s->set_variable_value(var_node(env.g, "bn/gamma"), f64({2}, gamma));
+  s->set_variable_value(var_node(env.g, "bn/beta"), f64({2}, beta));
+  s->set_variable_value(var_node(env.g, "bn/mean/EMA"), f64({2}, m));
+  s->set_variable_value(var_node(env.g, "bn/variance/EMA"), f64({2}, v));
   std::vector<double> xv = {1, 2, 3, -4, 0.5, 0, -2, 1};
   auto r = s->run({y_train, y_train1, y_pred}, {{x, f64({4, 2}, xv)}});
   std::vector<double> bm, bv;
@@ -216,13 +184,13 @@ TEST(BatchNorm, TowersShareVariablesAndOnlyMainTowerUpdates) {
   expect_tensor(r[1], {4, 2}, train_expect, 1e-12);
   expect_tensor(r[2], {4, 2}, normalize(xv, m, v, gamma, beta, 1e-5), 1e-12);
   // Running the second tower's output does not move the EMAs; the main tower's update ops do.
-  expect_tensor(s->variable_value(node(env.g, "bn/mean/EMA")), {2}, m, 0);
+  expect_tensor(s->variable_value(var_node(env.g, "bn/mean/EMA")), {2}, m, 0);
   s->run({}, {{x, f64({4, 2}, xv)}}, update_ops(env.g));
   std::vector<double> ubm, ubv;
   channel_stats(xv, 2, true, &ubm, &ubv);
-  expect_tensor(s->variable_value(node(env.g, "bn/mean/EMA")), {2},
+  expect_tensor(s->variable_value(var_node(env.g, "bn/mean/EMA")), {2},
                 {m[0] * 0.9 + bm[0] * 0.1, m[1] * 0.9 + bm[1] * 0.1}, 1e-12);
-  expect_tensor(s->variable_value(node(env.g, "bn/variance/EMA")), {2},
+  expect_tensor(s->variable_value(var_node(env.g, "bn/variance/EMA")), {2},
                 {v[0] * 0.9 + ubv[0] * 0.1, v[1] * 0.9 + ubv[1] * 0.1}, 1e-12);
 }
 
@@ -243,8 +211,8 @@ TEST(BatchNorm, EmaUpdateModes) {
   EXPECT_EQ(update_ops(env.g).size(), 2u);
   auto s = init_session(env.g);
   s->run({internal}, {{x, f64({2, 1}, {1, 3})}});  // mean 2, unbiased var 2
-  expect_tensor(s->variable_value(node(env.g, "internal/mean/EMA")), {1}, {1}, 1e-12);
-  expect_tensor(s->variable_value(node(env.g, "internal/variance/EMA")), {1}, {1.5}, 1e-12);
+  expect_tensor(s->variable_value(var_node(env.g, "internal/mean/EMA")), {1}, {1}, 1e-12);
+  expect_tensor(s->variable_value(var_node(env.g, "internal/variance/EMA")), {1}, {1.5}, 1e-12);
 }
 
 // ---- end-to-end gradient check ----------------------------------------------------------------

@@ -8,49 +8,15 @@
 #include <cmath>
 #include <random>
 
+#include "tests/layers/layer_test_util.h"
 #include "tests/support/op_test_util.h"
 
 namespace spire::testing {
 namespace {
 
-std::vector<double> vals(const Tensor& t) {
-  std::vector<double> v(static_cast<size_t>(t.num_elements()));
-  for (int64_t i = 0; i < t.num_elements(); ++i) v[static_cast<size_t>(i)] = t.element_as_double(i);
-  return v;
-}
-
-Tensor f64(const Shape& s, const std::vector<double>& v) {
-  return Tensor::from_vector<double>(s, v);
-}
-
 std::vector<double> iota(int64_t n, double start = 1) {
   std::vector<double> v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = start + static_cast<double>(i);
-  return v;
-}
-
-/// A fresh graph that is the default graph while alive.
-struct GraphEnv {
-  Graph g;
-  DefaultGraphGuard guard{g};
-};
-
-/// A session with every variable initialized.
-std::unique_ptr<Session> init_session(Graph& g) {
-  auto s = std::make_unique<Session>(g);
-  s->run_targets({global_variables_initializer(&g)});
-  return s;
-}
-
-Node* var_node(Graph& g, const std::string& name) {
-  Node* n = g.find_node(name);
-  EXPECT_NE(n, nullptr) << "no node " << name;
-  return n;
-}
-
-std::vector<std::string> names_of(const std::vector<Output>& outs) {
-  std::vector<std::string> v;
-  for (const Output& o : outs) v.push_back(o.node->name());
   return v;
 }
 
