@@ -175,6 +175,18 @@ const T* col_of(const ConvGeom& g, const T* x, int64_t n0, int64_t count, Scratc
   return col;
 }
 
+// Runs images(b0, b1, pool) over a batch of n images: split by image across
+// the session's threads when there are enough images (each call then runs
+// its GEMMs serially), else one call whose GEMMs use the thread pool.
+template <typename F>
+void for_images(KernelContext& ctx, int64_t n, bool whole_batch, F&& images) {
+  if (whole_batch || n < ctx.num_threads()) {
+    images(0, n, ctx.thread_pool());
+    return;
+  }
+  ctx.parallel_for(n, 1, [&](int64_t b0, int64_t b1) { images(b0, b1, nullptr); });
+}
+
 template <typename T>
 void conv2d_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
@@ -195,11 +207,7 @@ void conv2d_kernel(KernelContext& ctx) {
            py + n0 * rows * g.o, g.o, pool);
     }
   };
-  if (g.pointwise() || g.n < ctx.num_threads()) {
-    images(0, g.n, ctx.thread_pool());
-    return;
-  }
-  ctx.parallel_for(g.n, 1, [&](int64_t b0, int64_t b1) { images(b0, b1, nullptr); });
+  for_images(ctx, g.n, g.pointwise(), images);
 }
 
 template <typename T>
@@ -231,11 +239,7 @@ void conv2d_backprop_input_kernel(KernelContext& ctx) {
       col2im_add(g, dcol, count, pdx + n0 * image);
     }
   };
-  if (g.n < ctx.num_threads()) {
-    images(0, g.n, ctx.thread_pool());
-    return;
-  }
-  ctx.parallel_for(g.n, 1, [&](int64_t b0, int64_t b1) { images(b0, b1, nullptr); });
+  for_images(ctx, g.n, false, images);
 }
 
 template <typename T>

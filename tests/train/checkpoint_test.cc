@@ -21,6 +21,7 @@
 #include "tests/support/op_test_util.h"
 #include "train/checkpoint.h"
 #include "train/file_util.h"
+#include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
 
 #ifndef SPIRE_SOURCE_DIR
@@ -30,23 +31,10 @@
 namespace spire::testing {
 namespace {
 
-
 void write_raw(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   ASSERT_TRUE(f.good()) << path;
-}
-
-// Runs a shell command; returns its exit status and puts stdout in *out.
-int run_command(const std::string& cmd, std::string* out) {
-  out->clear();
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out->append(buf, n);
-  int status = ::pclose(p);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 bool python_has(const std::string& modules) {

@@ -22,6 +22,7 @@
 #include "tests/support/op_test_util.h"
 #include "train/event_writer.h"
 #include "train/file_util.h"
+#include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
 
 #ifndef SPIRE_SOURCE_DIR
@@ -30,18 +31,6 @@
 
 namespace spire::testing {
 namespace {
-
-
-int run_command(const std::string& cmd, std::string* out) {
-  out->clear();
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out->append(buf, n);
-  int status = ::pclose(p);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
 
 // ---- a minimal protobuf decoder for checking the encoding ----
 
