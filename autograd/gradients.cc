@@ -100,6 +100,10 @@ std::vector<Output> gradients(const std::vector<Output>& ys, const std::vector<O
   while (!ready.empty()) {
     Node* n = ready.front();
     ready.pop_front();
+    // Gradient nodes run where their forward node runs (TF's
+    // colocate_gradients_with_ops); a gradient crossing devices gets the
+    // Copy nodes the graph inserts.
+    DeviceScope colocate(*n->graph(), n->device());
     std::vector<Output> out_grads(static_cast<size_t>(n->num_outputs()));
     bool any = false;
     for (int i = 0; i < n->num_outputs(); ++i) {
@@ -148,7 +152,10 @@ std::vector<Output> gradients(const std::vector<Output>& ys, const std::vector<O
 
   std::vector<Output> result;
   result.reserve(xs.size());
-  for (const auto& x : xs) result.push_back(summed(x));
+  for (const auto& x : xs) {
+    DeviceScope colocate(*x.node->graph(), x.node->device());
+    result.push_back(summed(x));
+  }
   return result;
 }
 

@@ -25,6 +25,11 @@ class CpuAllocator final : public Allocator {
   ~CpuAllocator() override { empty_cache(); }
 
   void* allocate(size_t bytes) override {
+    void* p = allocate_impl(bytes);
+    if (p && poison_) std::memset(p, 0xFF, bytes);
+    return p;
+  }
+  void* allocate_impl(size_t bytes) {
     if (bytes == 0) return nullptr;
     size_t rounded = round(bytes);
     if (rounded >= kCacheMin) {

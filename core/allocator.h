@@ -5,11 +5,24 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <atomic>
 #include <functional>
 
 #include "core/device.h"
 
 namespace spire {
+
+/// Byte counts of an allocator (all zero for allocators that keep none).
+struct MemoryStats {
+  size_t in_use = 0;       ///< bytes in blocks handed out and not yet returned
+  size_t peak_in_use = 0;  ///< highest in_use since creation or reset_peak()
+  size_t reserved = 0;     ///< bytes obtained from the device (in use + cached)
+  size_t cached = 0;       ///< reserved but free for reuse (reserved - in_use)
+  uint64_t num_allocs = 0;      ///< allocate() calls that returned memory
+  uint64_t num_device_allocs = 0;  ///< allocations from the device itself (cudaMalloc)
+  uint64_t num_device_frees = 0;
+};
 
 /// Memory for tensors on one device. Implementations must be thread-safe.
 class Allocator {
@@ -28,6 +41,20 @@ class Allocator {
   virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) const = 0;
   /// Copies within this allocator's memory.
   virtual void copy_within(void* dst, const void* src, size_t bytes) const = 0;
+  /// When on, every new allocation is filled with 0xFF bytes (NaN for
+  /// floats, -1 for integers) so tests catch kernels that leave outputs
+  /// unwritten. Off by default.
+  virtual void set_poison(bool on) { poison_ = on; }
+  bool poison() const { return poison_; }
+  /// Current statistics (caching allocators; zeros otherwise).
+  virtual MemoryStats memory_stats() const { return {}; }
+  /// Returns cached, unused memory to the device.
+  virtual void empty_cache() {}
+  /// Restarts peak_in_use from the current in_use.
+  virtual void reset_peak() {}
+
+ protected:
+  std::atomic<bool> poison_{false};
 };
 
 /// Alignment of every CPU buffer (bytes).

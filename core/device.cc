@@ -33,3 +33,52 @@ Device Device::parse(const std::string& spec) {
 }
 
 }  // namespace spire
+
+// ---- device backends -------------------------------------------------------
+
+#include <map>
+#include <mutex>
+
+#include "core/device_backend.h"
+
+namespace spire {
+namespace {
+
+struct BackendTable {
+  std::mutex mu;
+  std::map<DeviceType, DeviceBackend> backends;
+};
+
+BackendTable& backend_table() {
+  static BackendTable t;
+  return t;
+}
+
+}  // namespace
+
+void register_device_backend(DeviceType type, DeviceBackend backend) {
+  auto& t = backend_table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  t.backends[type] = std::move(backend);
+}
+
+const DeviceBackend* find_device_backend(DeviceType type) {
+  auto& t = backend_table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  auto it = t.backends.find(type);
+  return it == t.backends.end() ? nullptr : &it->second;
+}
+
+int device_count(DeviceType type) {
+  if (type == DeviceType::CPU) return 1;
+  const DeviceBackend* b = find_device_backend(type);
+  return b && b->device_count ? b->device_count() : 0;
+}
+
+void synchronize_device(const Device& device) {
+  if (device.is_cpu()) return;
+  const DeviceBackend* b = find_device_backend(device.type);
+  if (b && b->synchronize) b->synchronize(device.index);
+}
+
+}  // namespace spire

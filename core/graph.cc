@@ -130,6 +130,18 @@ Node* Graph::add_node(const std::string& op_type, const std::vector<Output>& inp
     if (!merged.count(r))
       throw_error("op ", op_type, " node '", base, "': missing required attribute '", r, "'");
 
+  // Placement: the DeviceScope's device, unless the op runs with an input's
+  // producer (ops writing a variable) or is explicitly CPU-only. Inputs from
+  // another device are read through Copy nodes.
+  Device device = device_;
+  if (def->colocate_input() >= 0 && static_cast<size_t>(def->colocate_input()) < inputs.size())
+    device = inputs[static_cast<size_t>(def->colocate_input())].node->device();
+  if (def->cpu_only()) device = Device::cpu();
+  std::vector<Output> placed = inputs;
+  if (op_type != "Copy")
+    for (auto& in : placed)
+      if (in.node->device() != device) in = copy_to_device(in, device);
+
   InferContext ic(*def, base, std::move(in_dtypes), std::move(in_shapes), merged);
   def->shape_fn()(ic);
 
@@ -139,14 +151,14 @@ Node* Graph::add_node(const std::string& op_type, const std::vector<Output>& inp
   node->op_type_ = op_type;
   node->op_def_ = def;
   node->graph_ = this;
-  node->inputs_ = inputs;
+  node->inputs_ = std::move(placed);
   node->control_inputs_ = control_inputs;
   for (Node* c : control_deps_)
     if (std::find(node->control_inputs_.begin(), node->control_inputs_.end(), c) ==
         node->control_inputs_.end())
       node->control_inputs_.push_back(c);
   node->attrs_ = std::move(merged);
-  node->device_ = device_;
+  node->device_ = device;
   node->output_dtypes_ = ic.output_dtypes();
   node->output_shapes_ = ic.output_shapes();
   Node* raw = node.get();
@@ -154,6 +166,39 @@ Node* Graph::add_node(const std::string& op_type, const std::vector<Output>& inp
   nodes_.push_back(std::move(node));
   ++version_;
   return raw;
+}
+
+Output Graph::copy_to_device(const Output& src, const Device& device) {
+  const bool ref = src.node->op_def().ref_output();
+  auto key = std::make_pair(src, device);
+  if (!ref) {
+    auto it = copies_.find(key);
+    if (it != copies_.end()) return it->second;
+  }
+  // Built outside the caller's name scope, next to the source's name; a
+  // shared copy ignores the caller's control dependencies, a per-reader copy
+  // of a variable keeps them (the read must wait like the reader would).
+  struct Restore {
+    Graph& g;
+    std::string scope;
+    Device dev;
+    std::vector<Node*> deps;
+    ~Restore() {
+      g.name_scope_ = scope;
+      g.device_ = dev;
+      g.control_deps_ = deps;
+    }
+  } restore{*this, name_scope_, device_, control_deps_};
+  name_scope_.clear();
+  device_ = device;
+  if (!ref) control_deps_.clear();
+  std::string tag = device.to_string();
+  std::replace(tag.begin(), tag.end(), ':', '_');
+  std::string name = src.node->name() + (src.index ? "_" + std::to_string(src.index) : "") +
+                     "/copy_to_" + tag;
+  Output out = add_node("Copy", {src}, {}, name)->output(0);
+  if (!ref) copies_[key] = out;
+  return out;
 }
 
 Node* Graph::find_node(const std::string& name) const {

@@ -172,6 +172,10 @@ class Graph {
   friend class GraphUnfinalizeGuard;
   friend class ClearControlDependencies;
   void check_mutable(const std::string& what) const;
+  /// `src` as seen from `device`: a Copy node (shared by all readers on that
+  /// device, except for reference outputs, whose reads are per reader).
+  Output copy_to_device(const Output& src, const Device& device);
+  std::map<std::pair<Output, Device>, Output> copies_;
 
   std::vector<std::unique_ptr<Node>> nodes_;
   std::map<std::string, Node*> by_name_;

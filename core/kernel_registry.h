@@ -28,6 +28,9 @@ class SessionState {
   /// returns the stream offset of the first (successive runs draw fresh,
   /// reproducible numbers).
   virtual uint64_t advance_rng(const Node* n, uint64_t count) = 0;
+  /// A per-session slot for a device copy of a Const node's value (so a
+  /// constant on a GPU is uploaded once per session, not on every run).
+  virtual Tensor& constant_cache(const Node* n) = 0;
 };
 
 class KernelContext {
@@ -62,6 +65,9 @@ class KernelContext {
   SessionState& state() const;
   /// Backend data for the device (e.g. the CUDA per-device context).
   void* device_context() const { return device_context_; }
+  /// Whether f32 GEMMs/convolutions may use TF32 (SessionOptions::allow_tf32).
+  bool allow_tf32() const { return allow_tf32_; }
+  void set_allow_tf32(bool on) { allow_tf32_ = on; }
 
   /// The session's CPU thread pool (null when the kernel runs without one).
   ThreadPool* thread_pool() const { return thread_pool_; }
@@ -96,6 +102,7 @@ class KernelContext {
   SessionState* state_;
   void* device_context_;
   ThreadPool* thread_pool_;
+  bool allow_tf32_ = false;
 };
 
 using KernelFn = std::function<void(KernelContext&)>;

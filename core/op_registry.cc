@@ -127,6 +127,16 @@ OpDefBuilder& OpDefBuilder::kernel_dtype_from_output(int i) {
   def_->kernel_dtype_rule_ = {KernelDTypeRule::kOutput, i, ""};
   return *this;
 }
+OpDefBuilder& OpDefBuilder::cpu_only() {
+  def_->cpu_only_ = true;
+  return *this;
+}
+
+OpDefBuilder& OpDefBuilder::colocate_with_input(int i) {
+  def_->colocate_input_ = i;
+  return *this;
+}
+
 OpDefBuilder& OpDefBuilder::doc(const std::string& text) {
   def_->doc_ = text;
   return *this;

@@ -128,6 +128,12 @@ class OpDef {
   bool ref_output() const { return ref_output_; }
   const KernelDTypeRule& kernel_dtype_rule() const { return kernel_dtype_rule_; }
   const std::string& doc() const { return doc_; }
+  /// Explicitly CPU-only: a node of this op requested on another device is
+  /// placed on the CPU (the only fallback the placer makes).
+  bool cpu_only() const { return cpu_only_; }
+  /// Index of the input whose producer's device this op's nodes take (ops
+  /// that write a variable run where the variable lives), or -1.
+  int colocate_input() const { return colocate_input_; }
 
  private:
   friend class OpDefBuilder;
@@ -145,6 +151,8 @@ class OpDef {
   std::vector<int> undefined_ok_;
   KernelDTypeRule kernel_dtype_rule_;
   std::string doc_;
+  bool cpu_only_ = false;
+  int colocate_input_ = -1;
 };
 
 /// Fluent builder used by SPIRE_REGISTER_OP.
@@ -166,6 +174,8 @@ class OpDefBuilder {
   OpDefBuilder& kernel_dtype_from_attr(const std::string& attr);
   OpDefBuilder& kernel_dtype_from_output(int i);
   OpDefBuilder& doc(const std::string& text);
+  OpDefBuilder& cpu_only();
+  OpDefBuilder& colocate_with_input(int i);
   std::unique_ptr<OpDef> build() { return std::move(def_); }
 
  private:

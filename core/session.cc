@@ -4,6 +4,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "core/device_backend.h"
 #include "core/op_registry.h"
 
 namespace spire {
@@ -13,6 +14,9 @@ struct Session::Plan {
     Node* node = nullptr;
     const KernelFn* kernel = nullptr;
     Device device;
+    void* device_context = nullptr;  // the backend's per-device context (null on CPU)
+    const DeviceBackend* backend = nullptr;  // null on CPU
+    bool transfer_inputs = true;     // false for Copy, whose kernel moves its input itself
     std::vector<int> input_slots;
     std::vector<const Node*> ref_inputs;  // per input: the state node read at run time, or null
     int first_output_slot = 0;
@@ -52,6 +56,11 @@ uint64_t Session::advance_rng(const Node* n, uint64_t count) {
   uint64_t start = c;
   c += count;
   return start;
+}
+
+Tensor& Session::constant_cache(const Node* n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return constants_[n];
 }
 
 Tensor Session::variable_value(const Node* var) const {
@@ -202,6 +211,16 @@ std::shared_ptr<Session::Plan> Session::compile(const std::vector<Output>& fetch
       throw_error("Session::run: no kernel registered for op ", n->op_type(), " on ",
                   step.device.to_string(), " for dtype ", dtype_name(kdt), " (node '", n->name(),
                   "'; inputs: ", n->describe_inputs(), ")");
+    if (!step.device.is_cpu()) {
+      const DeviceBackend* backend = find_device_backend(step.device.type);
+      if (backend == nullptr || !backend->context)
+        throw_error("Session::run: node '", n->name(), "' (op ", n->op_type(), ") is placed on ",
+                    step.device.to_string(), ", but this build of Spire has no backend for it "
+                    "(configure with SPIRE_CUDA=ON)");
+      step.device_context = backend->context(step.device.index);
+      step.backend = backend;
+    }
+    step.transfer_inputs = n->op_type() != "Copy";
     for (const auto& in : n->inputs()) {
       int s = slot_of(in);
       step.input_slots.push_back(s);
@@ -241,11 +260,19 @@ std::shared_ptr<Session::Plan> Session::compile(const std::vector<Output>& fetch
 std::vector<Tensor> Session::execute(const Plan& plan, const std::vector<Output>& fetches,
                                      const FeedDict& feeds) {
   std::vector<Tensor> values(static_cast<size_t>(plan.num_slots));
-  for (const auto& [out, t] : feeds) values[static_cast<size_t>(plan.feed_slots.at(out))] = t;
+  // A fed value moves to the device of the output it replaces (through
+  // pinned memory for a GPU), once, whatever the number of readers.
+  for (const auto& [out, t] : feeds)
+    values[static_cast<size_t>(plan.feed_slots.at(out))] = t.to(out.node->device());
 
   std::vector<Tensor> inputs(static_cast<size_t>(plan.max_inputs));
+  Device current = Device::cpu();  // the accelerator made current last (CPU: none yet)
   for (const auto& step : plan.steps) {
     Node* n = step.node;
+    if (step.backend && step.device != current) {
+      if (step.backend->make_current) step.backend->make_current(step.device.index);
+      current = step.device;
+    }
     const int nin = static_cast<int>(step.input_slots.size());
     for (int i = 0; i < nin; ++i) {
       const Node* ref = step.ref_inputs[static_cast<size_t>(i)];
@@ -263,15 +290,16 @@ std::vector<Tensor> Session::execute(const Plan& plan, const std::vector<Output>
           throw_error("Session::run: input ", i, " of node '", n->name(), "' is undefined");
         }
         inputs[static_cast<size_t>(i)] = Tensor();
-      } else if (v.device() != step.device) {
+      } else if (step.transfer_inputs && v.device() != step.device) {
         inputs[static_cast<size_t>(i)] = v.to(step.device);
       } else {
         inputs[static_cast<size_t>(i)] = v;
       }
     }
     Tensor* outs = values.data() + step.first_output_slot;
-    KernelContext ctx(*n, step.device, inputs.data(), outs, this, nullptr,
+    KernelContext ctx(*n, step.device, inputs.data(), outs, this, step.device_context,
                       step.device.type == DeviceType::CPU ? thread_pool_.get() : nullptr);
+    ctx.set_allow_tf32(options_.allow_tf32);
     try {
       (*step.kernel)(ctx);
     } catch (const Error& e) {
@@ -289,6 +317,9 @@ std::vector<Tensor> Session::execute(const Plan& plan, const std::vector<Output>
           if (n->op_type() == "Variable") continue;  // uninitialized: checked by readers
           throw_error("internal error: kernel of ", n->describe(), " left output ", o, " undefined");
         }
+        if (t.device() != step.device && n->op_type() != "Variable")
+          throw_error("internal error: kernel of ", n->describe(), " on ", step.device.to_string(),
+                      " returned output ", o, " on ", t.device().to_string());
         if (t.dtype() != n->output_dtype(o) || !n->output_shape(o).is_compatible_with(t.shape()))
           throw_error("node '", n->name(), "' (op ", n->op_type(), "): output ", o, " is ",
                       t.type_string(), " but was inferred as ", dtype_name(n->output_dtype(o)),

@@ -70,6 +70,9 @@ struct SessionOptions {
   /// ThreadPool of this size; the calling thread counts as one). 1 runs every
   /// kernel on the calling thread; 0 = std::thread::hardware_concurrency().
   int num_threads = 1;
+  /// Let GEMMs and convolutions on GPUs use TF32 tensor cores for f32
+  /// (faster, about 10 mantissa bits); off by default, as in PyTorch.
+  bool allow_tf32 = false;
 };
 
 class Session : private SessionState {
@@ -114,6 +117,7 @@ class Session : private SessionState {
   struct Plan;
   Tensor& variable(const Node* var) override;
   uint64_t advance_rng(const Node* n, uint64_t count) override;
+  Tensor& constant_cache(const Node* n) override;
   std::shared_ptr<Plan> get_plan(const std::vector<Output>& fetches,
                                  const std::vector<Node*>& targets, const FeedDict& feeds);
   std::shared_ptr<Plan> compile(const std::vector<Output>& fetches,
@@ -131,6 +135,7 @@ class Session : private SessionState {
   uint64_t plans_version_ = 0;
   std::unordered_map<const Node*, Tensor> variables_;
   std::unordered_map<const Node*, uint64_t> rng_;
+  std::unordered_map<const Node*, Tensor> constants_;  // device copies of Const values
   std::unique_ptr<ThreadPool> thread_pool_;
 };
 

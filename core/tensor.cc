@@ -3,6 +3,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "core/device_backend.h"
+
 namespace spire {
 
 Buffer::Buffer(Allocator* alloc, size_t bytes)
@@ -67,8 +69,13 @@ Tensor Tensor::to(const Device& device) const {
   } else if (device.is_cpu()) {
     buffer_->allocator()->copy_to_host(t.raw_data(), raw_data(), nbytes());
   } else {
-    Tensor host = to(Device::cpu());
-    return host.to(device);
+    // Device to device: the backend orders the copy on both devices' queues.
+    const DeviceBackend* b = device_.type == device.type ? find_device_backend(device.type) : nullptr;
+    if (b == nullptr || !b->copy_between) {
+      Tensor host = to(Device::cpu());
+      return host.to(device);
+    }
+    b->copy_between(t.raw_data(), device.index, raw_data(), device_.index, nbytes());
   }
   return t;
 }

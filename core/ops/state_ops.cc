@@ -72,6 +72,7 @@ SPIRE_REGISTER_OP("Assign")
     .input("ref")
     .input("value")
     .shape_fn([](InferContext& c) { variable_input_check(c, "Assign"); })
+    .colocate_with_input(0)
     .no_gradient()
     .stateful()
     .allow_undefined_input(0)
@@ -81,6 +82,7 @@ SPIRE_REGISTER_OP("AssignAdd")
     .input("ref")
     .input("value")
     .shape_fn([](InferContext& c) { variable_input_check(c, "AssignAdd"); })
+    .colocate_with_input(0)
     .no_gradient()
     .stateful()
     .doc("ref += value (broadcasting value); outputs the new value.");
@@ -89,6 +91,7 @@ SPIRE_REGISTER_OP("AssignSub")
     .input("ref")
     .input("value")
     .shape_fn([](InferContext& c) { variable_input_check(c, "AssignSub"); })
+    .colocate_with_input(0)
     .no_gradient()
     .stateful()
     .doc("ref -= value (broadcasting value); outputs the new value.");
@@ -98,6 +101,19 @@ SPIRE_REGISTER_OP("Identity")
     .shape_fn(same_as_input0)
     .grad([](GradContext& c) -> std::vector<Output> { return {c.grad()}; })
     .doc("Returns x.");
+
+SPIRE_REGISTER_OP("Copy")
+    .input("x")
+    .shape_fn(same_as_input0)
+    .grad([](GradContext& c) -> std::vector<Output> {
+      // The gradient travels back to the device the value came from.
+      Graph& g = c.graph();
+      DeviceScope back(g, c.input(0).node->device());
+      return {g.add_node("Copy", {c.grad()}, {}, c.node()->name() + "_grad")->output(0)};
+    })
+    .doc("Copies x to this node's device. The graph inserts it where a node reads a tensor "
+         "produced on another device (CPU<->GPU, GPU<->GPU); its kernel runs on the "
+         "destination device.");
 
 SPIRE_REGISTER_OP("StopGradient")
     .input("x")

@@ -1,7 +1,7 @@
 // CPU kernels for sources, state and control ops: Const, Placeholder,
 // Variable, Assign/AssignAdd/AssignSub (copy-on-write: a variable's buffer
 // is updated in place only when no other tensor shares it), Identity,
-// StopGradient, ZerosLike, OnesLike and NoOp.
+// StopGradient, ZerosLike, OnesLike, NoOp and Copy (to the CPU).
 #include "core/kernel_registry.h"
 #include "kernels/cpu/broadcast.h"
 
@@ -73,6 +73,9 @@ void assign_update_kernel(KernelContext& ctx) {
 
 void identity_kernel(KernelContext& ctx) { ctx.set_output(0, ctx.input(0)); }
 
+// Copy to the CPU (from a GPU this waits for the device's queued work).
+void copy_kernel(KernelContext& ctx) { ctx.set_output(0, ctx.input(0).to(ctx.device())); }
+
 template <int kValue>
 void fill_like_kernel(KernelContext& ctx) {
   ctx.set_output(0, Tensor::full(ctx.input(0).dtype(), ctx.input(0).shape(), kValue));
@@ -83,6 +86,7 @@ void no_op_kernel(KernelContext&) {}
 }  // namespace
 
 SPIRE_REGISTER_KERNEL("Const", DeviceType::CPU, const_kernel, DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool);
+SPIRE_REGISTER_KERNEL("Copy", DeviceType::CPU, copy_kernel, DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool);
 SPIRE_REGISTER_KERNEL("Placeholder", DeviceType::CPU, placeholder_kernel, DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool);
 SPIRE_REGISTER_KERNEL("Variable", DeviceType::CPU, variable_kernel, DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool);
 SPIRE_REGISTER_KERNEL("Assign", DeviceType::CPU, assign_kernel, DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool);

@@ -14,6 +14,16 @@ bool register_grad_case(GradCase c) {
   return true;
 }
 
+std::vector<ParityCase>& parity_cases() {
+  static std::vector<ParityCase> cases;
+  return cases;
+}
+
+bool register_parity_case(ParityCase c) {
+  parity_cases().push_back(std::move(c));
+  return true;
+}
+
 std::vector<std::string>& forward_covered_ops() {
   static std::vector<std::string> ops;
   return ops;

@@ -34,6 +34,34 @@ struct GradCase {
 std::vector<GradCase>& grad_cases();
 bool register_grad_case(GradCase c);
 
+/// One input of a ParityCase. dtype Invalid means "the case's float dtype".
+struct ParityInput {
+  Shape shape;
+  DType dtype = DType::Invalid;
+  /// Values are drawn uniformly from [lo, hi] (rounded for integer dtypes).
+  double lo = -2, hi = 2;
+};
+
+/// A CPU/GPU parity case for ops the gradient cases do not cover (integer
+/// and boolean ops, random ops, helpers with index inputs): the graph built
+/// by `build` runs on the CPU and under DeviceScope(cuda:0) with the same
+/// random inputs, and the outputs are compared. Gradient cases also run as
+/// parity cases (in f64 and f32), so differentiable ops need no extra case.
+struct ParityCase {
+  std::string op;
+  std::string name;
+  std::vector<ParityInput> inputs;
+  std::function<std::vector<Output>(const std::vector<Output>&)> build;
+  /// Float dtypes the case runs in (each input with dtype Invalid gets it).
+  std::vector<DType> dtypes = {DType::F32, DType::F64};
+  /// Relative-error bounds |gpu - cpu| <= tol * (1 + |cpu|).
+  double tol_f32 = 1e-5;
+  double tol_f64 = 1e-12;
+};
+
+std::vector<ParityCase>& parity_cases();
+bool register_parity_case(ParityCase c);
+
 /// Ops covered by forward (hand-computed) tests.
 std::vector<std::string>& forward_covered_ops();
 bool register_forward_case(const std::string& op);
@@ -59,6 +87,12 @@ Tensor random_tensor(DType dtype, const Shape& shape, std::mt19937_64& rng, doub
 #define SPIRE_GRAD_CASE(tag, ...)                                      \
   static const bool spire_grad_case_##tag [[maybe_unused]] =           \
       ::spire::testing::register_grad_case(::spire::testing::GradCase __VA_ARGS__)
+
+/// Registers a CPU/GPU parity case at load time:
+///   SPIRE_PARITY_CASE(argmax_rows, {"ArgMax", "rows", {{{5, 7}}}, [](auto& in){...}});
+#define SPIRE_PARITY_CASE(tag, ...)                                    \
+  static const bool spire_parity_case_##tag [[maybe_unused]] =         \
+      ::spire::testing::register_parity_case(::spire::testing::ParityCase __VA_ARGS__)
 
 /// A forward test of op `Op` (hand-computed values); also records coverage.
 #define SPIRE_FORWARD_TEST(Op, Name)                                              \

@@ -1,0 +1,314 @@
+// The CUDA backend's device table: one CudaContext per device (stream,
+// library handles, caching allocator, pinned staging), registered with core
+// as the DeviceBackend and allocator factory of DeviceType::CUDA.
+#include "kernels/cuda/cuda_context.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "core/device_backend.h"
+#include "kernels/cuda/cuda_allocator.h"
+
+namespace spire::cuda {
+
+// ---- DeviceGuard -----------------------------------------------------------
+
+DeviceGuard::DeviceGuard(int device) : device_(device) {
+  SPIRE_CUDA_CHECK(cudaGetDevice(&prev_));
+  if (prev_ != device_) SPIRE_CUDA_CHECK(cudaSetDevice(device_));
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (prev_ != device_) cudaSetDevice(prev_);
+}
+
+// ---- CudaContext -----------------------------------------------------------
+
+CudaContext::CudaContext(int device) : device_(device) {
+  DeviceGuard g(device);
+  SPIRE_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
+  SPIRE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  allocator_ = std::make_unique<CachingDeviceAllocator>(*this);
+  staging_ = std::make_unique<PinnedStaging>(device);
+}
+
+CudaContext::~CudaContext() {
+  // Never throw from here: errors at teardown are ignored.
+  cudaSetDevice(device_);
+  if (stream_) cudaStreamSynchronize(stream_);
+  caches_.clear();
+  staging_.reset();
+  allocator_.reset();
+  if (cudnn_) cudnnDestroy(cudnn_);
+  if (cublaslt_) cublasLtDestroy(cublaslt_);
+  if (cublas_) cublasDestroy(cublas_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+cublasHandle_t CudaContext::cublas() {
+  std::lock_guard<std::mutex> lock(handle_mu_);
+  if (!cublas_) {
+    DeviceGuard g(device_);
+    SPIRE_CUBLAS_CHECK(cublasCreate(&cublas_));
+    SPIRE_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+  }
+  return cublas_;
+}
+
+cublasLtHandle_t CudaContext::cublaslt() {
+  std::lock_guard<std::mutex> lock(handle_mu_);
+  if (!cublaslt_) {
+    DeviceGuard g(device_);
+    SPIRE_CUBLAS_CHECK(cublasLtCreate(&cublaslt_));
+  }
+  return cublaslt_;
+}
+
+cudnnHandle_t CudaContext::cudnn() {
+  std::lock_guard<std::mutex> lock(handle_mu_);
+  if (!cudnn_) {
+    DeviceGuard g(device_);
+    SPIRE_CUDNN_CHECK(cudnnCreate(&cudnn_));
+    SPIRE_CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
+  }
+  return cudnn_;
+}
+
+void CudaContext::synchronize() {
+  DeviceGuard g(device_);
+  SPIRE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+// ---- Scratch ---------------------------------------------------------------
+
+Scratch::Scratch(CudaContext& ctx, size_t bytes) : ctx_(ctx), bytes_(bytes) {
+  if (bytes > 0) ptr_ = ctx_.allocator().allocate(bytes);
+}
+
+Scratch::~Scratch() {
+  if (ptr_) ctx_.allocator().deallocate(ptr_, bytes_);
+}
+
+// ---- the device table ------------------------------------------------------
+
+namespace {
+
+int visible_devices() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return n;
+}
+
+struct DeviceTable {
+  std::mutex mu;
+  std::map<int, std::unique_ptr<CudaContext>> contexts;
+};
+
+// The table lives until the process ends and is intentionally not
+// destroyed at exit: tensors held by static objects may still return memory
+// after static destructors run, and the driver releases everything anyway.
+DeviceTable& device_table() {
+  static DeviceTable* t = new DeviceTable;
+  return *t;
+}
+
+// An event-ordered copy between two devices: the destination stream waits
+// for the source's queued work, copies, and the source stream waits for the
+// copy before it may reuse the source block.
+void copy_between_devices(void* dst, int di, const void* src, int si, size_t bytes) {
+  if (bytes == 0) return;
+  CudaContext& s = context_for(si);
+  CudaContext& d = context_for(di);
+  cudaEvent_t src_ready, copied;
+  {
+    DeviceGuard g(si);
+    SPIRE_CUDA_CHECK(cudaEventCreateWithFlags(&src_ready, cudaEventDisableTiming));
+    SPIRE_CUDA_CHECK(cudaEventRecord(src_ready, s.stream()));
+  }
+  DeviceGuard g(di);
+  SPIRE_CUDA_CHECK(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming));
+  SPIRE_CUDA_CHECK(cudaStreamWaitEvent(d.stream(), src_ready, 0));
+  SPIRE_CUDA_CHECK(cudaMemcpyPeerAsync(dst, di, src, si, bytes, d.stream()));
+  SPIRE_CUDA_CHECK(cudaEventRecord(copied, d.stream()));
+  SPIRE_CUDA_CHECK(cudaStreamWaitEvent(s.stream(), copied, 0));
+  cudaEventDestroy(src_ready);  // destruction is deferred until the event completes
+  cudaEventDestroy(copied);
+}
+
+}  // namespace
+
+CudaContext& context_for(int index) {
+  auto& t = device_table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  auto& c = t.contexts[index];
+  if (!c) {
+    int n = visible_devices();
+    if (index < 0 || index >= n) {
+      t.contexts.erase(index);
+      throw_error("device cuda:", index, " does not exist (", n, " CUDA device",
+                  n == 1 ? "" : "s", " visible)");
+    }
+    c = std::make_unique<CudaContext>(index);
+  }
+  return *c;
+}
+
+SPIRE_STATIC_INIT(cuda_device_backend) {
+  DeviceBackend b;
+  b.device_count = visible_devices;
+  b.context = [](int i) -> void* { return &context_for(i); };
+  b.synchronize = [](int i) { context_for(i).synchronize(); };
+  b.make_current = [](int i) {
+    int cur = -1;
+    SPIRE_CUDA_CHECK(cudaGetDevice(&cur));
+    if (cur != i) SPIRE_CUDA_CHECK(cudaSetDevice(i));
+  };
+  b.copy_between = copy_between_devices;
+  register_device_backend(DeviceType::CUDA, std::move(b));
+  register_allocator_factory(DeviceType::CUDA,
+                             [](int i) -> Allocator* { return &context_for(i).allocator(); });
+}
+
+// ---- CachingDeviceAllocator --------------------------------------------------
+
+CachingDeviceAllocator::CachingDeviceAllocator(CudaContext& ctx)
+    : ctx_(ctx), cache_(this, Device::cuda(ctx.device()).to_string()) {}
+
+CachingDeviceAllocator::~CachingDeviceAllocator() = default;
+
+Device CachingDeviceAllocator::device() const { return Device::cuda(ctx_.device()); }
+
+void* CachingDeviceAllocator::allocate(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = cache_.allocate(bytes);
+  if (poison_) {
+    DeviceGuard g(ctx_.device());
+    SPIRE_CUDA_CHECK(cudaMemsetAsync(p, 0xFF, bytes, ctx_.stream()));
+  }
+  return p;
+}
+
+void CachingDeviceAllocator::deallocate(void* ptr, size_t) {
+  if (ptr == nullptr) return;
+  try {
+    cache_.deallocate(ptr);
+  } catch (...) {
+    // Reached from destructors; a foreign pointer is a bug, but never throw here.
+  }
+}
+
+void CachingDeviceAllocator::empty_cache() {
+  DeviceGuard g(ctx_.device());
+  SPIRE_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+  cache_.empty_cache();
+}
+
+void* CachingDeviceAllocator::raw_allocate(size_t bytes) {
+  DeviceGuard g(ctx_.device());
+  void* p = nullptr;
+  cudaError_t err = cudaMalloc(&p, bytes);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // clear it: out of memory is reported by the caller
+    return nullptr;
+  }
+  SPIRE_CUDA_CHECK(err);
+  return p;
+}
+
+void CachingDeviceAllocator::raw_free(void* ptr, size_t) {
+  DeviceGuard g(ctx_.device());
+  cudaFree(ptr);  // synchronizes the device; called from empty_cache and OOM retries only
+}
+
+std::string CachingDeviceAllocator::describe() const {
+  size_t free_b = 0, total = 0;
+  DeviceGuard g(ctx_.device());
+  if (cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
+    cudaGetLastError();
+    return {};
+  }
+  return str_cat(free_b >> 20, " MiB free of ", total >> 20, " MiB");
+}
+
+void CachingDeviceAllocator::copy_to_host(void* dst, const void* src, size_t n) const {
+  if (n) ctx_.staging().download(dst, src, n, ctx_.stream());
+}
+
+void CachingDeviceAllocator::copy_from_host(void* dst, const void* src, size_t n) const {
+  if (n) ctx_.staging().upload(dst, src, n, ctx_.stream());
+}
+
+void CachingDeviceAllocator::copy_within(void* dst, const void* src, size_t n) const {
+  if (n == 0) return;
+  DeviceGuard g(ctx_.device());
+  SPIRE_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, ctx_.stream()));
+}
+
+// ---- PinnedStaging -------------------------------------------------------------
+
+PinnedStaging::~PinnedStaging() {
+  for (Chunk& c : chunks_) {
+    if (c.done) {
+      cudaEventSynchronize(c.done);
+      cudaEventDestroy(c.done);
+    }
+    if (c.ptr) cudaFreeHost(c.ptr);
+  }
+}
+
+PinnedStaging::Chunk& PinnedStaging::free_chunk() {
+  for (Chunk& c : chunks_) {
+    if (!c.pending) return c;
+    cudaError_t q = cudaEventQuery(c.done);
+    if (q == cudaSuccess) {
+      c.pending = false;
+      return c;
+    }
+    if (q != cudaErrorNotReady) SPIRE_CUDA_CHECK(q);
+  }
+  if (static_cast<int>(chunks_.size()) < kMaxChunks) {
+    Chunk c;
+    SPIRE_CUDA_CHECK(cudaHostAlloc(&c.ptr, kChunk, cudaHostAllocDefault));
+    SPIRE_CUDA_CHECK(cudaEventCreateWithFlags(&c.done, cudaEventDisableTiming));
+    chunks_.push_back(c);
+    return chunks_.back();
+  }
+  Chunk& c = chunks_[next_++ % chunks_.size()];
+  SPIRE_CUDA_CHECK(cudaEventSynchronize(c.done));
+  c.pending = false;
+  return c;
+}
+
+void PinnedStaging::upload(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+  DeviceGuard g(device_);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t off = 0; off < bytes; off += kChunk) {
+    size_t n = std::min(kChunk, bytes - off);
+    Chunk& c = free_chunk();
+    std::memcpy(c.ptr, static_cast<const char*>(src) + off, n);
+    SPIRE_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst) + off, c.ptr, n,
+                                     cudaMemcpyHostToDevice, stream));
+    SPIRE_CUDA_CHECK(cudaEventRecord(c.done, stream));
+    c.pending = true;
+  }
+}
+
+void PinnedStaging::download(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+  DeviceGuard g(device_);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t off = 0; off < bytes; off += kChunk) {
+    size_t n = std::min(kChunk, bytes - off);
+    Chunk& c = free_chunk();
+    SPIRE_CUDA_CHECK(cudaMemcpyAsync(c.ptr, static_cast<const char*>(src) + off, n,
+                                     cudaMemcpyDeviceToHost, stream));
+    SPIRE_CUDA_CHECK(cudaEventRecord(c.done, stream));
+    SPIRE_CUDA_CHECK(cudaEventSynchronize(c.done));  // the host needs the bytes now
+    std::memcpy(static_cast<char*>(dst) + off, c.ptr, n);
+  }
+}
+
+}  // namespace spire::cuda
