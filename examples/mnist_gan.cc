@@ -7,9 +7,12 @@
 // runs one discriminator step then one generator step through the hooked
 // session. Every epoch a callback writes an 8x8 grid of samples from a
 // fixed z to <logdir>/samples-epoch<N>.png; ModelSaver keeps checkpoints.
+// With --device gpu (or gpu:N, cuda, cuda:N) the whole graph (the tower, both
+// optimizers, the global step, the callbacks' nodes) is built on that GPU.
 //
 //   ./build/examples/mnist_gan [--data DIR] [--logdir DIR] [--max-epoch N]
-//                              [--steps-per-epoch N] [--threads N]
+//                              [--steps-per-epoch N] [--threads N] [--device D]
+//                              [--help]
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "device_flag.h"
 #include "image_util.h"
 #include "spire.h"
 #include "train/callbacks.h"
@@ -89,13 +93,17 @@ std::vector<Output> gan_tower(const std::vector<Output>& in) {
 // A two-cost trainer (tensorpack's SeparateGANTrainer with d_period = g_period
 // = 1): the tower gives {d_loss, g_loss}; each has its own Adam over its own
 // variables; run_step runs a D step then a G step, both hooked (so each
-// consumes a batch from the input and counts as a global step).
+// consumes a batch from the input and counts as a global step). The graph
+// built here goes on `device`; the caller keeps the same device for the
+// callbacks' nodes (DeviceScope around train_with_defaults).
 class GANTrainer : public TowerTrainer {
  public:
-  GANTrainer(std::shared_ptr<InputSource> input, const std::vector<InputDesc>& signature)
+  GANTrainer(std::shared_ptr<InputSource> input, const std::vector<InputDesc>& signature,
+             const Device& device)
       : input_(std::move(input)) {
     Graph& g = graph();
     DefaultGraphGuard guard(g);
+    DeviceScope on_device(g, device);
     set_tower_func(TowerFunc(gan_tower, signature));
     std::vector<CallbackPtr> cbs = input_->setup(signature, g);
     {
@@ -191,7 +199,8 @@ class GANSampleWriter : public Callback {
   void _trigger_epoch() override {
     const std::string& dir = trainer().logdir();
     if (dir.empty()) return;
-    Tensor img = trainer().sess().run({samples_})[0];
+    // Fetches come back to the CPU (a no-op copy there) whatever the device.
+    Tensor img = trainer().sess().run({samples_})[0].to(Device::cpu());
     int w = 0, h = 0;
     std::vector<uint8_t> grid = spire_examples::tile_images(img.data<float>(), kRows * kCols, 28,
                                                             28, kRows, kCols, -1.0f, 1.0f, 2, 0,
@@ -215,19 +224,22 @@ struct Flags {
   int max_epoch = 5;
   int64_t steps_per_epoch = 400;
   int threads = 2;
+  std::string device = "cpu";
 };
 
 void usage(const char* argv0) {
   std::printf(
       "Usage: %s [--data DIR] [--logdir DIR] [--max-epoch N] [--steps-per-epoch N] [--threads N]\n"
+      "          [--device D]\n"
       "Trains an MLP GAN on MNIST; writes samples-epoch<N>.png (8x8 samples from a fixed z),\n"
       "checkpoints and stats.json to --logdir (default train_log/mnist_gan).\n"
       "  --data DIR            MNIST directory (default ../shared/data/mnist, relative to the\n"
       "                        current directory or to the repository)\n"
       "  --max-epoch N         epochs to train (default 5)\n"
       "  --steps-per-epoch N   D+G step pairs per epoch (default 400)\n"
-      "  --threads N           CPU threads of the session (default 2)\n",
-      argv0);
+      "  --threads N           CPU threads of the session (default 2)\n"
+      "  --device D            %s\n",
+      argv0, spire_examples::device_flag_spellings());
 }
 
 bool is_dir(const std::string& p) {
@@ -295,8 +307,10 @@ int main(int argc, char** argv) {
       else if (key == "--max-epoch") f.max_epoch = static_cast<int>(parse_int(key, val, 1));
       else if (key == "--steps-per-epoch") f.steps_per_epoch = parse_int(key, val, 1);
       else if (key == "--threads") f.threads = static_cast<int>(parse_int(key, val, 0));
+      else if (key == "--device") f.device = val;
       else throw_error("unknown argument '", key, "' (see --help)");
     }
+    const Device device = spire_examples::parse_device_flag(f.device);
     std::string data = resolve_data_dir(f.data);
     if (f.logdir.empty()) throw_error("--logdir must not be empty");
     make_dirs(f.logdir);
@@ -310,15 +324,20 @@ int main(int argc, char** argv) {
     auto input = std::make_shared<QueueInput>(batched);
     std::vector<InputDesc> signature = {{"input", DType::F32, {kBatch, 28, 28}}};
 
-    GANTrainer trainer(input, signature);
+    GANTrainer trainer(input, signature, device);
     trainer.set_logdir(f.logdir);
     SessionOptions so;
     so.num_threads = f.threads;
     std::vector<CallbackPtr> callbacks = {std::make_shared<ModelSaver>(),
                                           std::make_shared<GANEpochStats>(),
                                           std::make_shared<GANSampleWriter>()};
-    trainer.train_with_defaults(callbacks, {}, new_session_creator(so), nullptr, f.steps_per_epoch, 1,
-                                f.max_epoch);
+    {
+      // The callbacks' nodes (the sample generator, the saver's, the global
+      // step's) go on the same device as the trainer's graph.
+      DeviceScope on_device(trainer.graph(), device);
+      trainer.train_with_defaults(callbacks, {}, new_session_creator(so), nullptr, f.steps_per_epoch,
+                                  1, f.max_epoch);
+    }
     const Monitors& m = trainer.monitors();
     std::printf("final epoch %d: d_loss %.4f g_loss %.4f; D right on %.1f%% of real, %.1f%% of fake\n",
                 trainer.epoch_num(), m.get_latest("d_loss"), m.get_latest("g_loss"),

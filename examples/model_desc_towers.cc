@@ -2,10 +2,16 @@
 // built twice in one graph: a training tower (batch statistics, dropout,
 // EMA updates) and inference towers that share its variables by name. After
 // a few hundred Adam steps on generated data, two inference towers give
-// identical outputs (BatchNorm uses the EMAs, dropout is off).
+// identical outputs (BatchNorm uses the EMAs, dropout is off). With --device
+// gpu (or gpu:N, cuda, cuda:N) the whole graph (both kinds of tower, the
+// optimizer and its slots, the EMA updates) is built on that GPU.
+//
+//   ./build/examples/model_desc_towers [--device D] [--help]
 #include <cstdio>
 #include <random>
+#include <string>
 
+#include "device_flag.h"
 #include "layers/layers.h"
 #include "spire.h"
 #include "train/model_desc.h"
@@ -30,8 +36,44 @@ class BlobModel : public ModelDesc {
   std::shared_ptr<Optimizer> optimizer() override { return std::make_shared<AdamOptimizer>(1e-2); }
 };
 
-int main() {
+namespace {
+
+void usage(const char* argv0) {
+  std::printf(
+      "Usage: %s [--device D]\n"
+      "Builds one ModelDesc as a training tower and two inference towers sharing its variables,\n"
+      "trains 200 Adam steps on generated data and checks the inference towers agree.\n"
+      "  --device D   %s\n",
+      argv0, spire_examples::device_flag_spellings());
+}
+
+// Returns false when --help was given.
+bool parse_args(int argc, char** argv, std::string* device) {
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s == "--help" || s == "-h") return false;
+    if (s == "--device") {
+      if (i + 1 >= argc) throw_error("--device: missing value (see --help)");
+      *device = argv[++i];
+    } else if (s.rfind("--device=", 0) == 0) {
+      *device = s.substr(9);
+    } else {
+      throw_error("unknown argument '", s, "' (see --help)");
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
   try {
+    std::string device_flag = "cpu";
+    if (!parse_args(argc, argv, &device_flag)) {
+      usage(argv[0]);
+      return 0;
+    }
+    const Device device = spire_examples::parse_device_flag(device_flag);
     const int64_t n = 256;
     std::mt19937_64 rng(5);
     std::normal_distribution<float> noise(0, 1);
@@ -48,6 +90,10 @@ int main() {
     Graph g;
     DefaultGraphGuard guard(g);
     g.set_seed(1);
+    // Everything below is placed on `device`: placeholders, towers, the
+    // optimizer (its slots and the global step), the initializers. The fed
+    // data moves there; fetches come back to the CPU for the checks below.
+    DeviceScope on_device(g, device);
     BlobModel model;
     TowerFunc tower = model.tower_func();
     std::vector<Output> inputs = model.make_placeholders();
