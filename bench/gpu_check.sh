@@ -1,0 +1,441 @@
+#!/usr/bin/env bash
+# GPU check of Spire's CUDA backend, for a machine with an NVIDIA GPU (H100/H200):
+#   build     configure + build Release with -DSPIRE_CUDA=ON (CUDA architectures 90 unless
+#             CUDA_ARCHITECTURES says otherwise), -j$(nproc): the test binary and the GPU
+#             benchmarks (Ninja when there is one; ccache when CMake finds it)
+#   test      the GPU tests: spire_tests --gtest_filter="$GPU_TEST_FILTER"
+#   memcheck  the tests of $MEMCHECK_FILTER (kept short) once under
+#             compute-sanitizer --tool memcheck
+#   bench     build/.../bench/gpu_kernels and gpu_train_step
+#   torch     bench/mnist_step_torch.py (the same training step in PyTorch)
+# then prints a summary and the benchmark tables, the kernel table last.
+#
+# Usage: bench/gpu_check.sh [build] [test] [memcheck] [bench] [torch]
+#   No argument runs everything. The build runs whenever test, memcheck or bench is asked (it is
+#   incremental: quick when the build directory is up to date). Each step has a time limit (below);
+#   where one command may run 10 minutes at most, split the work, e.g.
+#     bench/gpu_check.sh build test memcheck     then     bench/gpu_check.sh bench torch
+#   (the second call reuses the build directory while the machine keeps it).
+#
+# Without a visible GPU (nvidia-smi missing, failing or listing none) it says why after the build
+# and exits 0 (1 when the build failed). Otherwise the exit status is 1 when the build, a GPU test,
+# memcheck or a benchmark failed (or a filter matched no test), else 0; a missing PyTorch or
+# compute-sanitizer is reported as skipped, not failed.
+#
+# Logs (at most 8 files, so that a runner collecting $OUT takes them all): build.log, tests.log,
+# memcheck.log, gpu_kernels.txt, gpu_kernels.csv, gpu_train_step.txt, torch_step.txt, summary.txt,
+# in $OUT when it is set, else in build/gpu_check/.
+#
+# Environment (all optional):
+#   BUILD_DIR            build directory (default build/gpu-release in the repository)
+#   CUDA_ARCHITECTURES   CMAKE_CUDA_ARCHITECTURES (default: $CMAKE_CUDA_ARCHITECTURES, else 90)
+#   JOBS                 build jobs (default: nproc)
+#   SPIRE_CMAKE_ARGS     extra configure arguments, word-split (e.g. -DCMAKE_PREFIX_PATH=/deps)
+#   GPU_TEST_FILTER, MEMCHECK_FILTER   gtest filters (defaults just below)
+#   MEMCHECK_ENV         VAR=value words set for the memcheck run only
+#   GPU_KERNELS_ARGS, TRAIN_STEP_ARGS, TORCH_ARGS   extra arguments (e.g. --quick)
+#   PYTHON               interpreter for the PyTorch script (default python3)
+#   TEST_TIMEOUT, MEMCHECK_TIMEOUT, BENCH_TIMEOUT, TORCH_TIMEOUT   seconds per step
+set -u -o pipefail
+
+# ---- settings ---------------------------------------------------------------------------
+# The GPU test suites (names to be finalized with the tests) and the short memcheck subset.
+GPU_TEST_FILTER="${GPU_TEST_FILTER:-Cuda*:Gpu*:*Parity*}"
+MEMCHECK_FILTER="${MEMCHECK_FILTER:-*Parity*}"
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${BUILD_DIR:-$REPO/build/gpu-release}"
+if [[ -n "${OUT:-}" ]]; then LOG_DIR="$OUT"; else LOG_DIR="$REPO/build/gpu_check"; fi
+CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES:-${CMAKE_CUDA_ARCHITECTURES:-90}}"
+JOBS="${JOBS:-$(nproc 2>/dev/null || echo 4)}"
+PYTHON="${PYTHON:-python3}"
+TEST_TIMEOUT="${TEST_TIMEOUT:-300}"
+MEMCHECK_TIMEOUT="${MEMCHECK_TIMEOUT:-300}"
+BENCH_TIMEOUT="${BENCH_TIMEOUT:-300}"
+TORCH_TIMEOUT="${TORCH_TIMEOUT:-240}"
+
+BUILD_LOG="$LOG_DIR/build.log"
+TESTS_LOG="$LOG_DIR/tests.log"
+MEMCHECK_LOG="$LOG_DIR/memcheck.log"
+KERNELS_OUT="$LOG_DIR/gpu_kernels.txt"
+KERNELS_CSV="$LOG_DIR/gpu_kernels.csv"
+TRAIN_OUT="$LOG_DIR/gpu_train_step.txt"
+TORCH_OUT="$LOG_DIR/torch_step.txt"
+SUMMARY="$LOG_DIR/summary.txt"
+TEST_BIN="$BUILD_DIR/tests/spire_tests"
+
+export PYTHONUNBUFFERED=1
+
+usage() { sed -n '2,/^set -u/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; }
+
+# ---- which steps --------------------------------------------------------------------------
+want_build=0 want_test=0 want_memcheck=0 want_bench=0 want_torch=0
+if [[ $# -eq 0 ]]; then
+  want_build=1 want_test=1 want_memcheck=1 want_bench=1 want_torch=1
+fi
+for arg in "$@"; do
+  case "$arg" in
+    build) want_build=1 ;;
+    test) want_test=1 ;;
+    memcheck) want_memcheck=1 ;;
+    bench) want_bench=1 ;;
+    torch) want_torch=1 ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "gpu_check: unknown step '$arg' (build, test, memcheck, bench, torch; see --help)" >&2
+       exit 2 ;;
+  esac
+done
+if (( want_test || want_memcheck || want_bench )); then want_build=1; fi
+
+mkdir -p "$LOG_DIR" || { echo "gpu_check: cannot create $LOG_DIR" >&2; exit 1; }
+
+FAIL=0
+STATUS=()  # "step: status" lines for the summary
+status() { STATUS+=("$(printf '%-9s %s' "$1:" "$2")"); echo "gpu_check: $1: $2"; }
+failed() { FAIL=1; status "$1" "$2"; }
+
+# Runs "$@" under a time limit of $1 seconds (without one where `timeout` is missing).
+limited() {
+  local secs="$1"
+  shift
+  if command -v timeout >/dev/null 2>&1; then
+    timeout -k 10 "$secs" "$@"
+  else
+    "$@"
+  fi
+}
+
+timed_out() { [[ $1 -eq 124 || $1 -eq 137 ]]; }
+
+# Prints the number of tests a gtest filter selects; fails (saying why on stderr) when the test
+# binary cannot list them (e.g. it does not start).
+count_tests() {
+  local list
+  if ! list="$("$TEST_BIN" --gtest_filter="$1" --gtest_list_tests 2>&1)"; then
+    echo "gpu_check: $TEST_BIN --gtest_list_tests failed: $(tail -3 <<<"$list" | tr '\n' ' ')" >&2
+    return 1
+  fi
+  grep -c '^  ' <<<"$list" || true
+}
+
+# gtest's closing lines ("[  PASSED  ] 12 tests." ...) joined on one line.
+gtest_totals() {
+  grep -E '^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?' "$1" | sed -E 's/^\[ +([A-Z]+) +\] /\1 /; s/[,.].*$//' |
+    paste -sd ';' - | sed 's/;/; /g'
+}
+
+NO_GPU_REASON=""
+gpu_visible() {
+  local out
+  if ! command -v nvidia-smi >/dev/null 2>&1; then
+    NO_GPU_REASON="nvidia-smi is not on PATH (no NVIDIA driver here)"
+    return 1
+  fi
+  if ! out="$(nvidia-smi -L 2>&1)"; then
+    NO_GPU_REASON="nvidia-smi failed: $(echo "$out" | head -3 | tr '\n' ' ')"
+    return 1
+  fi
+  if ! grep -q '^GPU ' <<<"$out"; then
+    NO_GPU_REASON="nvidia-smi lists no GPU: $(echo "$out" | head -3 | tr '\n' ' ')"
+    return 1
+  fi
+  return 0
+}
+
+find_nvcc() {
+  if command -v nvcc >/dev/null 2>&1; then command -v nvcc
+  elif [[ -x /usr/local/cuda/bin/nvcc ]]; then echo /usr/local/cuda/bin/nvcc
+  fi
+}
+
+find_sanitizer() {
+  local c
+  for c in "$(command -v compute-sanitizer 2>/dev/null)" /usr/local/cuda/bin/compute-sanitizer \
+           /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
+    if [[ -n "$c" && -x "$c" ]]; then echo "$c"; return; fi
+  done
+}
+
+environment() {
+  echo "== gpu_check environment ($(date -u '+%Y-%m-%d %H:%M:%S UTC'))"
+  echo "repository: $REPO ($(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo 'no git'))"
+  echo "build dir: $BUILD_DIR; logs: $LOG_DIR; jobs: $JOBS; CUDA architectures: $CUDA_ARCHITECTURES"
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm \
+      --format=csv,noheader 2>&1 | head -4
+  else
+    echo "nvidia-smi: not found"
+  fi
+  local nvcc
+  nvcc="$(find_nvcc)"
+  echo "nvcc: ${nvcc:-not found} $([[ -n "$nvcc" ]] && "$nvcc" --version | tail -1)"
+  echo "cmake: $(cmake --version 2>/dev/null | head -1 || echo 'not found')"
+  echo "c++: $(c++ --version 2>/dev/null | head -1 || echo 'not found')"
+  echo "ninja: $(command -v ninja || echo 'not found'); ccache: $(command -v ccache || echo 'not found')"
+  local cs
+  cs="$(find_sanitizer || true)"
+  echo "compute-sanitizer: ${cs:-not found}"
+}
+
+# ---- build ----------------------------------------------------------------------------------
+TESTS_BUILT=0
+do_build() {
+  environment >"$BUILD_LOG" 2>&1
+  local nvcc
+  nvcc="$(find_nvcc)"
+  if [[ -z "$nvcc" ]]; then
+    failed build "FAILED: nvcc not found (neither on PATH nor /usr/local/cuda/bin)"
+    return 1
+  fi
+  if ! command -v cmake >/dev/null 2>&1; then
+    failed build "FAILED: cmake not found"
+    return 1
+  fi
+  local gen=()
+  # A generator can only be chosen for a new build directory.
+  if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]] && command -v ninja >/dev/null 2>&1; then gen=(-G Ninja); fi
+  local extra=()
+  # shellcheck disable=SC2206  # word splitting of SPIRE_CMAKE_ARGS is intended
+  extra=(${SPIRE_CMAKE_ARGS:-})
+  local args=(-S "$REPO" -B "$BUILD_DIR" ${gen[@]+"${gen[@]}"} -DCMAKE_BUILD_TYPE=Release
+              -DSPIRE_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc"
+              -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHITECTURES"
+              -DSPIRE_BUILD_BENCH=ON -DSPIRE_BUILD_EXAMPLES=OFF -DSPIRE_MPI=OFF)
+  local t0=$SECONDS
+  echo "== configure: cmake ${args[*]} -DSPIRE_BUILD_TESTS=ON ${extra[*]}" >>"$BUILD_LOG"
+  if cmake "${args[@]}" -DSPIRE_BUILD_TESTS=ON ${extra[@]+"${extra[@]}"} >>"$BUILD_LOG" 2>&1; then
+    TESTS_BUILT=1
+  else
+    # Most likely GoogleTest is missing: build the benchmarks at least.
+    echo "== configure with the tests failed; again without them" >>"$BUILD_LOG"
+    if ! cmake "${args[@]}" -DSPIRE_BUILD_TESTS=OFF ${extra[@]+"${extra[@]}"} >>"$BUILD_LOG" 2>&1; then
+      failed build "FAILED: configure (see $BUILD_LOG)"
+      tail -25 "$BUILD_LOG"
+      return 1
+    fi
+    echo "gpu_check: configure with the tests failed (GoogleTest missing? see $BUILD_LOG); building without them"
+  fi
+  local targets=()
+  if (( TESTS_BUILT )) && (( want_test || want_memcheck || !want_bench )); then targets+=(spire_tests); fi
+  if (( want_bench || !(want_test || want_memcheck) )) || (( ${#targets[@]} == 0 )); then
+    targets+=(gpu_kernels gpu_train_step)
+  fi
+  echo "== build: cmake --build $BUILD_DIR -j $JOBS --target ${targets[*]}" >>"$BUILD_LOG"
+  echo "gpu_check: building ${targets[*]} in $BUILD_DIR with $JOBS jobs (log: $BUILD_LOG)..."
+  if ! cmake --build "$BUILD_DIR" -j "$JOBS" --target "${targets[@]}" >>"$BUILD_LOG" 2>&1; then
+    failed build "FAILED after $((SECONDS - t0)) s (see $BUILD_LOG)"
+    grep -E 'error|Error' "$BUILD_LOG" | head -30
+    tail -15 "$BUILD_LOG"
+    return 1
+  fi
+  local note=""
+  if (( !TESTS_BUILT )); then
+    note="; the tests were NOT configured (see $BUILD_LOG)"
+    if (( want_test || want_memcheck )); then FAIL=1; fi
+  fi
+  status build "ok in $((SECONDS - t0)) s (Release, SPIRE_CUDA=ON, archs $CUDA_ARCHITECTURES, ${targets[*]})$note"
+  return 0
+}
+
+# ---- tests ----------------------------------------------------------------------------------
+do_tests() {
+  rm -f "$TESTS_LOG"
+  if (( !TESTS_BUILT )); then
+    failed tests "NOT RUN: the tests were not configured (see $BUILD_LOG)"
+    return
+  fi
+  if [[ ! -x "$TEST_BIN" ]]; then
+    failed tests "NOT RUN: $TEST_BIN was not built"
+    return
+  fi
+  local n rc totals
+  if ! n="$(count_tests "$GPU_TEST_FILTER")"; then
+    failed tests "FAILED: the test binary cannot list its tests (see above)"
+    return
+  fi
+  if [[ "$n" -eq 0 ]]; then
+    failed tests "FAILED: the filter '$GPU_TEST_FILTER' matches no test (set GPU_TEST_FILTER)"
+    return
+  fi
+  echo "gpu_check: running $n GPU tests ('$GPU_TEST_FILTER', log: $TESTS_LOG)..."
+  limited "$TEST_TIMEOUT" "$TEST_BIN" --gtest_filter="$GPU_TEST_FILTER" --gtest_color=no \
+    >"$TESTS_LOG" 2>&1
+  rc=$?
+  totals="$(gtest_totals "$TESTS_LOG")"
+  if timed_out "$rc"; then
+    failed tests "TIMED OUT after ${TEST_TIMEOUT} s ($n tests selected; see $TESTS_LOG)"
+  elif [[ $rc -ne 0 ]]; then
+    failed tests "FAILED (exit $rc; $totals; filter '$GPU_TEST_FILTER')"
+    grep -E '^\[  FAILED  \] [A-Za-z_]' "$TESTS_LOG" | sort -u | head -20
+  else
+    local warn=""
+    if grep -qE '^\[  SKIPPED \] [0-9]' "$TESTS_LOG"; then warn=" (tests skipped on a GPU machine: check why)"; fi
+    status tests "passed ($totals; filter '$GPU_TEST_FILTER')$warn"
+  fi
+}
+
+# ---- memcheck -------------------------------------------------------------------------------
+do_memcheck() {
+  rm -f "$MEMCHECK_LOG"
+  local cs n rc errors
+  cs="$(find_sanitizer || true)"
+  if [[ -z "$cs" ]]; then
+    status memcheck "SKIPPED: compute-sanitizer not found"
+    return
+  fi
+  if (( !TESTS_BUILT )) || [[ ! -x "$TEST_BIN" ]]; then
+    failed memcheck "NOT RUN: $TEST_BIN was not built"
+    return
+  fi
+  if ! n="$(count_tests "$MEMCHECK_FILTER")"; then
+    failed memcheck "FAILED: the test binary cannot list its tests (see above)"
+    return
+  fi
+  if [[ "$n" -eq 0 ]]; then
+    failed memcheck "FAILED: the filter '$MEMCHECK_FILTER' matches no test (set MEMCHECK_FILTER)"
+    return
+  fi
+  echo "gpu_check: running $n tests ('$MEMCHECK_FILTER') under compute-sanitizer memcheck (log: $MEMCHECK_LOG)..."
+  # Note: Spire's caching allocator hands out parts of larger cudaMalloc blocks, so an overrun
+  # that stays inside a cached block is invisible to memcheck.
+  # shellcheck disable=SC2086  # MEMCHECK_ENV is a list of VAR=value words
+  limited "$MEMCHECK_TIMEOUT" env ${MEMCHECK_ENV:-} "$cs" --tool memcheck --error-exitcode 86 \
+    --print-limit 100 "$TEST_BIN" --gtest_filter="$MEMCHECK_FILTER" --gtest_color=no \
+    >"$MEMCHECK_LOG" 2>&1
+  rc=$?
+  errors="$(grep -E 'ERROR SUMMARY' "$MEMCHECK_LOG" | tail -1 | sed -E 's/^=+ *//')"
+  if timed_out "$rc"; then
+    failed memcheck "TIMED OUT after ${MEMCHECK_TIMEOUT} s ($n tests; see $MEMCHECK_LOG)"
+  elif [[ $rc -eq 86 ]]; then
+    failed memcheck "FAILED: ${errors:-memory errors} (filter '$MEMCHECK_FILTER'; see $MEMCHECK_LOG)"
+    grep -m 10 -E '^=+ (Invalid|Program hit|Out-of-range|Misaligned)' "$MEMCHECK_LOG"
+  elif [[ $rc -ne 0 ]]; then
+    failed memcheck "FAILED: tests failed under the sanitizer (exit $rc; $(gtest_totals "$MEMCHECK_LOG"); ${errors:-no error summary})"
+  else
+    status memcheck "clean (${errors:-no error summary}; $(gtest_totals "$MEMCHECK_LOG"); filter '$MEMCHECK_FILTER')"
+  fi
+}
+
+# ---- benchmarks -----------------------------------------------------------------------------
+# run_bench NAME OUTPUT_FILE COMMAND...
+run_bench() {
+  local name="$1" out="$2" rc
+  shift 2
+  if [[ ! -x "$1" ]]; then
+    failed "$name" "NOT RUN: $1 was not built"
+    return
+  fi
+  echo "gpu_check: running $name (output: $out)..."
+  limited "$BENCH_TIMEOUT" "$@" >"$out" 2>&1
+  rc=$?
+  if timed_out "$rc"; then
+    failed "$name" "TIMED OUT after ${BENCH_TIMEOUT} s (see $out)"
+  elif [[ $rc -ne 0 ]]; then
+    failed "$name" "FAILED (exit $rc; see $out)"
+  elif grep -q 'skipped:' "$out"; then
+    failed "$name" "did not run: $(grep -m1 'skipped:' "$out")"
+  else
+    status "$name" "ok"
+  fi
+}
+
+do_bench() {
+  rm -f "$KERNELS_OUT" "$KERNELS_CSV" "$TRAIN_OUT"
+  # shellcheck disable=SC2086  # the *_ARGS variables are word lists
+  run_bench gpu_kernels "$KERNELS_OUT" "$BUILD_DIR/bench/gpu_kernels" --csv "$KERNELS_CSV" ${GPU_KERNELS_ARGS:-}
+  # shellcheck disable=SC2086
+  run_bench train_step "$TRAIN_OUT" "$BUILD_DIR/bench/gpu_train_step" ${TRAIN_STEP_ARGS:-}
+}
+
+do_torch() {
+  rm -f "$TORCH_OUT"
+  if ! command -v "$PYTHON" >/dev/null 2>&1; then
+    status torch "SKIPPED: $PYTHON not found"
+    return
+  fi
+  echo "gpu_check: running bench/mnist_step_torch.py (output: $TORCH_OUT)..."
+  local rc
+  # shellcheck disable=SC2086
+  limited "$TORCH_TIMEOUT" "$PYTHON" "$REPO/bench/mnist_step_torch.py" ${TORCH_ARGS:-} >"$TORCH_OUT" 2>&1
+  rc=$?
+  if timed_out "$rc"; then
+    failed torch "TIMED OUT after ${TORCH_TIMEOUT} s (see $TORCH_OUT)"
+  elif [[ $rc -ne 0 ]]; then
+    failed torch "FAILED (exit $rc; see $TORCH_OUT)"
+  elif grep -q 'skipped:' "$TORCH_OUT"; then
+    status torch "SKIPPED: $(grep -m1 'skipped:' "$TORCH_OUT" | sed 's/^mnist_step_torch: skipped: //')"
+    torch_skipped=1
+  else
+    status torch "ok"
+  fi
+}
+
+# ---- report ---------------------------------------------------------------------------------
+# Keeps each log under the 16 MiB a runner collects per file (its last 15 MiB).
+cap_logs() {
+  local f limit=$((15 * 1024 * 1024))
+  for f in "$BUILD_LOG" "$TESTS_LOG" "$MEMCHECK_LOG" "$KERNELS_OUT" "$TRAIN_OUT" "$TORCH_OUT"; do
+    if [[ -f "$f" ]] && (( $(stat -c %s "$f") > limit )); then
+      tail -c "$limit" "$f" >"$f.cut" && { echo "[gpu_check: cut to its last 15 MiB]"; cat "$f.cut"; } >"$f"
+      rm -f "$f.cut"
+    fi
+  done
+}
+
+# The table of a benchmark's output (from its "## ... table" line), else the output's end.
+print_table() {
+  local file="$1" marker="$2"
+  [[ -f "$file" ]] || return 0
+  echo
+  if grep -q "^## $marker table" "$file"; then
+    sed -n "/^## $marker table/,\$p" "$file"
+  else
+    echo "== $marker: no table; last lines of $file:"
+    tail -20 "$file"
+  fi
+}
+
+finish() {
+  cap_logs
+  {
+    echo
+    echo "==== gpu_check summary ($(date -u '+%Y-%m-%d %H:%M:%S UTC'); logs in $LOG_DIR) ===="
+    local line
+    for line in "${STATUS[@]}"; do echo "$line"; done
+    if (( FAIL )); then echo "RESULT: FAILED"
+    elif [[ -n "$NO_GPU_REASON" ]]; then
+      echo "RESULT: ok (no GPU: $( (( want_build )) && echo 'only the build was checked' || echo 'nothing was checked'))"
+    else echo "RESULT: ok"; fi
+  } | tee "$SUMMARY"
+  if (( ran_torch && !torch_skipped )); then print_table "$TORCH_OUT" mnist_step_torch; fi
+  if (( ran_bench )); then
+    print_table "$TRAIN_OUT" gpu_train_step
+    print_table "$KERNELS_OUT" gpu_kernels  # last
+  fi
+  exit "$FAIL"
+}
+
+# ---- main -----------------------------------------------------------------------------------
+ran_bench=0 ran_torch=0 torch_skipped=0
+build_ok=1
+if (( want_build )); then
+  do_build || build_ok=0
+fi
+
+if ! gpu_visible; then
+  status gpu "none visible: $NO_GPU_REASON; $( (( want_build )) && echo 'built only, ')no test or benchmark was run"
+  finish
+fi
+status gpu "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"
+
+if (( !build_ok )); then
+  if (( want_test )); then failed tests "NOT RUN: the build failed"; fi
+  if (( want_memcheck )); then failed memcheck "NOT RUN: the build failed"; fi
+  if (( want_bench )); then failed bench "NOT RUN: the build failed"; fi
+else
+  if (( want_test )); then do_tests; fi
+  if (( want_memcheck )); then do_memcheck; fi
+  if (( want_bench )); then do_bench; ran_bench=1; fi
+fi
+if (( want_torch )); then do_torch; ran_torch=1; fi
+finish
