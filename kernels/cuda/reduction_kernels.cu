@@ -1,0 +1,392 @@
+// CUDA kernels for the reductions Sum, Mean, Max, Min, Prod and ArgMax (ops
+// in core/ops/reduction_ops.cc) and SumToLike (core/ops/op_util.cc), with
+// the dtypes and semantics of the CPU kernels (kernels/cpu/reduction_kernels.cc,
+// kernels/cpu/elementwise.cc).
+//
+// A reduction is canonicalized (kernels/reduce_index.h) into passes over
+// [outer, len, inner] blocks, innermost reduced group first, so reductions
+// over non-adjacent axes take one pass per reduced group and no transposes.
+// Each pass runs one of three kernels:
+//   - rows (inner == 1, len > 16): one warp per row for rows up to 512
+//     elements, else one 256-thread block per row (or per chunk of a row),
+//     with 16-byte vector loads when the row chunk is aligned; warp-shuffle
+//     tree (__shfl_down_sync), then a shared-memory step across warps;
+//   - columns (inner > 1) and very short rows: one thread per output (per
+//     chunk), looping over len; neighbouring threads read neighbouring
+//     addresses, so loads are coalesced;
+// When a pass has too few outputs to fill the device, len is split into
+// chunks (plan_split) reduced into a partial block by the first kernel, and
+// the partials are reduced by the next pass. A full reduction is the row
+// case with outer = 1: per-chunk block partials, then one more small pass.
+// No atomics, so results are deterministic for a given device. Sums
+// accumulate in the element type (as the CPU kernels). Mean divides the
+// final sums by the count (integer division for integers).
+#include <cstdint>
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+#include "core/kernel_registry.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/reduce_index.h"
+
+namespace spire::cuda {
+namespace {
+
+using kernels::ArgBest;
+using kernels::ReduceBlock;
+using kernels::ReduceItem;
+using kernels::ReduceSplit;
+
+constexpr unsigned kFullMask = 0xffffffffu;
+// Threads of the row kernels (a multiple of 32).
+constexpr int kRowThreads = 256;
+// Rows up to this length take one warp per row; longer ones a block.
+constexpr int64_t kWarpRowMax = 512;
+// Rows up to this length take one thread per row (the column kernel).
+constexpr int64_t kThreadRowMax = 16;
+// Minimum chunk when splitting a row (elements) or a column (rows).
+constexpr int64_t kRowMinChunk = 2048;
+constexpr int64_t kColumnMinChunk = 32;
+
+// ---- reduction policies ------------------------------------------------------
+//
+// A policy gives the accumulator type Acc, its identity and combine rule,
+// lift(v, r) turning an input element at position r along len into an Acc
+// (first pass: the element type; later passes: Acc itself), and finish(a)
+// turning the final accumulator into the output element.
+
+// Sum, Prod, Max, Min (and Mean with the division epilogue).
+template <typename T, template <typename> class R>
+struct PlainPolicy {
+  using Acc = T;
+  using Final = T;
+  bool divide = false;
+  T divisor = T(1);
+  __device__ Acc identity() const { return R<T>::identity(); }
+  __device__ Acc combine(Acc a, Acc b) const { return typename R<T>::Fn()(a, b); }
+  __device__ Acc lift(T v, int64_t) const { return v; }
+  __device__ Final finish(Acc a) const { return divide ? static_cast<T>(a / divisor) : a; }
+};
+
+// ArgMax: (value, index) pairs; the output is the index as I.
+template <typename T, typename I>
+struct ArgMaxPolicy {
+  using Acc = ArgBest<T>;
+  using Final = I;
+  __device__ Acc identity() const { return kernels::argmax_identity<T>(); }
+  __device__ Acc combine(Acc a, Acc b) const { return kernels::argmax_combine(a, b); }
+  __device__ Acc lift(T v, int64_t r) const { return Acc{v, r}; }
+  __device__ Acc lift(Acc a, int64_t) const { return a; }
+  __device__ Final finish(Acc a) const { return static_cast<I>(a.i); }
+};
+
+template <typename T>
+__device__ T shfl_down(T v, int delta) {
+  return __shfl_down_sync(kFullMask, v, delta);
+}
+template <typename T>
+__device__ ArgBest<T> shfl_down(ArgBest<T> a, int delta) {
+  a.v = __shfl_down_sync(kFullMask, a.v, delta);
+  a.i = static_cast<int64_t>(
+      __shfl_down_sync(kFullMask, static_cast<long long>(a.i), delta));
+  return a;
+}
+
+// Tree reduction of a full warp; lane 0 holds the result.
+template <typename P, typename Acc>
+__device__ Acc warp_reduce(const P& p, Acc a) {
+  for (int d = 16; d > 0; d >>= 1) a = p.combine(a, shfl_down(a, d));
+  return a;
+}
+
+// Reduction of a whole block (blockDim.x a multiple of 32, every thread
+// calls it); thread 0 holds the result. `smem` holds 32 accumulators and
+// may be reused right after the call.
+template <typename P, typename Acc>
+__device__ Acc block_reduce(const P& p, Acc a, Acc* smem) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  a = warp_reduce(p, a);
+  if (lane == 0) smem[warp] = a;
+  __syncthreads();
+  if (warp == 0) {
+    const int nwarps = static_cast<int>(blockDim.x >> 5);
+    a = lane < nwarps ? smem[lane] : p.identity();
+    a = warp_reduce(p, a);
+  }
+  __syncthreads();
+  return a;
+}
+
+// Writes an accumulator: the finished value in the last pass, else the
+// accumulator itself into a partial block.
+template <bool kFinal, typename P, typename Out>
+__device__ void store(const P& p, Out* out, int64_t idx, typename P::Acc a) {
+  if constexpr (kFinal) out[idx] = p.finish(a);
+  else out[idx] = a;
+}
+
+template <typename In>
+struct alignas(16) Vec16 {
+  In v[16 / sizeof(In)];
+};
+
+// Rows: one block per (row, chunk) item, items grid-strided over blocks.
+// Output slot of item (row, c) is row * splits + c.
+template <bool kFinal, typename P, typename In, typename Out>
+__global__ void __launch_bounds__(kRowThreads)
+    row_block_kernel(P p, const In* __restrict__ in, Out* __restrict__ out, int64_t rows,
+                     int64_t len, int64_t splits, int64_t chunk) {
+  using Acc = typename P::Acc;
+  __shared__ Acc smem[32];
+  const int64_t items = rows * splits;
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    const int64_t row = item / splits, c = item % splits;
+    int64_t r0, r1;
+    kernels::chunk_range(len, chunk, c, &r0, &r1);
+    const In* src = in + row * len;
+    Acc acc = p.identity();
+    int64_t r_scalar = r0 + threadIdx.x;
+    if constexpr (std::is_arithmetic_v<In>) {
+      constexpr int kVec = static_cast<int>(16 / sizeof(In));
+      if (reinterpret_cast<uintptr_t>(src + r0) % 16 == 0) {
+        const Vec16<In>* vsrc = reinterpret_cast<const Vec16<In>*>(src + r0);
+        const int64_t nvec = (r1 - r0) / kVec;
+        for (int64_t k = threadIdx.x; k < nvec; k += blockDim.x) {
+          const Vec16<In> v = vsrc[k];
+#pragma unroll
+          for (int j = 0; j < kVec; ++j) acc = p.combine(acc, p.lift(v.v[j], r0 + k * kVec + j));
+        }
+        r_scalar = r0 + nvec * kVec + threadIdx.x;
+      }
+    }
+    for (int64_t r = r_scalar; r < r1; r += blockDim.x) acc = p.combine(acc, p.lift(src[r], r));
+    acc = block_reduce(p, acc, smem);
+    if (threadIdx.x == 0) store<kFinal>(p, out, item, acc);
+  }
+}
+
+// Rows up to kWarpRowMax elements: one warp per row, rows grid-strided over warps.
+template <bool kFinal, typename P, typename In, typename Out>
+__global__ void row_warp_kernel(P p, const In* __restrict__ in, Out* __restrict__ out,
+                                int64_t rows, int64_t len) {
+  using Acc = typename P::Acc;
+  const int lane = threadIdx.x & 31;
+  const int64_t warps_per_block = blockDim.x >> 5;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * warps_per_block;
+  for (int64_t row = blockIdx.x * warps_per_block + (threadIdx.x >> 5); row < rows; row += stride) {
+    const In* src = in + row * len;
+    Acc acc = p.identity();
+    for (int64_t r = lane; r < len; r += 32) acc = p.combine(acc, p.lift(src[r], r));
+    acc = warp_reduce(p, acc);
+    if (lane == 0) store<kFinal>(p, out, row, acc);
+  }
+}
+
+// Columns (and very short rows): one thread per work item (q, c, i) of the
+// [outer, splits, inner] result, looping over its chunk of len.
+template <bool kFinal, typename P, typename In, typename Out>
+__global__ void column_kernel(P p, const In* __restrict__ in, Out* __restrict__ out,
+                              ReduceBlock b, int64_t splits, int64_t chunk) {
+  using Acc = typename P::Acc;
+  const int64_t n = b.outer * splits * b.inner;
+  SPIRE_GRID_STRIDE_LOOP(t, n) {
+    const ReduceItem it = kernels::reduce_item(t, splits, b.inner);
+    int64_t r0, r1;
+    kernels::chunk_range(b.len, chunk, it.c, &r0, &r1);
+    Acc acc = p.identity();
+    for (int64_t r = r0; r < r1; ++r)
+      acc = p.combine(acc, p.lift(in[kernels::reduce_offset(b, it.q, r, it.i)], r));
+    store<kFinal>(p, out, t, acc);
+  }
+}
+
+// Launches one kernel reducing `in` (block b, split as given) into `out`.
+template <bool kFinal, typename P, typename In, typename Out>
+void launch_pass(CudaContext& cc, const P& p, const ReduceBlock& b, const ReduceSplit& s,
+                 const In* in, Out* out) {
+  if (b.inner == 1 && !(s.splits == 1 && b.len <= kThreadRowMax)) {
+    if (s.splits == 1 && b.len <= kWarpRowMax) {
+      row_warp_kernel<kFinal><<<blocks_for(cc, b.outer * 32, kRowThreads), kRowThreads, 0,
+                                cc.stream()>>>(p, in, out, b.outer, b.len);
+    } else {
+      const int64_t items = b.outer * s.splits;
+      const int64_t cap = static_cast<int64_t>(std::max(cc.sm_count(), 1)) * 32;
+      const int blocks = static_cast<int>(std::max<int64_t>(1, std::min(items, cap)));
+      row_block_kernel<kFinal><<<blocks, kRowThreads, 0, cc.stream()>>>(p, in, out, b.outer, b.len,
+                                                                       s.splits, s.chunk);
+    }
+  } else {
+    column_kernel<kFinal><<<blocks_for(cc, b.outer * s.splits * b.inner), kThreads, 0,
+                            cc.stream()>>>(p, in, out, b, s.splits, s.chunk);
+  }
+  SPIRE_CUDA_LAUNCH_CHECK();
+}
+
+// Reduces `in` (a [outer, len, inner] block, b.outer * b.inner > 0) into
+// `out` ([outer, inner]), splitting len first when there are too few outputs
+// to keep the device busy.
+template <bool kFinal, typename P, typename In, typename Out>
+void reduce_block(CudaContext& cc, const P& p, const ReduceBlock& b, const In* in, Out* out) {
+  const int64_t sms = std::max(cc.sm_count(), 1);
+  // Rows: about 8 blocks per SM; columns: about 2048 threads per SM.
+  const ReduceSplit s = b.inner == 1 ? kernels::plan_split(b, sms * 8, kRowMinChunk)
+                                     : kernels::plan_split(b, sms * 2048, kColumnMinChunk);
+  if (s.splits == 1) {
+    launch_pass<kFinal>(cc, p, b, s, in, out);
+    return;
+  }
+  using Acc = typename P::Acc;
+  Scratch partial(cc, sizeof(Acc) * static_cast<size_t>(b.outer * s.splits * b.inner));
+  launch_pass<false>(cc, p, b, s, in, partial.as<Acc>());
+  // The partials form a [outer, splits, inner] block; the scratch may be
+  // released once the consuming kernel is queued (stream-ordered reuse).
+  reduce_block<kFinal>(cc, p, ReduceBlock{b.outer, s.splits, b.inner},
+                       static_cast<const Acc*>(partial.as<Acc>()), out);
+}
+
+template <typename T>
+__global__ void fill_kernel(T* out, int64_t n, T v) {
+  SPIRE_GRID_STRIDE_LOOP(i, n) out[i] = v;
+}
+
+// Reduces x (shape `in`) over the dims with is_reduced into out (out_elems
+// elements, row-major over the kept dims) with policy P.
+template <typename T, template <typename> class R>
+void run_reduction(KernelContext& ctx, const Tensor& x, const std::vector<bool>& is_reduced,
+                   T* out, int64_t out_elems, bool mean) {
+  auto& cc = context(ctx);
+  if (out_elems == 0) return;
+  const int64_t in_elems = x.num_elements();
+  if (in_elems == 0) {
+    // Empty reduction: the identity (Mean: NaN for floats, 0 for integers).
+    T v = R<T>::identity();
+    if (mean) v = std::is_floating_point_v<T> ? std::numeric_limits<T>::quiet_NaN() : T(0);
+    fill_kernel<<<blocks_for(cc, out_elems), kThreads, 0, cc.stream()>>>(out, out_elems, v);
+    SPIRE_CUDA_LAUNCH_CHECK();
+    return;
+  }
+  PlainPolicy<T, R> p;
+  const int64_t count = in_elems / out_elems;
+  if (mean && count > 1) {
+    p.divide = true;
+    p.divisor = static_cast<T>(count);
+  }
+  std::vector<ReduceBlock> passes =
+      kernels::reduce_passes(kernels::merge_reduce_dims(x.shape().dims(), is_reduced));
+  // Nothing reduced (only size-1 dims): still fold each element into the
+  // identity, as the CPU kernel does.
+  if (passes.empty()) passes.push_back(ReduceBlock{in_elems, 1, 1});
+  const T* cur = x.data<T>();
+  std::vector<std::unique_ptr<Scratch>> temps;
+  for (size_t k = 0; k < passes.size(); ++k) {
+    const ReduceBlock& b = passes[k];
+    if (k + 1 == passes.size()) {
+      reduce_block<true>(cc, p, b, cur, out);
+    } else {
+      temps.push_back(
+          std::make_unique<Scratch>(cc, sizeof(T) * static_cast<size_t>(b.outer * b.inner)));
+      T* next = temps.back()->as<T>();
+      reduce_block<false>(cc, p, b, cur, next);
+      cur = next;
+    }
+  }
+}
+
+template <typename T, template <typename> class R, bool kMean = false>
+void reduce_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const int rank = x.rank();
+  const auto axes = ctx.attr<std::vector<int64_t>>("axes");
+  const bool keep = ctx.attr<bool>("keepdims");
+  std::vector<bool> is_reduced(static_cast<size_t>(rank), axes.empty());
+  for (int64_t a : axes) {
+    if (a < -rank || a >= rank) ctx.fail("axis ", a, " is out of range for rank ", rank);
+    is_reduced[static_cast<size_t>(a < 0 ? a + rank : a)] = true;
+  }
+  std::vector<int64_t> out_dims;
+  for (int d = 0; d < rank; ++d) {
+    if (!is_reduced[static_cast<size_t>(d)]) out_dims.push_back(x.dim(d));
+    else if (keep) out_dims.push_back(1);
+  }
+  Tensor& y = ctx.allocate_output(0, Shape(std::move(out_dims)));
+  run_reduction<T, R>(ctx, x, is_reduced, y.data<T>(), y.num_elements(), kMean);
+}
+
+// SumToLike: sums x over the dims along which `like` was broadcast.
+template <typename T>
+void sum_to_like_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Shape& target = ctx.input(1).shape();
+  if (x.shape() == target) {
+    ctx.set_output(0, x);
+    return;
+  }
+  Shape check;
+  if (!broadcast_shapes(x.shape(), target, &check) || check != x.shape())
+    ctx.fail("cannot sum ", x.shape().to_string(), " down to ", target.to_string());
+  Tensor& z = ctx.allocate_output(0, target);
+  run_reduction<T, kernels::SumReducer>(ctx, x, kernels::sum_to_like_reduced(x.shape().dims(), target.dims()),
+                                        z.data<T>(), z.num_elements(), false);
+}
+
+// ArgMax over one axis: a single [outer, n, inner] pass with (value, index)
+// accumulators.
+template <typename T, typename I>
+void argmax_impl(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const int rank = x.rank();
+  const int64_t a = ctx.attr<int64_t>("axis");
+  if (rank == 0 || a < -rank || a >= rank) ctx.fail("axis ", a, " is out of range for rank ", rank);
+  const int axis = static_cast<int>(a < 0 ? a + rank : a);
+  ReduceBlock b;
+  b.len = x.dim(axis);
+  std::vector<int64_t> out_dims;
+  for (int i = 0; i < rank; ++i) {
+    if (i < axis) b.outer *= x.dim(i);
+    if (i > axis) b.inner *= x.dim(i);
+    if (i != axis) out_dims.push_back(x.dim(i));
+  }
+  Tensor& y = ctx.allocate_output(0, Shape(std::move(out_dims)));
+  if (y.num_elements() == 0) return;
+  if (b.len == 0) ctx.fail("cannot take the argmax over an empty dimension");
+  reduce_block<true>(context(ctx), ArgMaxPolicy<T, I>{}, b, x.data<T>(), y.data<I>());
+}
+
+template <typename T>
+void argmax_kernel(KernelContext& ctx) {
+  if (ctx.node().output_dtype(0) == DType::I32) argmax_impl<T, int32_t>(ctx);
+  else argmax_impl<T, int64_t>(ctx);
+}
+
+template <template <typename> class R, bool kMean = false>
+void register_reduction(const char* op) {
+  auto& reg = KernelRegistry::global();
+  reg.add(op, DeviceType::CUDA, DType::F32, reduce_kernel<float, R, kMean>);
+  reg.add(op, DeviceType::CUDA, DType::F64, reduce_kernel<double, R, kMean>);
+  reg.add(op, DeviceType::CUDA, DType::I32, reduce_kernel<int32_t, R, kMean>);
+  reg.add(op, DeviceType::CUDA, DType::I64, reduce_kernel<int64_t, R, kMean>);
+}
+
+}  // namespace
+
+SPIRE_STATIC_INIT(cuda_reduction_kernels) {
+  register_reduction<kernels::SumReducer>("Sum");
+  register_reduction<kernels::SumReducer, true>("Mean");
+  register_reduction<kernels::MaxReducer>("Max");
+  register_reduction<kernels::MinReducer>("Min");
+  register_reduction<kernels::ProdReducer>("Prod");
+  auto& reg = KernelRegistry::global();
+  reg.add("ArgMax", DeviceType::CUDA, DType::F32, argmax_kernel<float>);
+  reg.add("ArgMax", DeviceType::CUDA, DType::F64, argmax_kernel<double>);
+  reg.add("ArgMax", DeviceType::CUDA, DType::I32, argmax_kernel<int32_t>);
+  reg.add("ArgMax", DeviceType::CUDA, DType::I64, argmax_kernel<int64_t>);
+  reg.add("SumToLike", DeviceType::CUDA, DType::F32, sum_to_like_kernel<float>);
+  reg.add("SumToLike", DeviceType::CUDA, DType::F64, sum_to_like_kernel<double>);
+  reg.add("SumToLike", DeviceType::CUDA, DType::I32, sum_to_like_kernel<int32_t>);
+  reg.add("SumToLike", DeviceType::CUDA, DType::I64, sum_to_like_kernel<int64_t>);
+}
+
+}  // namespace spire::cuda

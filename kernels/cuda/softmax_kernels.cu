@@ -1,0 +1,244 @@
+// CUDA kernels for Softmax, LogSoftmax and SparseSoftmaxCrossEntropyWithLogits
+// (ops in core/ops/nn_ops.cc), f32 and f64, with the semantics of the CPU
+// kernels (kernels/cpu/softmax_kernels.cc).
+//
+// The input is seen as [outer, len, inner] around the softmax axis. Each row
+// keeps an online softmax state (kernels/reduce_index.h): a running maximum
+// m and a running sum s of exp(x - m), rescaled when m grows, so the
+// denominator takes one pass over the row; a second pass writes the outputs.
+//   - last axis (inner == 1): one warp per row for rows up to 1024 elements
+//     (states merged with a __shfl_xor_sync butterfly, so every lane holds
+//     the row's state), else one 256-thread block per row (warp butterflies,
+//     then a shared-memory step across warps);
+//   - other axes: one thread per (outer, inner) position walking the axis
+//     with stride inner (neighbouring threads read neighbouring addresses).
+// SparseSoftmaxCrossEntropyWithLogits takes one pass per row: the loss is
+// log(s) - (x[label] - m). A label outside [0, classes) cannot raise an
+// error from the GPU: as TensorFlow's GPU kernel, that row's loss is NaN
+// (the CPU kernel raises an error).
+#include <cstdint>
+#include <type_traits>
+
+#include "core/kernel_registry.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/reduce_index.h"
+
+namespace spire::cuda {
+namespace {
+
+using kernels::SoftmaxState;
+
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kRowThreads = 256;
+// Rows up to this length take one warp per row; longer ones a block.
+constexpr int64_t kWarpRowMax = 1024;
+
+// Merges the states of all lanes of a warp; every lane gets the result.
+template <typename T>
+__device__ SoftmaxState<T> warp_allreduce(SoftmaxState<T> st) {
+  for (int d = 16; d > 0; d >>= 1) {
+    SoftmaxState<T> o;
+    o.m = __shfl_xor_sync(kFullMask, st.m, d);
+    o.s = __shfl_xor_sync(kFullMask, st.s, d);
+    st = kernels::softmax_merge(st, o);
+  }
+  return st;
+}
+
+// Merges the states of a whole block (every thread calls it); every thread
+// gets the result. smem holds 33 states and may be reused after the call.
+template <typename T>
+__device__ SoftmaxState<T> block_allreduce(SoftmaxState<T> st, SoftmaxState<T>* smem) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  st = warp_allreduce(st);
+  if (lane == 0) smem[warp] = st;
+  __syncthreads();
+  if (warp == 0) {
+    const int nwarps = static_cast<int>(blockDim.x >> 5);
+    st = lane < nwarps ? smem[lane] : kernels::softmax_identity<T>();
+    st = warp_allreduce(st);
+    if (lane == 0) smem[32] = st;
+  }
+  __syncthreads();
+  st = smem[32];
+  __syncthreads();
+  return st;
+}
+
+// Writes one row (stride 1) or one strided column of outputs from its
+// finished state.
+template <typename T, bool kLog>
+__device__ void write_outputs(const T* xs, T* ys, int64_t begin, int64_t end, int64_t step,
+                              int64_t stride, SoftmaxState<T> st) {
+  using std::log;
+  st = kernels::softmax_finish(st);
+  if constexpr (kLog) {
+    const T log_sum = log(st.s);
+    for (int64_t j = begin; j < end; j += step)
+      ys[j * stride] = kernels::log_softmax_value(xs[j * stride], st.m, log_sum);
+  } else {
+    const T inv = T(1) / st.s;
+    for (int64_t j = begin; j < end; j += step)
+      ys[j * stride] = kernels::softmax_value(xs[j * stride], st.m, inv);
+  }
+}
+
+template <typename T, bool kLog>
+__global__ void softmax_warp_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows,
+                                    int64_t len) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps_per_block = blockDim.x >> 5;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * warps_per_block;
+  for (int64_t row = blockIdx.x * warps_per_block + (threadIdx.x >> 5); row < rows; row += stride) {
+    const T* xs = x + row * len;
+    SoftmaxState<T> st = kernels::softmax_identity<T>();
+    for (int64_t j = lane; j < len; j += 32) kernels::softmax_add(st, xs[j]);
+    st = warp_allreduce(st);
+    write_outputs<T, kLog>(xs, y + row * len, lane, len, 32, 1, st);
+  }
+}
+
+template <typename T, bool kLog>
+__global__ void __launch_bounds__(kRowThreads)
+    softmax_block_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t len) {
+  __shared__ SoftmaxState<T> smem[33];
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* xs = x + row * len;
+    SoftmaxState<T> st = kernels::softmax_identity<T>();
+    for (int64_t j = threadIdx.x; j < len; j += blockDim.x) kernels::softmax_add(st, xs[j]);
+    st = block_allreduce(st, smem);
+    write_outputs<T, kLog>(xs, y + row * len, threadIdx.x, len, blockDim.x, 1, st);
+  }
+}
+
+// Softmax along a non-last axis: thread t handles outer index t / inner and
+// inner index t % inner.
+template <typename T, bool kLog>
+__global__ void softmax_column_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t outer,
+                                      int64_t len, int64_t inner) {
+  SPIRE_GRID_STRIDE_LOOP(t, outer * inner) {
+    const int64_t q = t / inner, i = t % inner;
+    const int64_t base = q * len * inner + i;
+    const T* xs = x + base;
+    SoftmaxState<T> st = kernels::softmax_identity<T>();
+    for (int64_t j = 0; j < len; ++j) kernels::softmax_add(st, xs[j * inner]);
+    write_outputs<T, kLog>(xs, y + base, 0, len, 1, inner, st);
+  }
+}
+
+template <typename T, bool kLog>
+void softmax_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Shape& s = x.shape();
+  const int r = s.rank();
+  int64_t axis = ctx.attr<int64_t>("axis");
+  if (r < 1 || axis < -r || axis >= r) ctx.fail("axis ", axis, " is out of range for rank ", r);
+  if (axis < 0) axis += r;
+  int64_t outer = 1, len = 1, inner = 1;
+  for (int i = 0; i < r; ++i) {
+    if (i < axis) outer *= s[i];
+    else if (i == axis) len = s[i];
+    else inner *= s[i];
+  }
+  Tensor& y = ctx.allocate_output(0, s);
+  if (y.num_elements() == 0) return;
+  auto& cc = context(ctx);
+  const T* px = x.data<T>();
+  T* py = y.data<T>();
+  if (inner == 1 && len <= kWarpRowMax) {
+    softmax_warp_kernel<T, kLog><<<blocks_for(cc, outer * 32, kRowThreads), kRowThreads, 0,
+                                   cc.stream()>>>(px, py, outer, len);
+  } else if (inner == 1) {
+    const int blocks = static_cast<int>(
+        std::min<int64_t>(outer, static_cast<int64_t>(std::max(cc.sm_count(), 1)) * 32));
+    softmax_block_kernel<T, kLog><<<blocks, kRowThreads, 0, cc.stream()>>>(px, py, outer, len);
+  } else {
+    softmax_column_kernel<T, kLog><<<blocks_for(cc, outer * inner), kThreads, 0, cc.stream()>>>(
+        px, py, outer, len, inner);
+  }
+  SPIRE_CUDA_LAUNCH_CHECK();
+}
+
+// ---- sparse softmax cross-entropy ------------------------------------------
+
+template <typename T, typename L>
+__global__ void xent_warp_kernel(const T* __restrict__ logits, const L* __restrict__ labels,
+                                 T* __restrict__ loss, int64_t rows, int64_t classes) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps_per_block = blockDim.x >> 5;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * warps_per_block;
+  for (int64_t row = blockIdx.x * warps_per_block + (threadIdx.x >> 5); row < rows; row += stride) {
+    const T* xs = logits + row * classes;
+    SoftmaxState<T> st = kernels::softmax_identity<T>();
+    for (int64_t j = lane; j < classes; j += 32) kernels::softmax_add(st, xs[j]);
+    st = warp_allreduce(st);
+    if (lane == 0)
+      loss[row] = kernels::sparse_xent_loss(kernels::softmax_finish(st), xs,
+                                            static_cast<int64_t>(labels[row]), classes);
+  }
+}
+
+template <typename T, typename L>
+__global__ void __launch_bounds__(kRowThreads)
+    xent_block_kernel(const T* __restrict__ logits, const L* __restrict__ labels,
+                      T* __restrict__ loss, int64_t rows, int64_t classes) {
+  __shared__ SoftmaxState<T> smem[33];
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* xs = logits + row * classes;
+    SoftmaxState<T> st = kernels::softmax_identity<T>();
+    for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) kernels::softmax_add(st, xs[j]);
+    st = block_allreduce(st, smem);
+    if (threadIdx.x == 0)
+      loss[row] = kernels::sparse_xent_loss(kernels::softmax_finish(st), xs,
+                                            static_cast<int64_t>(labels[row]), classes);
+  }
+}
+
+template <typename T, typename L>
+void sparse_xent(KernelContext& ctx, const Tensor& logits, const Tensor& labels) {
+  const int64_t n = logits.dim(0), classes = logits.dim(1);
+  Tensor& loss = ctx.allocate_output(0, Shape{n});
+  if (n == 0) return;
+  auto& cc = context(ctx);
+  const T* px = logits.data<T>();
+  const L* pl = labels.data<L>();
+  T* out = loss.data<T>();
+  if (classes <= kWarpRowMax) {
+    xent_warp_kernel<T, L><<<blocks_for(cc, n * 32, kRowThreads), kRowThreads, 0, cc.stream()>>>(
+        px, pl, out, n, classes);
+  } else {
+    const int blocks = static_cast<int>(
+        std::min<int64_t>(n, static_cast<int64_t>(std::max(cc.sm_count(), 1)) * 32));
+    xent_block_kernel<T, L><<<blocks, kRowThreads, 0, cc.stream()>>>(px, pl, out, n, classes);
+  }
+  SPIRE_CUDA_LAUNCH_CHECK();
+}
+
+template <typename T>
+void sparse_xent_kernel(KernelContext& ctx) {
+  const Tensor& logits = ctx.input(0);
+  const Tensor& labels = ctx.input(1);
+  if (logits.rank() != 2 || labels.rank() != 1 || labels.dim(0) != logits.dim(0))
+    ctx.fail("expected logits [N, C] and labels [N]");
+  if (labels.dtype() == DType::I32) sparse_xent<T, int32_t>(ctx, logits, labels);
+  else if (labels.dtype() == DType::I64) sparse_xent<T, int64_t>(ctx, logits, labels);
+  else ctx.fail("labels must be i32 or i64");
+}
+
+}  // namespace
+
+SPIRE_STATIC_INIT(cuda_softmax_kernels) {
+  auto& reg = KernelRegistry::global();
+  reg.add("Softmax", DeviceType::CUDA, DType::F32, softmax_kernel<float, false>);
+  reg.add("Softmax", DeviceType::CUDA, DType::F64, softmax_kernel<double, false>);
+  reg.add("LogSoftmax", DeviceType::CUDA, DType::F32, softmax_kernel<float, true>);
+  reg.add("LogSoftmax", DeviceType::CUDA, DType::F64, softmax_kernel<double, true>);
+  reg.add("SparseSoftmaxCrossEntropyWithLogits", DeviceType::CUDA, DType::F32,
+          sparse_xent_kernel<float>);
+  reg.add("SparseSoftmaxCrossEntropyWithLogits", DeviceType::CUDA, DType::F64,
+          sparse_xent_kernel<double>);
+}
+
+}  // namespace spire::cuda
