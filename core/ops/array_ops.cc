@@ -413,7 +413,8 @@ SPIRE_REGISTER_OP("Gather")
       return {gather_grad(c.grad(), c.input(1), c.input(0), c.attr<int64_t>("axis")), Output()};
     })
     .doc("Slices of params along `axis` at integer indices; an index outside [0, dim) is an "
-         "error naming the node and the index.");
+         "error naming the node and the index on the CPU, and gives a slice of zeros on a GPU "
+         "(as TensorFlow's GPU kernel; a GPU kernel cannot raise), where GatherGrad skips it.");
 
 SPIRE_REGISTER_OP("GatherGrad")
     .input("grad")

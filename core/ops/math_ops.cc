@@ -68,7 +68,8 @@ SPIRE_REGISTER_OP("Div").input("x").input("y").shape_fn(numeric_binary_shape)
       Output g = c.grad(), x = c.input(0), y = c.input(1);
       return {sum_to_like(div(g, y), x), sum_to_like(neg(div(mul(g, x), square(y))), y)};
     })
-    .doc("x / y; integer division truncates toward zero and rejects a zero divisor.");
+    .doc("x / y; integer division truncates toward zero and rejects a zero divisor on the "
+         "CPU (on a GPU a zero divisor gives 0: a GPU kernel cannot raise).");
 
 SPIRE_REGISTER_OP("Pow").input("x").input("y").shape_fn(float_binary_shape)
     .grad([](GradContext& c) -> Grads {

@@ -334,7 +334,8 @@ SPIRE_REGISTER_OP("SparseSoftmaxCrossEntropyWithLogits")
       Output hot = one_hot(labels, classes, 1.0, 0.0, logits.dtype());
       return {mul(sub(softmax(logits), hot), expand_dims(g, -1)), Output()};
     })
-    .doc("Per-row -log softmax(logits)[label]; labels outside [0, C) are a run-time error.");
+    .doc("Per-row -log softmax(logits)[label]; labels outside [0, C) are a run-time error on "
+         "the CPU and give a NaN loss on a GPU (as TensorFlow's GPU kernel).");
 
 // ---- conv2d ---------------------------------------------------------------------------------
 
