@@ -18,6 +18,12 @@
 namespace spire::testing {
 namespace {
 
+// StopGradient has no gradient case (it stops them); Identity has one.
+SPIRE_PARITY_CASE(stop_gradient, {"StopGradient", "odd size", {{{7, 13}}},
+  [](const std::vector<Output>& in) -> std::vector<Output> {
+    return {ops::mul(ops::stop_gradient(in[0]), in[0])};
+  }});
+
 bool cuda_built() { return find_device_backend(DeviceType::CUDA) != nullptr; }
 
 std::string skip_reason() {
