@@ -1,0 +1,266 @@
+// CUDA kernels for MatMul and BatchMatMul (ops registered in core/ops/nn_ops.cc), f32 and
+// f64 (the dtypes of the CPU kernels in kernels/cpu/matmul_kernels.cc), through cuBLAS on the
+// device context's handle (bound to its stream).
+//
+// Layout: tensors are row-major, cuBLAS is column-major. A row-major [r, c] matrix is the
+// column-major [c, r] matrix of its transpose, so the row-major C = op(A) op(B) is computed
+// as the column-major C^T = op(B)^T op(A)^T: cuBLAS gets B first, A second, the dims (n, m, k),
+// each operand's own transpose flag, and leading dimensions equal to the row-major column
+// counts.
+//
+// Precision: f32 uses CUBLAS_COMPUTE_32F (plain FP32 math; the context creates the handle
+// with cublasCreate's CUBLAS_DEFAULT_MATH and nobody changes it, so no TF32) unless the
+// session allows TF32 (ctx.allow_tf32()), then CUBLAS_COMPUTE_32F_FAST_TF32. The compute
+// type is passed per call, so the shared handle's state is never touched. f64 uses
+// CUBLAS_COMPUTE_64F.
+//
+// Empty results return at once; a sum over an empty K writes zeros (cudaMemsetAsync) without
+// calling cuBLAS (whose leading-dimension rules reject zero-sized operands).
+//
+// BatchMatMul broadcasts batch dims like the CPU (NumPy rules, a rank-2 operand is shared):
+//  - b shared by every entry and a not transposed: one tall (batch * m) x n GEMM, as on the
+//    CPU;
+//  - each operand either has the full batch or a single matrix: one strided-batched GEMM
+//    (stride 0 for the shared operand);
+//  - anything else (e.g. [2, 1, m, k] x [3, k, n]): a small kernel writes the per-entry
+//    operand pointers into scratch memory on the device, then one pointer-array batched
+//    GEMM.
+// Batches are issued in chunks of at most 65535 entries (cuBLAS grid limits on older GPUs).
+#include <algorithm>
+#include <climits>
+#include <type_traits>
+#include <vector>
+
+#include "core/kernel_registry.h"
+#include "kernels/cuda/launch.h"
+
+namespace spire::cuda {
+namespace {
+
+constexpr int64_t kMaxBatchChunk = 65535;
+constexpr int kMaxBatchRank = 8;
+
+template <typename T>
+cudaDataType_t data_type();
+template <>
+cudaDataType_t data_type<float>() {
+  return CUDA_R_32F;
+}
+template <>
+cudaDataType_t data_type<double>() {
+  return CUDA_R_64F;
+}
+
+// The compute type of a GEMM on T: TF32 tensor cores for f32 only when the session allows it.
+template <typename T>
+cublasComputeType_t compute_type(const KernelContext& ctx) {
+  if constexpr (std::is_same_v<T, float>)
+    return ctx.allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  else
+    return CUBLAS_COMPUTE_64F;
+}
+
+int to_int(const KernelContext& ctx, int64_t v, const char* what) {
+  if (v > INT_MAX) ctx.fail(what, " ", v, " exceeds the range of cuBLAS (int)");
+  return static_cast<int>(v);
+}
+
+cublasOperation_t op(bool transpose) { return transpose ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+// The operands of one row-major GEMM C[m, n] = op(A) op(B), with the row-major column counts
+// of A, B and C as leading dimensions (all dims positive).
+struct GemmDims {
+  bool ta, tb;
+  int m, n, k;
+  int lda, ldb, ldc;
+};
+
+GemmDims gemm_dims(const KernelContext& ctx, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                   int64_t lda, int64_t ldb, int64_t ldc) {
+  GemmDims d;
+  d.ta = ta, d.tb = tb;
+  d.m = to_int(ctx, m, "rows"), d.n = to_int(ctx, n, "columns");
+  d.k = to_int(ctx, k, "inner dimension");
+  d.lda = to_int(ctx, lda, "leading dimension"), d.ldb = to_int(ctx, ldb, "leading dimension");
+  d.ldc = to_int(ctx, ldc, "leading dimension");
+  return d;
+}
+
+template <typename T>
+void gemm(const KernelContext& ctx, CudaContext& cc, const GemmDims& d, const T* a, const T* b,
+          T* c) {
+  const T one = T(1), zero = T(0);
+  const cudaDataType_t dt = data_type<T>();
+  SPIRE_CUBLAS_CHECK(cublasGemmEx(cc.cublas(), op(d.tb), op(d.ta), d.n, d.m, d.k, &one, b, dt,
+                                  d.ldb, a, dt, d.lda, &zero, c, dt, d.ldc, compute_type<T>(ctx),
+                                  CUBLAS_GEMM_DEFAULT));
+}
+
+template <typename T>
+void gemm_strided_batched(const KernelContext& ctx, CudaContext& cc, const GemmDims& d, const T* a,
+                          int64_t stride_a, const T* b, int64_t stride_b, T* c, int64_t stride_c,
+                          int64_t batch) {
+  const T one = T(1), zero = T(0);
+  const cudaDataType_t dt = data_type<T>();
+  for (int64_t t0 = 0; t0 < batch; t0 += kMaxBatchChunk) {
+    const int count = static_cast<int>(std::min(kMaxBatchChunk, batch - t0));
+    SPIRE_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+        cc.cublas(), op(d.tb), op(d.ta), d.n, d.m, d.k, &one, b + t0 * stride_b, dt, d.ldb,
+        stride_b, a + t0 * stride_a, dt, d.lda, stride_a, &zero, c + t0 * stride_c, dt, d.ldc,
+        stride_c, count, compute_type<T>(ctx), CUBLAS_GEMM_DEFAULT));
+  }
+}
+
+template <typename T>
+void matmul_kernel(KernelContext& ctx) {
+  const Tensor& a = ctx.input(0);
+  const Tensor& b = ctx.input(1);
+  if (a.rank() != 2 || b.rank() != 2) ctx.fail("inputs must be matrices");
+  const bool ta = ctx.attr<bool>("transpose_a"), tb = ctx.attr<bool>("transpose_b");
+  const int64_t m = ta ? a.dim(1) : a.dim(0), k = ta ? a.dim(0) : a.dim(1);
+  const int64_t kb = tb ? b.dim(1) : b.dim(0), n = tb ? b.dim(0) : b.dim(1);
+  if (k != kb)
+    ctx.fail("inner dimensions do not match: ", a.shape().to_string(), " and ",
+             b.shape().to_string());
+  Tensor& c = ctx.allocate_output(0, Shape{m, n});
+  if (m == 0 || n == 0) return;
+  CudaContext& cc = context(ctx);
+  DeviceGuard guard(cc.device());
+  if (k == 0) {
+    SPIRE_CUDA_CHECK(cudaMemsetAsync(c.data<T>(), 0, m * n * sizeof(T), cc.stream()));
+    return;
+  }
+  gemm<T>(ctx, cc, gemm_dims(ctx, ta, tb, m, n, k, a.dim(1), b.dim(1), n), a.data<T>(), b.data<T>(),
+          c.data<T>());
+}
+
+// Output batch dims and, per operand, its stride in matrices along each of them (0 where
+// the operand is broadcast), as in the CPU kernel's batch_offsets.
+struct BatchPointers {
+  int rank = 0;
+  int64_t dims[kMaxBatchRank] = {};
+  int64_t stride_a[kMaxBatchRank] = {};
+  int64_t stride_b[kMaxBatchRank] = {};
+};
+
+// Strides (in matrices) of an operand with batch dims `s` against the output batch `out`.
+void batch_strides(const std::vector<int64_t>& s, const std::vector<int64_t>& out,
+                   int64_t* stride) {
+  const size_t r = out.size(), pad = r - s.size();
+  int64_t acc = 1;
+  for (size_t i = r; i-- > 0;) {
+    if (i < pad) {
+      stride[i] = 0;
+      continue;
+    }
+    const int64_t d = s[i - pad];
+    stride[i] = d == 1 ? 0 : acc;
+    acc *= d;
+  }
+}
+
+// Entry t of the broadcast batch: pa[t], pb[t], pc[t] point at its matrices.
+template <typename T>
+__global__ void batch_pointers_kernel(BatchPointers bp, int64_t total, const T* a, int64_t a_size,
+                                      const T* b, int64_t b_size, T* c, int64_t c_size,
+                                      const T** pa, const T** pb, T** pc) {
+  SPIRE_GRID_STRIDE_LOOP(t, total) {
+    int64_t rest = t, oa = 0, ob = 0;
+    for (int d = bp.rank - 1; d >= 0; --d) {
+      const int64_t idx = rest % bp.dims[d];
+      rest /= bp.dims[d];
+      oa += idx * bp.stride_a[d];
+      ob += idx * bp.stride_b[d];
+    }
+    pa[t] = a + oa * a_size;
+    pb[t] = b + ob * b_size;
+    pc[t] = c + t * c_size;
+  }
+}
+
+template <typename T>
+void batch_matmul_kernel(KernelContext& ctx) {
+  const Tensor& a = ctx.input(0);
+  const Tensor& b = ctx.input(1);
+  if (a.rank() < 2 || b.rank() < 2) ctx.fail("inputs must have rank >= 2");
+  const bool ta = ctx.attr<bool>("adj_a"), tb = ctx.attr<bool>("adj_b");
+  const int ra = a.rank(), rb = b.rank();
+  const int64_t ar = a.dim(ra - 2), ac = a.dim(ra - 1), br = b.dim(rb - 2), bc = b.dim(rb - 1);
+  const int64_t m = ta ? ac : ar, k = ta ? ar : ac, kb = tb ? bc : br, n = tb ? br : bc;
+  if (k != kb)
+    ctx.fail("inner dimensions do not match: ", a.shape().to_string(), " and ",
+             b.shape().to_string());
+  std::vector<int64_t> ba(a.shape().dims().begin(), a.shape().dims().end() - 2);
+  std::vector<int64_t> bb(b.shape().dims().begin(), b.shape().dims().end() - 2);
+  Shape batch;
+  if (!broadcast_shapes(Shape(ba), Shape(bb), &batch))
+    ctx.fail("batch dimensions cannot be broadcast together");
+  std::vector<int64_t> out_dims = batch.dims();
+  out_dims.push_back(m);
+  out_dims.push_back(n);
+  Tensor& c = ctx.allocate_output(0, Shape(out_dims));
+  const int64_t total = batch.num_elements();
+  if (total == 0 || m == 0 || n == 0) return;
+  CudaContext& cc = context(ctx);
+  DeviceGuard guard(cc.device());
+  if (k == 0) {
+    SPIRE_CUDA_CHECK(cudaMemsetAsync(c.data<T>(), 0, c.num_elements() * sizeof(T), cc.stream()));
+    return;
+  }
+  const T* pa = a.data<T>();
+  const T* pb = b.data<T>();
+  T* pc = c.data<T>();
+  const int64_t count_a = Shape(ba).num_elements(), count_b = Shape(bb).num_elements();
+  if (!ta && count_b == 1 && count_a == total) {
+    // b is shared by every batch entry: one (total * m) x n GEMM.
+    gemm<T>(ctx, cc, gemm_dims(ctx, false, tb, total * m, n, k, ac, bc, n), pa, pb, pc);
+    return;
+  }
+  const GemmDims d = gemm_dims(ctx, ta, tb, m, n, k, ac, bc, n);
+  // An operand with as many matrices as the output batch has them in output order (its
+  // batch dims equal the output's up to leading or size-1 dims that are 1 there too).
+  const bool simple_a = count_a == total || count_a == 1;
+  const bool simple_b = count_b == total || count_b == 1;
+  if (simple_a && simple_b) {
+    gemm_strided_batched<T>(ctx, cc, d, pa, count_a == 1 ? 0 : ar * ac, pb,
+                            count_b == 1 ? 0 : br * bc, pc, m * n, total);
+    return;
+  }
+  if (batch.rank() > kMaxBatchRank)
+    ctx.fail("CUDA BatchMatMul supports at most ", kMaxBatchRank, " broadcast batch dims");
+  BatchPointers bp;
+  bp.rank = batch.rank();
+  for (int i = 0; i < bp.rank; ++i) bp.dims[i] = batch[i];
+  batch_strides(ba, batch.dims(), bp.stride_a);
+  batch_strides(bb, batch.dims(), bp.stride_b);
+  Scratch ptrs(cc, 3 * static_cast<size_t>(total) * sizeof(void*));
+  const T** arr_a = ptrs.as<const T*>();
+  const T** arr_b = arr_a + total;
+  T** arr_c = reinterpret_cast<T**>(static_cast<char*>(ptrs.data()) + 2 * total * sizeof(void*));
+  batch_pointers_kernel<T><<<blocks_for(cc, total), kThreads, 0, cc.stream()>>>(
+      bp, total, pa, ar * ac, pb, br * bc, pc, m * n, arr_a, arr_b, arr_c);
+  SPIRE_CUDA_LAUNCH_CHECK();
+  const T one = T(1), zero = T(0);
+  const cudaDataType_t dt = data_type<T>();
+  for (int64_t t0 = 0; t0 < total; t0 += kMaxBatchChunk) {
+    const int count = static_cast<int>(std::min(kMaxBatchChunk, total - t0));
+    SPIRE_CUBLAS_CHECK(cublasGemmBatchedEx(cc.cublas(), op(d.tb), op(d.ta), d.n, d.m, d.k, &one,
+                                           reinterpret_cast<const void* const*>(arr_b + t0), dt,
+                                           d.ldb, reinterpret_cast<const void* const*>(arr_a + t0),
+                                           dt, d.lda, &zero,
+                                           reinterpret_cast<void* const*>(arr_c + t0), dt, d.ldc,
+                                           count, compute_type<T>(ctx), CUBLAS_GEMM_DEFAULT));
+  }
+}
+
+}  // namespace
+
+SPIRE_STATIC_INIT(cuda_matmul_kernels) {
+  auto& r = KernelRegistry::global();
+  r.add("MatMul", DeviceType::CUDA, DType::F32, matmul_kernel<float>);
+  r.add("MatMul", DeviceType::CUDA, DType::F64, matmul_kernel<double>);
+  r.add("BatchMatMul", DeviceType::CUDA, DType::F32, batch_matmul_kernel<float>);
+  r.add("BatchMatMul", DeviceType::CUDA, DType::F64, batch_matmul_kernel<double>);
+}
+
+}  // namespace spire::cuda

@@ -1,0 +1,183 @@
+// CUDA kernels for the NHWC pooling ops registered in core/ops/nn_ops.cc, f32 and f64 (the
+// dtypes of the CPU kernels): MaxPool, MaxPoolGrad, MaxPoolGradGrad, AvgPool and AvgPoolGrad.
+// The per-element window math lives in kernels/pool_index.h (shared with the host test
+// tests/kernels/pool_index_test.cc); each kernel here is a grid-stride loop over its output
+// with one thread per element, so consecutive threads handle consecutive channels of a pixel
+// and their loads are coalesced (NHWC).
+//  - MaxPool, MaxPoolGradGrad, AvgPool: one thread per output element scans its window.
+//  - MaxPoolGrad: a first kernel stores each window's first maximum (its spatial index, as
+//    int32) in a scratch buffer; a second one has each input element gather dy from the
+//    windows that cover it and pick it (no atomics, deterministic).
+//  - AvgPoolGrad: each input element gathers dy / count from the windows covering it.
+#include <climits>
+
+#include "core/kernel_registry.h"
+#include "core/ops/nn_ops.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/pool_index.h"
+
+namespace spire::cuda {
+namespace {
+
+using kernels::PoolGeometry;
+
+// Same checks and geometry as the CPU kernels' pool_geom.
+PoolGeometry pool_geometry(KernelContext& ctx, const Shape& in) {
+  if (in.rank() != 4) ctx.fail("input must be NHWC (rank 4)");
+  auto ksize = ctx.attr<std::vector<int64_t>>("ksize");
+  auto strides = ctx.attr<std::vector<int64_t>>("strides");
+  const std::string padding = ctx.attr<std::string>("padding");
+  if (ksize.size() != 2 || strides.size() != 2) ctx.fail("ksize and strides need 2 entries");
+  ops::WindowDim hd, wd;
+  std::string err = ops::window_dim(in[1], ksize[0], strides[0], 1, padding, &hd);
+  if (err.empty()) err = ops::window_dim(in[2], ksize[1], strides[1], 1, padding, &wd);
+  if (!err.empty()) ctx.fail(err);
+  PoolGeometry g;
+  g.n = in[0], g.h = in[1], g.w = in[2], g.c = in[3];
+  g.kh = ksize[0], g.kw = ksize[1], g.sh = strides[0], g.sw = strides[1];
+  g.oh = hd.out, g.ow = wd.out, g.pt = hd.pad_before, g.pl = wd.pad_before;
+  return g;
+}
+
+Shape in_shape(const PoolGeometry& g) { return Shape{g.n, g.h, g.w, g.c}; }
+Shape out_shape(const PoolGeometry& g) { return Shape{g.n, g.oh, g.ow, g.c}; }
+
+void expect_shape(KernelContext& ctx, const char* what, const Tensor& t, const Shape& want) {
+  if (t.shape() != want)
+    ctx.fail(what, " has shape ", t.shape().to_string(), ", expected ", want.to_string());
+}
+
+template <typename T>
+__global__ void max_pool_kernel(PoolGeometry g, int64_t n, const T* x, T* y) {
+  SPIRE_GRID_STRIDE_LOOP(i, n) y[i] = kernels::max_pool_value(g, x, i);
+}
+
+template <typename T>
+__global__ void max_pool_argmax_kernel(PoolGeometry g, int64_t n, const T* x, int32_t* arg) {
+  SPIRE_GRID_STRIDE_LOOP(i, n) arg[i] = static_cast<int32_t>(kernels::max_pool_argmax(g, x, i));
+}
+
+template <typename T>
+__global__ void max_pool_grad_kernel(PoolGeometry g, int64_t n, const int32_t* arg, const T* dy,
+                                     T* dx) {
+  SPIRE_GRID_STRIDE_LOOP(i, n) dx[i] = kernels::max_pool_grad_value(g, arg, dy, i);
+}
+
+template <typename T>
+__global__ void max_pool_grad_grad_kernel(PoolGeometry g, int64_t n, const T* x, const T* gin,
+                                          T* out) {
+  SPIRE_GRID_STRIDE_LOOP(i, n) out[i] = kernels::max_pool_grad_grad_value(g, x, gin, i);
+}
+
+template <typename T>
+__global__ void avg_pool_kernel(PoolGeometry g, int64_t n, const T* x, T* y) {
+  SPIRE_GRID_STRIDE_LOOP(i, n) y[i] = kernels::avg_pool_value(g, x, i);
+}
+
+template <typename T>
+__global__ void avg_pool_grad_kernel(PoolGeometry g, int64_t n, const T* dy, T* dx) {
+  SPIRE_GRID_STRIDE_LOOP(i, n) dx[i] = kernels::avg_pool_grad_value(g, dy, i);
+}
+
+template <typename T>
+void max_pool(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  PoolGeometry g = pool_geometry(ctx, x.shape());
+  Tensor& y = ctx.allocate_output(0, out_shape(g));
+  const int64_t n = y.num_elements();
+  if (n == 0) return;
+  CudaContext& cc = context(ctx);
+  DeviceGuard guard(cc.device());
+  max_pool_kernel<T>
+      <<<blocks_for(cc, n), kThreads, 0, cc.stream()>>>(g, n, x.data<T>(), y.data<T>());
+  SPIRE_CUDA_LAUNCH_CHECK();
+}
+
+template <typename T>
+void max_pool_grad(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  PoolGeometry g = pool_geometry(ctx, x.shape());
+  expect_shape(ctx, "y", ctx.input(1), out_shape(g));
+  expect_shape(ctx, "dy", ctx.input(2), out_shape(g));
+  Tensor& dx = ctx.allocate_output(0, x.shape());
+  const int64_t n_in = dx.num_elements(), n_out = ctx.input(2).num_elements();
+  if (n_in == 0) return;
+  CudaContext& cc = context(ctx);
+  DeviceGuard guard(cc.device());
+  if (n_out == 0) {  // no window covers anything (only possible for an empty output)
+    SPIRE_CUDA_CHECK(cudaMemsetAsync(dx.data<T>(), 0, n_in * sizeof(T), cc.stream()));
+    return;
+  }
+  if (g.h * g.w > INT32_MAX) ctx.fail("image of ", g.h, "x", g.w, " pixels is too large");
+  Scratch arg(cc, static_cast<size_t>(n_out) * sizeof(int32_t));
+  max_pool_argmax_kernel<T><<<blocks_for(cc, n_out), kThreads, 0, cc.stream()>>>(
+      g, n_out, x.data<T>(), arg.as<int32_t>());
+  SPIRE_CUDA_LAUNCH_CHECK();
+  max_pool_grad_kernel<T><<<blocks_for(cc, n_in), kThreads, 0, cc.stream()>>>(
+      g, n_in, arg.as<int32_t>(), ctx.input(2).data<T>(), dx.data<T>());
+  SPIRE_CUDA_LAUNCH_CHECK();
+}
+
+template <typename T>
+void max_pool_grad_grad(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  PoolGeometry g = pool_geometry(ctx, x.shape());
+  expect_shape(ctx, "y", ctx.input(1), out_shape(g));
+  expect_shape(ctx, "g", ctx.input(2), x.shape());
+  Tensor& out = ctx.allocate_output(0, out_shape(g));
+  const int64_t n = out.num_elements();
+  if (n == 0) return;
+  CudaContext& cc = context(ctx);
+  DeviceGuard guard(cc.device());
+  max_pool_grad_grad_kernel<T><<<blocks_for(cc, n), kThreads, 0, cc.stream()>>>(
+      g, n, x.data<T>(), ctx.input(2).data<T>(), out.data<T>());
+  SPIRE_CUDA_LAUNCH_CHECK();
+}
+
+template <typename T>
+void avg_pool(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  PoolGeometry g = pool_geometry(ctx, x.shape());
+  Tensor& y = ctx.allocate_output(0, out_shape(g));
+  const int64_t n = y.num_elements();
+  if (n == 0) return;
+  CudaContext& cc = context(ctx);
+  DeviceGuard guard(cc.device());
+  avg_pool_kernel<T>
+      <<<blocks_for(cc, n), kThreads, 0, cc.stream()>>>(g, n, x.data<T>(), y.data<T>());
+  SPIRE_CUDA_LAUNCH_CHECK();
+}
+
+template <typename T>
+void avg_pool_grad(KernelContext& ctx) {
+  const Tensor& like = ctx.input(0);
+  PoolGeometry g = pool_geometry(ctx, like.shape());
+  expect_shape(ctx, "dy", ctx.input(1), out_shape(g));
+  Tensor& dx = ctx.allocate_output(0, in_shape(g));
+  const int64_t n = dx.num_elements();
+  if (n == 0) return;
+  CudaContext& cc = context(ctx);
+  DeviceGuard guard(cc.device());
+  avg_pool_grad_kernel<T>
+      <<<blocks_for(cc, n), kThreads, 0, cc.stream()>>>(g, n, ctx.input(1).data<T>(), dx.data<T>());
+  SPIRE_CUDA_LAUNCH_CHECK();
+}
+
+template <typename T>
+void register_pool_kernels(DType dt) {
+  auto& r = KernelRegistry::global();
+  r.add("MaxPool", DeviceType::CUDA, dt, max_pool<T>);
+  r.add("MaxPoolGrad", DeviceType::CUDA, dt, max_pool_grad<T>);
+  r.add("MaxPoolGradGrad", DeviceType::CUDA, dt, max_pool_grad_grad<T>);
+  r.add("AvgPool", DeviceType::CUDA, dt, avg_pool<T>);
+  r.add("AvgPoolGrad", DeviceType::CUDA, dt, avg_pool_grad<T>);
+}
+
+}  // namespace
+
+SPIRE_STATIC_INIT(cuda_pool_kernels) {
+  register_pool_kernels<float>(DType::F32);
+  register_pool_kernels<double>(DType::F64);
+}
+
+}  // namespace spire::cuda
