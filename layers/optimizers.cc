@@ -1,5 +1,6 @@
 // Optimizers (see optimizers.h): the shared compute/apply machinery of the
-// Optimizer base, the GradientDescent/Momentum/Adam/AdamW updates as graph
+// Optimizer base, the GradientDescent/Momentum/Adam/AdamW updates as fused
+// update ops (one per dtype/device group) or per-variable graphs of small
 // ops, global-norm clipping, gradient processors and tower averaging.
 #include "layers/optimizers.h"
 
@@ -159,11 +160,41 @@ Node* Optimizer::apply_gradients(const GradsAndVars& grads_and_vars, const Outpu
     ControlDependencies after_grads(*g, grad_nodes);
     lr_cast_.clear();
     prepare(vars);
+    // One fused update per (dtype, device) group of f32/f64 variables, in
+    // the order the groups first appear; per-variable updates otherwise.
+    std::vector<std::pair<DType, Device>> keys;
+    std::vector<GradsAndVars> groups;
+    for (const auto& p : pairs) {
+      std::pair<DType, Device> key{p.second.dtype(), p.second.node->device()};
+      auto it = std::find(keys.begin(), keys.end(), key);
+      if (it == keys.end()) {
+        keys.push_back(key);
+        groups.emplace_back();
+        it = keys.end() - 1;
+      }
+      groups[static_cast<size_t>(it - keys.begin())].push_back(p);
+    }
     std::vector<Node*> updates;
-    for (const auto& [grad, var] : pairs) {
-      NameScope us(*g, "update_" + var.node->name());
-      DeviceScope ds(*g, var.node->device());
-      updates.push_back(apply_dense(grad, var));
+    for (size_t k = 0; k < groups.size(); ++k) {
+      Node* fused = nullptr;
+      if (use_fused_ops_ && (keys[k].first == DType::F32 || keys[k].first == DType::F64)) {
+        std::vector<Output> group_grads, group_vars;
+        for (const auto& [grad, var] : groups[k]) {
+          group_grads.push_back(grad);
+          group_vars.push_back(var);
+        }
+        DeviceScope ds(*g, keys[k].second);
+        fused = apply_fused(group_grads, group_vars);
+      }
+      if (fused) {
+        updates.push_back(fused);
+        continue;
+      }
+      for (const auto& [grad, var] : groups[k]) {
+        NameScope us(*g, "update_" + var.node->name());
+        DeviceScope ds(*g, var.node->device());
+        updates.push_back(apply_dense(grad, var));
+      }
     }
     done = finish(updates);
   }
@@ -238,6 +269,11 @@ Node* GradientDescentOptimizer::apply_dense(const Output& grad, const Output& va
       .node;
 }
 
+Node* GradientDescentOptimizer::apply_fused(const std::vector<Output>& grads,
+                                            const std::vector<Output>& vars) {
+  return ops::fused_apply_gradient_descent(vars, grads, lr_as(vars[0].dtype()), "apply");
+}
+
 // ---- Momentum ----------------------------------------------------------------------
 
 MomentumOptimizer::MomentumOptimizer(double lr, double momentum, bool use_nesterov,
@@ -257,6 +293,14 @@ Node* MomentumOptimizer::apply_dense(const Output& grad, const Output& var) {
   Output acc = ops::assign(accum, accum * momentum_ + grad, "accum");
   Output step = nesterov_ ? lr * (grad + acc * momentum_) : lr * acc;
   return ops::assign_sub(var, step, "apply").node;
+}
+
+Node* MomentumOptimizer::apply_fused(const std::vector<Output>& grads,
+                                     const std::vector<Output>& vars) {
+  std::vector<Output> accums;
+  for (const Output& v : vars) accums.push_back(get_slot(v, "Momentum"));
+  return ops::fused_apply_momentum(vars, grads, accums, lr_as(vars[0].dtype()), momentum_,
+                                   nesterov_, "apply");
 }
 
 // ---- Adam ----------------------------------------------------------------------------
@@ -324,6 +368,19 @@ Node* AdamOptimizer::apply_dense(const Output& grad, const Output& var) {
   return ops::assign_sub(var, lr_t * m_t / (ops::sqrt(v_t) + epsilon_), "apply").node;
 }
 
+Node* AdamOptimizer::apply_fused(const std::vector<Output>& grads,
+                                 const std::vector<Output>& vars) {
+  const DType dt = vars[0].dtype();
+  auto [b1p, b2p] = powers_as(dt);
+  std::vector<Output> m, v;
+  for (const Output& var : vars) {
+    m.push_back(get_slot(var, "Adam"));
+    v.push_back(get_slot(var, "Adam_1"));
+  }
+  return ops::fused_apply_adam(vars, grads, m, v, lr_as(dt), b1p, b2p, beta1_, beta2_, epsilon_,
+                               "apply");
+}
+
 std::vector<Node*> AdamOptimizer::finish(const std::vector<Node*>& updates) {
   Graph& g = *beta1_power_.graph();
   std::vector<Node*> out = updates;
@@ -361,6 +418,19 @@ Node* AdamWOptimizer::apply_dense(const Output& grad, const Output& var) {
   Output denom = ops::sqrt(v_t) / ops::sqrt(1.0 - b2p) + epsilon_;
   Output decayed = var * (1.0 - lr * weight_decay_);
   return ops::assign(var, decayed - step_size * (m_t / denom), "apply").node;
+}
+
+Node* AdamWOptimizer::apply_fused(const std::vector<Output>& grads,
+                                  const std::vector<Output>& vars) {
+  const DType dt = vars[0].dtype();
+  auto [b1p, b2p] = powers_as(dt);
+  std::vector<Output> m, v;
+  for (const Output& var : vars) {
+    m.push_back(get_slot(var, "Adam"));
+    v.push_back(get_slot(var, "Adam_1"));
+  }
+  return ops::fused_apply_adamw(vars, grads, m, v, lr_as(dt), b1p, b2p, beta1_, beta2_, epsilon_,
+                                weight_decay_, "apply");
 }
 
 // ---- clipping ------------------------------------------------------------------------
@@ -452,6 +522,10 @@ class GradProcOptimizer : public Optimizer {
     return opt_->get_slot(var, slot_name);
   }
   std::vector<std::string> get_slot_names() const override { return opt_->get_slot_names(); }
+  void set_use_fused_ops(bool on) override {
+    Optimizer::set_use_fused_ops(on);
+    opt_->set_use_fused_ops(on);
+  }
 
  protected:
   Node* apply_dense(const Output&, const Output&) override {

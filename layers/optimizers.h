@@ -4,6 +4,9 @@
 // it. Slot variables ("<var>/Momentum", "<var>/Adam", "<var>/Adam_1") and
 // Adam's "beta1_power"/"beta2_power" are non-trainable GLOBAL_VARIABLES
 // made with get_variable (so global_variables_initializer() zeroes them).
+// The built-in optimizers update all variables of one dtype and device
+// with one fused op (core/ops/optimizer_ops.h: FusedApplyAdam, ...; one
+// multi-tensor kernel on a GPU) instead of a few small ops per variable.
 // Also gradient clipping by global norm, tensorpack-style gradient
 // processors (GlobalNormClip, MapGradient, apply_grad_processors) and
 // average_grads for multi-tower training. Builds on layers/variables.h and
@@ -77,6 +80,13 @@ class Optimizer {
   /// The slot names this optimizer uses (e.g. {"Adam", "Adam_1"}).
   virtual std::vector<std::string> get_slot_names() const { return {}; }
 
+  /// Whether apply_gradients emits one fused update op per (dtype, device)
+  /// group of f32/f64 variables (default) or, when off, the per-variable
+  /// graph of small ops (same math; for comparisons and debugging). Takes
+  /// effect on the next apply_gradients.
+  virtual void set_use_fused_ops(bool on) { use_fused_ops_ = on; }
+  bool use_fused_ops() const { return use_fused_ops_; }
+
  protected:
   /// Creates (or reuses, when it exists in the current variable scope) the
   /// non-trainable scalar f32 variable "learning_rate" of the default graph,
@@ -93,6 +103,14 @@ class Optimizer {
   virtual void prepare(const std::vector<Output>& vars) { (void)vars; }
   /// Builds the update of one variable; returns the node that performs it.
   virtual Node* apply_dense(const Output& grad, const Output& var) = 0;
+  /// Builds one fused op updating all `vars` (same f32/f64 dtype, same
+  /// device; grads[i] belongs to vars[i]) and returns it, or null when the
+  /// optimizer has no fused form (apply_dense is used per variable then).
+  virtual Node* apply_fused(const std::vector<Output>& grads, const std::vector<Output>& vars) {
+    (void)grads;
+    (void)vars;
+    return nullptr;
+  }
   /// Builds what runs after all `updates` (e.g. Adam's beta-power updates,
   /// given control dependencies on them); returns the nodes the train op waits for.
   virtual std::vector<Node*> finish(const std::vector<Node*>& updates) { return updates; }
@@ -113,6 +131,7 @@ class Optimizer {
   Output lr_;
   std::map<DType, Output> lr_cast_;
   std::map<std::pair<const Node*, std::string>, Output> slots_;
+  bool use_fused_ops_ = true;
 };
 
 /// Plain gradient descent (tf.train.GradientDescentOptimizer): var -= lr * g.
@@ -123,6 +142,7 @@ class GradientDescentOptimizer : public Optimizer {
 
  protected:
   Node* apply_dense(const Output& grad, const Output& var) override;
+  Node* apply_fused(const std::vector<Output>& grads, const std::vector<Output>& vars) override;
 };
 using SGDOptimizer = GradientDescentOptimizer;
 
@@ -140,6 +160,7 @@ class MomentumOptimizer : public Optimizer {
  protected:
   void create_slots(const std::vector<Output>& vars) override;
   Node* apply_dense(const Output& grad, const Output& var) override;
+  Node* apply_fused(const std::vector<Output>& grads, const std::vector<Output>& vars) override;
 
  private:
   double momentum_;
@@ -169,6 +190,7 @@ class AdamOptimizer : public Optimizer {
   void create_slots(const std::vector<Output>& vars) override;
   void prepare(const std::vector<Output>& vars) override;
   Node* apply_dense(const Output& grad, const Output& var) override;
+  Node* apply_fused(const std::vector<Output>& grads, const std::vector<Output>& vars) override;
   std::vector<Node*> finish(const std::vector<Node*>& updates) override;
   /// beta1^t and beta2^t of this step as `dtype`.
   std::pair<Output, Output> powers_as(DType dtype);
@@ -194,6 +216,7 @@ class AdamWOptimizer : public AdamOptimizer {
 
  protected:
   Node* apply_dense(const Output& grad, const Output& var) override;
+  Node* apply_fused(const std::vector<Output>& grads, const std::vector<Output>& vars) override;
 
  private:
   double weight_decay_;

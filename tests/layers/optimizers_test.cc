@@ -2,9 +2,11 @@
 // steps against references computed here with plain loops (f64), Nesterov,
 // learning-rate changes between steps, slot names and collections, the
 // global step, global-norm clipping and gradient processors, two-tower
-// gradients and average_grads, and the error messages.
+// gradients and average_grads, the error messages, and the fused update
+// ops (same bits as the per-variable graphs on the CPU).
 #include <algorithm>
 #include <cmath>
+#include <random>
 
 #include "layers/optimizers.h"
 #include "layers/tower.h"
@@ -506,6 +508,98 @@ TEST_F(OptimizerTest, Errors) {
   expect_error([&] { AdamOptimizer bad(0.1, 1.0); }, {"beta1 must be in [0, 1)"});
   expect_error([&] { AdamWOptimizer bad(0.1, -1.0); }, {"weight_decay must be >= 0"});
   expect_error([&] { GlobalNormClip(-1.0); }, {"GlobalNormClip"});
+}
+
+// ---- fused updates -----------------------------------------------------------------------
+
+int count_fused(const Graph& g) {
+  int n = 0;
+  for (const auto& node : g.nodes()) n += node->op_type().rfind("FusedApply", 0) == 0;
+  return n;
+}
+
+// Trains f32 and f64 variables (two fused groups) for `steps` steps with the
+// optimizer `make` builds, fused or not; returns the bytes of every global
+// variable (variables, slots, beta powers) in creation order.
+std::vector<std::vector<unsigned char>> train_bytes(
+    const std::function<std::shared_ptr<Optimizer>()>& make, bool fused, int steps,
+    int* num_fused) {
+  Graph g;
+  DefaultGraphGuard guard(g);
+  std::mt19937_64 rng(21);
+  std::vector<Output> terms;
+  const std::vector<std::pair<Shape, DType>> vars = {
+      {{3, 5}, DType::F32}, {{7}, DType::F64}, {{70001}, DType::F32}, {{}, DType::F64},
+      {{1}, DType::F32}};
+  for (size_t i = 0; i < vars.size(); ++i) {
+    const auto& [shape, dt] = vars[i];
+    Output v = get_variable("v" + std::to_string(i), shape, dt, init::zeros());
+    Output c = ops::constant(random_tensor(dt, shape, rng, 0.5, 2));
+    Output d = ops::constant(random_tensor(dt, shape, rng, -1, 1));
+    Output t = ops::sum(c * v * v + d * v);
+    terms.push_back(dt == DType::F64 ? t : ops::cast(t, DType::F64));
+  }
+  std::shared_ptr<Optimizer> opt = make();
+  opt->set_use_fused_ops(fused);
+  Node* train = opt->minimize(ops::add_n(terms));
+  *num_fused = count_fused(g);
+  Session s(g);
+  s.run_targets({global_variables_initializer()});
+  // Start away from zero so every term moves.
+  for (size_t i = 0; i < vars.size(); ++i) {
+    Output v = global_variables()[i];
+    s.set_variable_value(v.node, random_tensor(v.dtype(), v.shape(), rng, -1, 1));
+  }
+  for (int k = 0; k < steps; ++k) s.run_targets({train});
+  std::vector<std::vector<unsigned char>> out;
+  for (const Output& v : global_variables()) {
+    Tensor t = s.variable_value(v.node);
+    const auto* p = static_cast<const unsigned char*>(t.raw_data());
+    out.emplace_back(p, p + t.nbytes());
+  }
+  return out;
+}
+
+TEST(OptimizerFused, SameBitsAsPerVariableGraphsOnTheCpu) {
+  const std::vector<std::pair<std::string, std::function<std::shared_ptr<Optimizer>()>>> makers = {
+      {"sgd", [] { return std::make_shared<GradientDescentOptimizer>(0.05); }},
+      {"momentum", [] { return std::make_shared<MomentumOptimizer>(0.05, 0.9); }},
+      {"nesterov", [] { return std::make_shared<MomentumOptimizer>(0.05, 0.75, true); }},
+      {"adam", [] { return std::make_shared<AdamOptimizer>(0.05, 0.9, 0.99, 1e-6); }},
+      {"adamw", [] { return std::make_shared<AdamWOptimizer>(0.05, 0.1, 0.8, 0.99, 1e-6); }},
+      {"clipped momentum", [] {
+         return apply_grad_processors(std::make_shared<MomentumOptimizer>(0.05, 0.5),
+                                      {GlobalNormClip(1.0)});
+       }}};
+  for (const auto& [name, make] : makers) {
+    SCOPED_TRACE(name);
+    int nf = -1, nu = -1;
+    auto fused = train_bytes(make, true, 4, &nf);
+    auto unfused = train_bytes(make, false, 4, &nu);
+    EXPECT_EQ(nf, 2);  // one update op for the f32 variables, one for the f64 ones
+    EXPECT_EQ(nu, 0);
+    ASSERT_EQ(fused.size(), unfused.size());
+    for (size_t i = 0; i < fused.size(); ++i) EXPECT_EQ(fused[i], unfused[i]) << "variable " << i;
+  }
+}
+
+TEST_F(OptimizerTest, FusedUpdateRunsAfterAllGradientsAndBeforeTheGlobalStep) {
+  Output gs = get_variable("global_step", {}, DType::I64, init::zeros(), false);
+  AdamOptimizer opt(0.125);
+  Node* train = opt.minimize(loss, gs);
+  EXPECT_TRUE(opt.use_fused_ops());
+  Node* fused = nullptr;
+  for (const auto& n : g.nodes())
+    if (n->op_type() == "FusedApplyAdam") fused = n.get();
+  ASSERT_NE(fused, nullptr);
+  EXPECT_EQ(fused->name(), "Adam/apply");
+  EXPECT_EQ(fused->attr<int64_t>("n"), 2);  // w and u in one op
+  Session s(g);
+  init_session(s);
+  s.run_targets({train});
+  s.run_targets({train});
+  EXPECT_EQ(s.variable_value(gs.node).item<int64_t>(), 2);
+  EXPECT_NEAR(s.variable_value(opt.beta1_power().node).item<double>(), 0.9 * 0.9 * 0.9, 1e-15);
 }
 
 }  // namespace

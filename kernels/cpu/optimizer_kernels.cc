@@ -1,0 +1,58 @@
+// CPU kernels of the fused optimizer updates (FusedApply*, see
+// core/ops/optimizer_ops.h): for each variable in turn, one parallel_for
+// over its elements applies the op's update functor
+// (kernels/optimizer_functors.h) to the variable and its slots, in place
+// or into new buffers per the copy-on-write rule of bind_fused_apply.
+#include "core/kernel_registry.h"
+#include "kernels/cpu/broadcast.h"
+#include "kernels/optimizer_functors.h"
+
+namespace spire::cpu {
+namespace {
+
+template <typename T, typename F>
+void fused_apply(KernelContext& ctx, F f) {
+  constexpr int kStates = F::kSlots + 1;
+  kernels::FusedApplyBinding b = kernels::bind_fused_apply(ctx, F::kSlots, F::kScalars);
+  T scalars[F::kScalars];
+  for (int k = 0; k < F::kScalars; ++k) scalars[k] = ctx.input(b.layout.scalar(k)).data<T>()[0];
+  f.prepare(scalars);
+  for (int i = 0; i < b.layout.n; ++i) {
+    const T* g = ctx.input(b.layout.grad(i)).data<T>();
+    const T* in[kStates];
+    T* out[kStates];
+    for (int s = 0; s < kStates; ++s) {
+      in[s] = b.slot(s, i).data<T>();
+      out[s] = b.target(s, i).data<T>();
+    }
+    // Each element is read, then written, by one thread (in[s] may equal out[s]).
+    ctx.parallel_for(b.sizes[static_cast<size_t>(i)], kElementwiseGrain,
+                     [&](int64_t begin, int64_t end) {
+                       for (int64_t e = begin; e < end; ++e) {
+                         T st[kStates];
+                         for (int s = 0; s < kStates; ++s) st[s] = in[s][e];
+                         f(st, g[e]);
+                         for (int s = 0; s < kStates; ++s) out[s][e] = st[s];
+                       }
+                     });
+  }
+  b.commit();
+}
+
+struct Registrar {
+  template <typename Make>
+  void operator()(const char* op, Make make) const {
+    KernelRegistry::global().add(op, DeviceType::CPU, DType::F32, [make](KernelContext& ctx) {
+      fused_apply<float>(ctx, make(ctx, float{}));
+    });
+    KernelRegistry::global().add(op, DeviceType::CPU, DType::F64, [make](KernelContext& ctx) {
+      fused_apply<double>(ctx, make(ctx, double{}));
+    });
+  }
+};
+
+}  // namespace
+
+SPIRE_STATIC_INIT(cpu_optimizer_kernels) { kernels::visit_fused_apply_ops(Registrar{}); }
+
+}  // namespace spire::cpu
