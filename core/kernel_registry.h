@@ -33,6 +33,18 @@ class SessionState {
   virtual Tensor& constant_cache(const Node* n) = 0;
 };
 
+/// Copy-on-write rule of variable updates (AssignAdd, the fused optimizer
+/// ops): a variable's buffer may be overwritten only when nothing but the
+/// session's slot and the executor's copy of this very input (held while the
+/// kernel runs) refers to it. Any other holder (a fetched value, another
+/// variable assigned from it, an executor slot kept for a later reader, an
+/// alias among the other inputs) makes the update write a new buffer, so a
+/// value once read never changes.
+inline bool may_update_in_place(const Tensor& slot, const Tensor& own_input) {
+  const long expected = own_input.shares_buffer_with(slot) ? 2 : 1;
+  return slot.buffer_use_count() == expected;
+}
+
 class KernelContext {
  public:
   KernelContext(const Node& node, const Device& device, const Tensor* inputs, Tensor* outputs,

@@ -226,7 +226,10 @@ std::shared_ptr<Session::Plan> Session::compile(const std::vector<Output>& fetch
       step.input_slots.push_back(s);
       bool ref = !fed.count(in) && in.node->op_def().ref_output();
       step.ref_inputs.push_back(ref ? in.node : nullptr);
-      last_reader[static_cast<size_t>(s)] = static_cast<int>(plan->steps.size());
+      // A reference read takes the session's current value, not the slot, so
+      // it does not keep the Variable node's output alive (which would stop
+      // updates from writing in place).
+      if (!ref) last_reader[static_cast<size_t>(s)] = static_cast<int>(plan->steps.size());
     }
     step.first_output_slot = first_slot[n];
     plan->max_inputs = std::max(plan->max_inputs, n->num_inputs());

@@ -47,8 +47,8 @@ void assign_update(KernelContext& ctx) {
   if (!broadcast_shapes(slot.shape(), d.shape(), &check) || check != slot.shape())
     ctx.fail("cannot update variable of shape ", slot.shape().to_string(), " with ",
              d.type_string());
-  // Copy-on-write: write in place only when the slot is the sole owner.
-  Tensor target = slot.buffer_use_count() == 1 ? slot : slot.clone();
+  // Copy-on-write: in place only when no one but the slot and this input holds the buffer.
+  Tensor target = may_update_in_place(slot, ctx.input(0)) ? slot : slot.clone();
   T* pt = target.data<T>();
   const T* pd = d.data<T>();
   std::array<std::vector<int64_t>, 1> st{broadcast_strides(d.shape(), slot.shape())};

@@ -82,8 +82,8 @@ void assign_update(KernelContext& ctx) {
     info.strides[k] = dim == 1 ? 0 : acc;
     acc *= dim;
   }
-  // Copy-on-write: write in place only when the slot is the sole owner.
-  Tensor target = slot.buffer_use_count() == 1 ? slot : slot.clone();
+  // Copy-on-write: in place only when no one but the slot and this input holds the buffer.
+  Tensor target = may_update_in_place(slot, ctx.input(0)) ? slot : slot.clone();
   int64_t n = target.num_elements();
   if (n > 0) {
     auto& cc = context(ctx);
