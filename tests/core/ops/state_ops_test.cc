@@ -163,5 +163,26 @@ SPIRE_FORWARD_TEST(NoOp, ControlDependenciesScope) {
   expect_tensor(s.run({read})[0], {}, {5});
 }
 
+// An update nobody else watches writes the variable's buffer in place; one
+// whose old value is held (here: fetched) writes a new buffer instead.
+TEST(StateOps, AssignAddWritesInPlaceUnlessTheValueIsHeld) {
+  Graph g;
+  DefaultGraphGuard guard(g);
+  Output v = ops::variable({1000}, DType::F32, "v");
+  Output init = ops::assign(v, ops::constant(Tensor::zeros(DType::F32, {1000})));
+  Output add = ops::assign_add(v, ops::scalar(1.0, DType::F32));
+  Session s(g);
+  s.run({}, {}, {init.node});
+  s.run({}, {}, {add.node});  // the first update copies the buffer shared with the constant
+  const void* before = s.variable_value(v.node).raw_data();
+  s.run({}, {}, {add.node});
+  EXPECT_EQ(s.variable_value(v.node).raw_data(), before) << "the update copied the buffer";
+  Tensor held = s.run({v})[0];
+  s.run({}, {}, {add.node});
+  EXPECT_NE(s.variable_value(v.node).raw_data(), held.raw_data());
+  EXPECT_EQ(held.data<float>()[0], 2.0f);
+  EXPECT_EQ(s.variable_value(v.node).data<float>()[0], 3.0f);
+}
+
 }  // namespace
 }  // namespace spire::testing
