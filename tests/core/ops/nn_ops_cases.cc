@@ -12,7 +12,11 @@ using In = std::vector<Output>;
 using Outs = std::vector<Output>;
 using Ints = std::vector<int64_t>;
 
-Output zeros_const(const Shape& s) { return ops::constant(Tensor::zeros(DType::F64, s)); }
+// A zero tensor of `like`'s dtype (only its shape is used; the dtype follows
+// the case so the case also builds in f32 for the GPU parity test).
+Output zeros_const(const Shape& s, const Output& like) {
+  return ops::constant(Tensor::zeros(like.dtype(), s));
+}
 
 // ---- matmul ------------------------------------------------------------------------------
 
@@ -71,16 +75,16 @@ SPIRE_GRAD_CASE(conv_1x1, {"Conv2D", "1x1", {{2, 3, 3, 3}, {1, 1, 3, 2}}, [](con
   return {ops::conv2d(x[0], x[1])}; }, nullptr, 2e-6, true});
 
 SPIRE_GRAD_CASE(conv_bp_input, {"Conv2DBackpropInput", "SAME stride 2", {{3, 3, 2, 2}, {1, 3, 3, 2}}, [](const In& x) -> Outs {
-  return {ops::conv2d_backprop_input(zeros_const({1, 5, 5, 2}), x[0], x[1], {2, 2}, "SAME", {1, 1})}; },
+  return {ops::conv2d_backprop_input(zeros_const({1, 5, 5, 2}, x[0]), x[0], x[1], {2, 2}, "SAME", {1, 1})}; },
   nullptr, 2e-6, true});
 SPIRE_GRAD_CASE(conv_bp_input_dil, {"Conv2DBackpropInput", "VALID dilation 2", {{2, 2, 2, 1}, {2, 2, 3, 1}}, [](const In& x) -> Outs {
-  return {ops::conv2d_backprop_input(zeros_const({2, 4, 5, 2}), x[0], x[1], {1, 1}, "VALID", {2, 2})}; },
+  return {ops::conv2d_backprop_input(zeros_const({2, 4, 5, 2}, x[0]), x[0], x[1], {1, 1}, "VALID", {2, 2})}; },
   nullptr, 2e-6, true});
 SPIRE_GRAD_CASE(conv_bp_filter, {"Conv2DBackpropFilter", "SAME stride 2", {{1, 5, 5, 2}, {1, 3, 3, 2}}, [](const In& x) -> Outs {
-  return {ops::conv2d_backprop_filter(x[0], zeros_const({3, 3, 2, 2}), x[1], {2, 2}, "SAME", {1, 1})}; },
+  return {ops::conv2d_backprop_filter(x[0], zeros_const({3, 3, 2, 2}, x[0]), x[1], {2, 2}, "SAME", {1, 1})}; },
   nullptr, 2e-6, true});
 SPIRE_GRAD_CASE(conv_bp_filter_dil, {"Conv2DBackpropFilter", "SAME dilation 2", {{2, 5, 4, 1}, {2, 5, 4, 2}}, [](const In& x) -> Outs {
-  return {ops::conv2d_backprop_filter(x[0], zeros_const({2, 2, 1, 2}), x[1], {1, 1}, "SAME", {2, 2})}; },
+  return {ops::conv2d_backprop_filter(x[0], zeros_const({2, 2, 1, 2}, x[0]), x[1], {1, 1}, "SAME", {2, 2})}; },
   nullptr, 2e-6, true});
 
 // ---- pooling ------------------------------------------------------------------------------------
@@ -102,7 +106,7 @@ SPIRE_GRAD_CASE(avg_pool_same, {"AvgPool", "SAME stride 2", {{2, 5, 5, 2}}, [](c
 SPIRE_GRAD_CASE(avg_pool_valid, {"AvgPool", "VALID", {{1, 5, 4, 3}}, [](const In& x) -> Outs {
   return {ops::avg_pool(x[0], {2, 3}, {1, 1}, "VALID")}; }});
 SPIRE_GRAD_CASE(avg_pool_grad, {"AvgPoolGrad", "SAME stride 2", {{1, 3, 3, 2}}, [](const In& x) -> Outs {
-  return {ops::avg_pool_grad(zeros_const({1, 5, 5, 2}), x[0], {3, 3}, {2, 2}, "SAME")}; },
+  return {ops::avg_pool_grad(zeros_const({1, 5, 5, 2}, x[0]), x[0], {3, 3}, {2, 2}, "SAME")}; },
   nullptr, 2e-6, true});
 
 }  // namespace
