@@ -2,7 +2,7 @@
 // through a Session as a user would: f32 matmul (GFLOP/s), elementwise add
 // and sum reduction (GB/s), conv2d forward/backward on MNIST- and
 // CIFAR-sized batches, and executor overhead per node on a chain of 1000
-// tiny nodes. Matmul and conv2d take a thread count as their last argument
+// tiny nodes, and one Adam step fused vs per variable. Matmul and conv2d take a thread count as their last argument
 // (SessionOptions::num_threads), e.g. MatMulF32/1024/2.
 #include <benchmark/benchmark.h>
 
@@ -137,6 +137,32 @@ void BM_ExecutorChainIdentity(benchmark::State& state) { chain_bench(state, true
 void BM_ExecutorChainNeg(benchmark::State& state) { chain_bench(state, false); }
 BENCHMARK(BM_ExecutorChainIdentity)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_ExecutorChainNeg)->Unit(benchmark::kMicrosecond);
+
+// One optimizer step on `vars` variables of `size` elements with constant
+// gradients: the fused Adam op (one op for all variables) vs the
+// per-variable graph of small ops. Args: vars, size, fused (1/0).
+void BM_AdamUpdate(benchmark::State& state) {
+  const int64_t vars = state.range(0), size = state.range(1);
+  Graph g;
+  DefaultGraphGuard guard(g);
+  GradsAndVars gv;
+  for (int64_t i = 0; i < vars; ++i) {
+    Output v = get_variable("v" + std::to_string(i), {size}, DType::F32);
+    gv.push_back({ops::constant(random_f32({size}, static_cast<uint64_t>(i) + 1)), v});
+  }
+  AdamOptimizer opt(1e-3);
+  opt.set_use_fused_ops(state.range(2) != 0);
+  Node* step = opt.apply_gradients(gv);
+  Node* init = global_variables_initializer();
+  Session s(g);
+  s.run({}, {}, {init});
+  for (auto _ : state) s.run({}, {}, {step});
+}
+BENCHMARK(BM_AdamUpdate)
+    ->ArgsProduct({{100}, {1000}, {1, 0}})
+    ->Args({300, 100, 1})->Args({300, 100, 0})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 
