@@ -1,6 +1,7 @@
 // Window math of the CUDA pooling kernels (kernels/cuda/pool_kernels.cu): the
-// geometry of an NHWC pooling (TF SAME/VALID rules, planned on the host with
-// ops::window_dim) and one SPIRE_HD function per kernel that computes output
+// geometry of an NHWC pooling (TF SAME/VALID rules, planned on the host by
+// kernels/pool_geometry.h for both devices; the CPU kernels also use
+// pool_window) and one SPIRE_HD function per kernel that computes output
 // (or input-gradient) element i. Plain C++ with no CUDA includes, so
 // tests/kernels/pool_index_test.cc runs the very same functions on the host
 // over every element and compares them with the CPU kernels

@@ -313,6 +313,28 @@ void check_adam_params(const std::string& name, double beta1, double beta2, doub
               beta2);
   SPIRE_CHECK(epsilon >= 0, "Optimizer '", name, "': epsilon must be >= 0, got ", epsilon);
 }
+
+// The first- and second-moment slots ("Adam", "Adam_1") of each of `vars`.
+std::pair<std::vector<Output>, std::vector<Output>> adam_slots(const Optimizer& opt,
+                                                               const std::vector<Output>& vars) {
+  std::pair<std::vector<Output>, std::vector<Output>> mv;
+  for (const Output& var : vars) {
+    mv.first.push_back(opt.get_slot(var, "Adam"));
+    mv.second.push_back(opt.get_slot(var, "Adam_1"));
+  }
+  return mv;
+}
+
+// The moment updates of one variable, assigned to its slots: m_t = beta1 * m + grad *
+// (1 - beta1) and v_t = beta2 * v + grad^2 * (1 - beta2).
+std::pair<Output, Output> adam_moments(const Optimizer& opt, const Output& grad, const Output& var,
+                                       double beta1, double beta2) {
+  Output m = opt.get_slot(var, "Adam");
+  Output v = opt.get_slot(var, "Adam_1");
+  Output m_t = ops::assign(m, m * beta1 + grad * (1.0 - beta1), "m");
+  Output v_t = ops::assign(v, v * beta2 + ops::square(grad) * (1.0 - beta2), "v");
+  return {m_t, v_t};
+}
 }  // namespace
 
 AdamOptimizer::AdamOptimizer(double lr, double beta1, double beta2, double epsilon,
@@ -361,10 +383,7 @@ Node* AdamOptimizer::apply_dense(const Output& grad, const Output& var) {
   auto [b1p, b2p] = powers_as(var.dtype());
   Output lr = lr_as(var.dtype());
   Output lr_t = lr * ops::sqrt(1.0 - b2p) / (1.0 - b1p);
-  Output m = get_slot(var, "Adam");
-  Output v = get_slot(var, "Adam_1");
-  Output m_t = ops::assign(m, m * beta1_ + grad * (1.0 - beta1_), "m");
-  Output v_t = ops::assign(v, v * beta2_ + ops::square(grad) * (1.0 - beta2_), "v");
+  auto [m_t, v_t] = adam_moments(*this, grad, var, beta1_, beta2_);
   return ops::assign_sub(var, lr_t * m_t / (ops::sqrt(v_t) + epsilon_), "apply").node;
 }
 
@@ -372,11 +391,7 @@ Node* AdamOptimizer::apply_fused(const std::vector<Output>& grads,
                                  const std::vector<Output>& vars) {
   const DType dt = vars[0].dtype();
   auto [b1p, b2p] = powers_as(dt);
-  std::vector<Output> m, v;
-  for (const Output& var : vars) {
-    m.push_back(get_slot(var, "Adam"));
-    v.push_back(get_slot(var, "Adam_1"));
-  }
+  auto [m, v] = adam_slots(*this, vars);
   return ops::fused_apply_adam(vars, grads, m, v, lr_as(dt), b1p, b2p, beta1_, beta2_, epsilon_,
                                "apply");
 }
@@ -409,10 +424,7 @@ AdamWOptimizer::AdamWOptimizer(const Output& lr, double weight_decay, double bet
 Node* AdamWOptimizer::apply_dense(const Output& grad, const Output& var) {
   auto [b1p, b2p] = powers_as(var.dtype());
   Output lr = lr_as(var.dtype());
-  Output m = get_slot(var, "Adam");
-  Output v = get_slot(var, "Adam_1");
-  Output m_t = ops::assign(m, m * beta1_ + grad * (1.0 - beta1_), "m");
-  Output v_t = ops::assign(v, v * beta2_ + ops::square(grad) * (1.0 - beta2_), "v");
+  auto [m_t, v_t] = adam_moments(*this, grad, var, beta1_, beta2_);
   // torch.optim.AdamW: p *= 1 - lr * wd; p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps).
   Output step_size = lr / (1.0 - b1p);
   Output denom = ops::sqrt(v_t) / ops::sqrt(1.0 - b2p) + epsilon_;
@@ -424,11 +436,7 @@ Node* AdamWOptimizer::apply_fused(const std::vector<Output>& grads,
                                   const std::vector<Output>& vars) {
   const DType dt = vars[0].dtype();
   auto [b1p, b2p] = powers_as(dt);
-  std::vector<Output> m, v;
-  for (const Output& var : vars) {
-    m.push_back(get_slot(var, "Adam"));
-    v.push_back(get_slot(var, "Adam_1"));
-  }
+  auto [m, v] = adam_slots(*this, vars);
   return ops::fused_apply_adamw(vars, grads, m, v, lr_as(dt), b1p, b2p, beta1_, beta2_, epsilon_,
                                 weight_decay_, "apply");
 }

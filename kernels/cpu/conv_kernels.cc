@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "core/kernel_registry.h"
-#include "core/ops/nn_ops.h"
+#include "kernels/conv_geometry.h"
 #include "kernels/cpu/gemm.h"
 
 namespace spire::cpu {
@@ -27,12 +27,8 @@ namespace {
 // is still in the core's L2 cache when the GEMM packs it (at least one image per chunk).
 constexpr int64_t kMaxColElements = int64_t{1} << 18;
 
-struct ConvGeom {
-  int64_t n, h, w, c;      // input
-  int64_t kh, kw, o;       // filter
-  int64_t oh, ow;          // output
-  int64_t sh, sw, dh, dw;  // strides, dilations
-  int64_t pt, pl;          // padding before (top, left)
+// The shared geometry (kernels/conv_geometry.h) plus the im2col sizes of this kernel.
+struct ConvGeom : kernels::ConvGeometry {
   int64_t kkc() const { return kh * kw * c; }
   int64_t rows_per_image() const { return oh * ow; }
   // 1x1, stride 1, no padding: the input is the col matrix.
@@ -44,28 +40,7 @@ struct ConvGeom {
   }
 };
 
-ConvGeom conv_geom(KernelContext& ctx, const Shape& in, const Shape& f) {
-  if (in.rank() != 4) ctx.fail("input must be NHWC (rank 4)");
-  if (f.rank() != 4) ctx.fail("filter must be HWIO (rank 4)");
-  if (in[3] != f[2])
-    ctx.fail("input channels ", in[3], " do not match the filter's input channels ", f[2]);
-  auto strides = ctx.attr<std::vector<int64_t>>("strides");
-  auto dil = ctx.attr<std::vector<int64_t>>("dilations");
-  const std::string padding = ctx.attr<std::string>("padding");
-  if (strides.size() != 2 || dil.size() != 2) ctx.fail("strides and dilations need 2 entries");
-  ops::WindowDim hd, wd;
-  std::string err = ops::window_dim(in[1], f[0], strides[0], dil[0], padding, &hd);
-  if (err.empty()) err = ops::window_dim(in[2], f[1], strides[1], dil[1], padding, &wd);
-  if (!err.empty()) ctx.fail(err);
-  return ConvGeom{in[0], in[1], in[2], in[3], f[0], f[1], f[3], hd.out, wd.out,
-                  strides[0], strides[1], dil[0], dil[1], hd.pad_before, wd.pad_before};
-}
-
-void expect_dy_shape(KernelContext& ctx, const ConvGeom& g, const Tensor& dy) {
-  Shape want{g.n, g.oh, g.ow, g.o};
-  if (dy.shape() != want)
-    ctx.fail("dy has shape ", dy.shape().to_string(), ", expected ", want.to_string());
-}
+ConvGeom conv_geom(const kernels::ConvGeometry& base) { return ConvGeom{base}; }
 
 // Uninitialized scratch that grows on demand (each thread's share of a kernel owns one).
 template <typename T>
@@ -191,7 +166,7 @@ template <typename T>
 void conv2d_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& f = ctx.input(1);
-  ConvGeom g = conv_geom(ctx, x.shape(), f.shape());
+  ConvGeom g = conv_geom(kernels::conv_geometry(ctx, x.shape(), f.shape()));
   Tensor& y = ctx.allocate_output(0, Shape{g.n, g.oh, g.ow, g.o});
   const T* px = x.data<T>();
   const T* pf = f.data<T>();
@@ -215,8 +190,7 @@ void conv2d_backprop_input_kernel(KernelContext& ctx) {
   const Tensor& like = ctx.input(0);
   const Tensor& f = ctx.input(1);
   const Tensor& dy = ctx.input(2);
-  ConvGeom g = conv_geom(ctx, like.shape(), f.shape());
-  expect_dy_shape(ctx, g, dy);
+  ConvGeom g = conv_geom(kernels::conv_backprop_geometry(ctx));
   Tensor& dx = ctx.allocate_output(0, like.shape());
   const T* pf = f.data<T>();
   const T* pdy = dy.data<T>();
@@ -247,8 +221,7 @@ void conv2d_backprop_filter_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& like = ctx.input(1);
   const Tensor& dy = ctx.input(2);
-  ConvGeom g = conv_geom(ctx, x.shape(), like.shape());
-  expect_dy_shape(ctx, g, dy);
+  ConvGeom g = conv_geom(kernels::conv_backprop_geometry(ctx));
   Tensor& dw = ctx.allocate_output(0, like.shape());
   const T* px = x.data<T>();
   const T* pdy = dy.data<T>();

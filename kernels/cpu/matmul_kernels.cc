@@ -7,6 +7,7 @@
 
 #include "core/kernel_registry.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/matmul_shapes.h"
 
 namespace spire::cpu {
 namespace {
@@ -15,31 +16,20 @@ template <typename T>
 void matmul_kernel(KernelContext& ctx) {
   const Tensor& a = ctx.input(0);
   const Tensor& b = ctx.input(1);
-  if (a.rank() != 2 || b.rank() != 2) ctx.fail("inputs must be matrices");
-  const bool ta = ctx.attr<bool>("transpose_a"), tb = ctx.attr<bool>("transpose_b");
-  const int64_t m = ta ? a.dim(1) : a.dim(0), k = ta ? a.dim(0) : a.dim(1);
-  const int64_t kb = tb ? b.dim(1) : b.dim(0), n = tb ? b.dim(0) : b.dim(1);
-  if (k != kb)
-    ctx.fail("inner dimensions do not match: ", a.shape().to_string(), " and ",
-             b.shape().to_string());
-  Tensor& c = ctx.allocate_output(0, Shape{m, n});
-  gemm(ta, tb, m, n, k, T(1), a.data<T>(), a.dim(1), b.data<T>(), b.dim(1), T(0), c.data<T>(), n,
-       ctx.thread_pool());
+  const kernels::MatMulDims d = kernels::matmul_dims(ctx);
+  Tensor& c = ctx.allocate_output(0, Shape{d.m, d.n});
+  gemm(d.ta, d.tb, d.m, d.n, d.k, T(1), a.data<T>(), a.dim(1), b.data<T>(), b.dim(1), T(0),
+       c.data<T>(), d.n, ctx.thread_pool());
 }
 
 // Offsets (in matrices) of operand `s`'s batch entry for each entry of the broadcast batch
 // shape `out` (s is right-aligned against out; size-1 dims repeat).
 std::vector<int64_t> batch_offsets(const std::vector<int64_t>& s, const std::vector<int64_t>& out) {
-  const size_t r = out.size(), pad = r - s.size();
+  const size_t r = out.size();
   int64_t total = 1;
   for (int64_t d : out) total *= d;
   std::vector<int64_t> offs(static_cast<size_t>(total), 0);
-  std::vector<int64_t> stride(r, 0);
-  int64_t acc = 1;
-  for (size_t i = r; i-- > pad;) {
-    stride[i] = s[i - pad] == 1 ? 0 : acc;
-    acc *= s[i - pad];
-  }
+  const std::vector<int64_t> stride = kernels::batch_strides(s, out);
   std::vector<int64_t> idx(r, 0);
   for (int64_t t = 0; t < total; ++t) {
     int64_t o = 0;
@@ -55,37 +45,23 @@ std::vector<int64_t> batch_offsets(const std::vector<int64_t>& s, const std::vec
 
 template <typename T>
 void batch_matmul_kernel(KernelContext& ctx) {
-  const Tensor& a = ctx.input(0);
-  const Tensor& b = ctx.input(1);
-  if (a.rank() < 2 || b.rank() < 2) ctx.fail("inputs must have rank >= 2");
-  const bool ta = ctx.attr<bool>("adj_a"), tb = ctx.attr<bool>("adj_b");
-  const int ra = a.rank(), rb = b.rank();
-  const int64_t ar = a.dim(ra - 2), ac = a.dim(ra - 1), br = b.dim(rb - 2), bc = b.dim(rb - 1);
-  const int64_t m = ta ? ac : ar, k = ta ? ar : ac, kb = tb ? bc : br, n = tb ? br : bc;
-  if (k != kb)
-    ctx.fail("inner dimensions do not match: ", a.shape().to_string(), " and ",
-             b.shape().to_string());
-  std::vector<int64_t> ba(a.shape().dims().begin(), a.shape().dims().end() - 2);
-  std::vector<int64_t> bb(b.shape().dims().begin(), b.shape().dims().end() - 2);
-  Shape batch;
-  if (!broadcast_shapes(Shape(ba), Shape(bb), &batch))
-    ctx.fail("batch dimensions cannot be broadcast together");
-  std::vector<int64_t> out_dims = batch.dims();
-  out_dims.push_back(m);
-  out_dims.push_back(n);
-  Tensor& c = ctx.allocate_output(0, Shape(out_dims));
-  const T* pa = a.data<T>();
-  const T* pb = b.data<T>();
+  const kernels::BatchMatMulShapes s = kernels::batch_matmul_shapes(ctx);
+  const bool ta = s.d.ta, tb = s.d.tb;
+  const int64_t m = s.d.m, n = s.d.n, k = s.d.k;
+  const int64_t ar = s.ar, ac = s.ac, br = s.br, bc = s.bc;
+  Tensor& c = ctx.allocate_output(0, s.out_shape());
+  const T* pa = ctx.input(0).data<T>();
+  const T* pb = ctx.input(1).data<T>();
   T* pc = c.data<T>();
-  const int64_t total = batch.num_elements();
+  const int64_t total = s.total;
   if (total == 0 || m == 0 || n == 0) return;
-  const int64_t count_a = Shape(ba).num_elements(), count_b = Shape(bb).num_elements();
-  if (!ta && count_b == 1 && count_a == total) {
+  if (!ta && s.count_b == 1 && s.count_a == total) {
     // b is shared by every batch entry: one (total * m) x n GEMM.
     gemm(false, tb, total * m, n, k, T(1), pa, ac, pb, bc, T(0), pc, n, ctx.thread_pool());
     return;
   }
-  std::vector<int64_t> oa = batch_offsets(ba, batch.dims()), ob = batch_offsets(bb, batch.dims());
+  std::vector<int64_t> oa = batch_offsets(s.batch_a, s.batch.dims()),
+                       ob = batch_offsets(s.batch_b, s.batch.dims());
   auto entry = [&](int64_t t, ThreadPool* pool) {
     const size_t i = static_cast<size_t>(t);
     gemm(ta, tb, m, n, k, T(1), pa + oa[i] * ar * ac, ac, pb + ob[i] * br * bc, bc, T(0),

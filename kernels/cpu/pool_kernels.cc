@@ -10,45 +10,26 @@
 #include <vector>
 
 #include "core/kernel_registry.h"
-#include "core/ops/nn_ops.h"
+#include "kernels/pool_geometry.h"
 
 namespace spire::cpu {
 namespace {
 
-struct PoolGeom {
-  int64_t n, h, w, c;
-  int64_t kh, kw, sh, sw;
-  int64_t oh, ow, pt, pl;
-  Shape in_shape() const { return Shape{n, h, w, c}; }
-  Shape out_shape() const { return Shape{n, oh, ow, c}; }
+// The shared geometry (kernels/pool_geometry.h, kernels/pool_index.h) with shorthands.
+struct PoolGeom : kernels::PoolGeometry {
+  Shape in_shape() const { return kernels::pool_in_shape(*this); }
+  Shape out_shape() const { return kernels::pool_out_shape(*this); }
   // Valid input rows [y0, y1) and cols [x0, x1) of output window (oy, ox).
   void window(int64_t oy, int64_t ox, int64_t* y0, int64_t* y1, int64_t* x0, int64_t* x1) const {
-    const int64_t ys = oy * sh - pt, xs = ox * sw - pl;
-    *y0 = std::max<int64_t>(ys, 0);
-    *y1 = std::min<int64_t>(ys + kh, h);
-    *x0 = std::max<int64_t>(xs, 0);
-    *x1 = std::min<int64_t>(xs + kw, w);
+    kernels::pool_window(*this, oy, ox, y0, y1, x0, x1);
   }
 };
 
 PoolGeom pool_geom(KernelContext& ctx, const Shape& in) {
-  if (in.rank() != 4) ctx.fail("input must be NHWC (rank 4)");
-  auto ksize = ctx.attr<std::vector<int64_t>>("ksize");
-  auto strides = ctx.attr<std::vector<int64_t>>("strides");
-  const std::string padding = ctx.attr<std::string>("padding");
-  if (ksize.size() != 2 || strides.size() != 2) ctx.fail("ksize and strides need 2 entries");
-  ops::WindowDim hd, wd;
-  std::string err = ops::window_dim(in[1], ksize[0], strides[0], 1, padding, &hd);
-  if (err.empty()) err = ops::window_dim(in[2], ksize[1], strides[1], 1, padding, &wd);
-  if (!err.empty()) ctx.fail(err);
-  return PoolGeom{in[0], in[1], in[2], in[3], ksize[0], ksize[1], strides[0], strides[1],
-                  hd.out, wd.out, hd.pad_before, wd.pad_before};
+  return PoolGeom{kernels::pool_geometry(ctx, in)};
 }
 
-void expect_shape(KernelContext& ctx, const char* what, const Tensor& t, const Shape& want) {
-  if (t.shape() != want)
-    ctx.fail(what, " has shape ", t.shape().to_string(), ", expected ", want.to_string());
-}
+using kernels::expect_pool_shape;
 
 // Calls f(out, pixel_base, pixels, arg) for every output pixel: out is the flat index of its
 // channel 0, pixel_base[0..pixels) the flat input indices (channel 0) of the valid pixels of
@@ -171,8 +152,8 @@ template <typename T>
 void max_pool_grad_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   PoolGeom g = pool_geom(ctx, x.shape());
-  expect_shape(ctx, "y", ctx.input(1), g.out_shape());
-  expect_shape(ctx, "dy", ctx.input(2), g.out_shape());
+  expect_pool_shape(ctx, "y", ctx.input(1), g.out_shape());
+  expect_pool_shape(ctx, "dy", ctx.input(2), g.out_shape());
   Tensor& dx = ctx.allocate_output(0, x.shape());
   const T* pdy = ctx.input(2).data<T>();
   T* pdx = dx.data<T>();
@@ -209,8 +190,8 @@ template <typename T>
 void max_pool_grad_grad_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   PoolGeom g = pool_geom(ctx, x.shape());
-  expect_shape(ctx, "y", ctx.input(1), g.out_shape());
-  expect_shape(ctx, "g", ctx.input(2), x.shape());
+  expect_pool_shape(ctx, "y", ctx.input(1), g.out_shape());
+  expect_pool_shape(ctx, "g", ctx.input(2), x.shape());
   Tensor& out = ctx.allocate_output(0, g.out_shape());
   const T* pg = ctx.input(2).data<T>();
   T* po = out.data<T>();
@@ -238,7 +219,7 @@ template <typename T>
 void avg_pool_grad_kernel(KernelContext& ctx) {
   const Tensor& like = ctx.input(0);
   PoolGeom g = pool_geom(ctx, like.shape());
-  expect_shape(ctx, "dy", ctx.input(1), g.out_shape());
+  expect_pool_shape(ctx, "dy", ctx.input(1), g.out_shape());
   Tensor& dx = ctx.allocate_output(0, like.shape());
   const T* pdy = ctx.input(1).data<T>();
   T* pdx = dx.data<T>();

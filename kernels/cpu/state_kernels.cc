@@ -1,52 +1,23 @@
-// CPU kernels for sources, state and control ops: Const, Placeholder,
-// Variable, Assign/AssignAdd/AssignSub (copy-on-write: a variable's buffer
-// is updated in place only when no other tensor shares it), Identity,
-// StopGradient, ZerosLike, OnesLike, NoOp and Copy (to the CPU).
+// CPU kernels for sources, state and control ops: Const, ZerosLike, OnesLike and the
+// AssignAdd/AssignSub update (copy-on-write: a variable's buffer is updated in place only
+// when no other tensor shares it). Placeholder, Variable, Assign, Identity, StopGradient,
+// NoOp and Copy (to the CPU) are the device-independent kernels of kernels/state_common.h.
 #include "core/kernel_registry.h"
 #include "kernels/cpu/broadcast.h"
+#include "kernels/state_common.h"
 
 namespace spire::cpu {
 namespace {
-
 
 void const_kernel(KernelContext& ctx) {
   Tensor v = ctx.attr<Tensor>("value");
   ctx.set_output(0, v.to(ctx.device()));
 }
 
-void placeholder_kernel(KernelContext& ctx) {
-  ctx.fail("placeholder '", ctx.node().name(), "' must be fed");
-}
-
-void variable_kernel(KernelContext& ctx) { ctx.set_output(0, ctx.state().variable(&ctx.node())); }
-
-Tensor& var_slot(KernelContext& ctx) {
-  const Node* var = ctx.node().input(0).node;
-  if (var->op_type() != "Variable") ctx.fail("input 0 must be a variable, got ", var->describe());
-  return ctx.state().variable(var);
-}
-
-void assign_kernel(KernelContext& ctx) {
-  Tensor& slot = var_slot(ctx);
-  const Tensor& value = ctx.input(1);
-  const Shape& vs = ctx.node().input(0).shape();
-  if (value.shape() != vs)
-    ctx.fail("cannot assign ", value.type_string(), " to variable '",
-             ctx.node().input(0).node->name(), "' of shape ", vs.to_string());
-  slot = value;  // shares the buffer; updates copy when it is shared
-  ctx.set_output(0, slot);
-}
-
 template <typename T, bool kAdd>
 void assign_update(KernelContext& ctx) {
-  Tensor& slot = var_slot(ctx);
-  if (!slot.defined())
-    ctx.fail("variable '", ctx.node().input(0).node->name(), "' is uninitialized");
+  Tensor& slot = kernels::checked_update_slot(ctx);
   const Tensor& d = ctx.input(1);
-  Shape check;
-  if (!broadcast_shapes(slot.shape(), d.shape(), &check) || check != slot.shape())
-    ctx.fail("cannot update variable of shape ", slot.shape().to_string(), " with ",
-             d.type_string());
   // Copy-on-write: in place only when no one but the slot and this input holds the buffer.
   Tensor target = may_update_in_place(slot, ctx.input(0)) ? slot : slot.clone();
   T* pt = target.data<T>();
@@ -64,38 +35,22 @@ void assign_update(KernelContext& ctx) {
 
 template <bool kAdd>
 void assign_update_kernel(KernelContext& ctx) {
-  visit_dtype(ctx.input(1).dtype(), ctx.node().op_type().c_str(), [&](auto zero) {
-    using T = decltype(zero);
-    if constexpr (std::is_same_v<T, bool>) ctx.fail("bool variables cannot be incremented");
-    else assign_update<T, kAdd>(ctx);
-  });
+  kernels::visit_update_dtype(ctx, [&](auto zero) { assign_update<decltype(zero), kAdd>(ctx); });
 }
-
-void identity_kernel(KernelContext& ctx) { ctx.set_output(0, ctx.input(0)); }
-
-// Copy to the CPU (from a GPU this waits for the device's queued work).
-void copy_kernel(KernelContext& ctx) { ctx.set_output(0, ctx.input(0).to(ctx.device())); }
 
 template <int kValue>
 void fill_like_kernel(KernelContext& ctx) {
   ctx.set_output(0, Tensor::full(ctx.input(0).dtype(), ctx.input(0).shape(), kValue));
 }
 
-void no_op_kernel(KernelContext&) {}
-
 }  // namespace
 
 SPIRE_REGISTER_KERNEL("Const", DeviceType::CPU, const_kernel, DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool);
-SPIRE_REGISTER_KERNEL("Copy", DeviceType::CPU, copy_kernel, DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool);
-SPIRE_REGISTER_KERNEL("Placeholder", DeviceType::CPU, placeholder_kernel, DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool);
-SPIRE_REGISTER_KERNEL("Variable", DeviceType::CPU, variable_kernel, DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool);
-SPIRE_REGISTER_KERNEL("Assign", DeviceType::CPU, assign_kernel, DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool);
 SPIRE_REGISTER_KERNEL("AssignAdd", DeviceType::CPU, assign_update_kernel<true>, DType::F32, DType::F64, DType::I32, DType::I64);
 SPIRE_REGISTER_KERNEL("AssignSub", DeviceType::CPU, assign_update_kernel<false>, DType::F32, DType::F64, DType::I32, DType::I64);
-SPIRE_REGISTER_KERNEL("Identity", DeviceType::CPU, identity_kernel, DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool);
-SPIRE_REGISTER_KERNEL("StopGradient", DeviceType::CPU, identity_kernel, DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool);
 SPIRE_REGISTER_KERNEL("ZerosLike", DeviceType::CPU, fill_like_kernel<0>, DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool);
 SPIRE_REGISTER_KERNEL("OnesLike", DeviceType::CPU, fill_like_kernel<1>, DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool);
-SPIRE_REGISTER_KERNEL("NoOp", DeviceType::CPU, no_op_kernel, DType::F32);
+
+SPIRE_STATIC_INIT(cpu_state_kernels) { kernels::register_common_state_kernels(DeviceType::CPU); }
 
 }  // namespace spire::cpu

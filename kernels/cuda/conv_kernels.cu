@@ -50,7 +50,7 @@
 #include <vector>
 
 #include "core/kernel_registry.h"
-#include "core/ops/nn_ops.h"
+#include "kernels/conv_geometry.h"
 #include "kernels/cuda/launch.h"
 
 namespace spire::cuda {
@@ -195,13 +195,9 @@ class StagedOutput {
 
 // ---- geometry ------------------------------------------------------------------------------
 
-struct ConvGeom {
-  int64_t n, h, w, c;      // input
-  int64_t kh, kw, o;       // filter
-  int64_t oh, ow;          // output
-  int64_t sh, sw, dh, dw;  // strides, dilations
-  int64_t pt, pl;          // padding before (cuDNN pads both sides by these)
-  int64_t eh, ew;          // zero rows / columns appended (asymmetric SAME padding)
+// The shared geometry (kernels/conv_geometry.h) plus the zero extension cuDNN needs.
+struct ConvGeom : kernels::ConvGeometry {
+  int64_t eh, ew;  // zero rows / columns appended (asymmetric SAME padding)
   int64_t hp() const { return h + eh; }
   int64_t wp() const { return w + ew; }
   // Logical (N, C, H, W) dims of the input as given, as cuDNN sees it, and of the output;
@@ -222,34 +218,13 @@ int64_t extra_after(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t 
   return std::max<int64_t>(pad_after - pad_before, 0);
 }
 
-ConvGeom conv_geom(KernelContext& ctx, const Shape& in, const Shape& f) {
-  if (in.rank() != 4) ctx.fail("input must be NHWC (rank 4)");
-  if (f.rank() != 4) ctx.fail("filter must be HWIO (rank 4)");
-  if (in[3] != f[2])
-    ctx.fail("input channels ", in[3], " do not match the filter's input channels ", f[2]);
-  auto strides = ctx.attr<std::vector<int64_t>>("strides");
-  auto dil = ctx.attr<std::vector<int64_t>>("dilations");
-  const std::string padding = ctx.attr<std::string>("padding");
-  if (strides.size() != 2 || dil.size() != 2) ctx.fail("strides and dilations need 2 entries");
-  ops::WindowDim hd, wd;
-  std::string err = ops::window_dim(in[1], f[0], strides[0], dil[0], padding, &hd);
-  if (err.empty()) err = ops::window_dim(in[2], f[1], strides[1], dil[1], padding, &wd);
-  if (!err.empty()) ctx.fail(err);
+// The shared geometry; cuDNN pads both sides by pt / pl and the input is extended by eh / ew.
+ConvGeom conv_geom(const kernels::ConvGeometry& base) {
   ConvGeom g;
-  g.n = in[0], g.h = in[1], g.w = in[2], g.c = in[3];
-  g.kh = f[0], g.kw = f[1], g.o = f[3];
-  g.oh = hd.out, g.ow = wd.out;
-  g.sh = strides[0], g.sw = strides[1], g.dh = dil[0], g.dw = dil[1];
-  g.pt = hd.pad_before, g.pl = wd.pad_before;
+  static_cast<kernels::ConvGeometry&>(g) = base;
   g.eh = g.oh > 0 ? extra_after(g.h, g.oh, g.kh, g.sh, g.dh, g.pt) : 0;
   g.ew = g.ow > 0 ? extra_after(g.w, g.ow, g.kw, g.sw, g.dw, g.pl) : 0;
   return g;
-}
-
-void expect_dy_shape(KernelContext& ctx, const ConvGeom& g, const Tensor& dy) {
-  Shape want{g.n, g.oh, g.ow, g.o};
-  if (dy.shape() != want)
-    ctx.fail("dy has shape ", dy.shape().to_string(), ", expected ", want.to_string());
 }
 
 // ---- cuDNN descriptors ------------------------------------------------------------------------
@@ -504,7 +479,7 @@ template <typename T>
 void conv2d_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& f = ctx.input(1);
-  ConvGeom g = conv_geom(ctx, x.shape(), f.shape());
+  ConvGeom g = conv_geom(kernels::conv_geometry(ctx, x.shape(), f.shape()));
   Tensor& y = ctx.allocate_output(0, Shape{g.n, g.oh, g.ow, g.o});
   if (y.num_elements() == 0) return;
   CudaContext& cc = context(ctx);
@@ -526,8 +501,7 @@ void conv2d_backprop_input_kernel(KernelContext& ctx) {
   const Tensor& like = ctx.input(0);
   const Tensor& f = ctx.input(1);
   const Tensor& dy = ctx.input(2);
-  ConvGeom g = conv_geom(ctx, like.shape(), f.shape());
-  expect_dy_shape(ctx, g, dy);
+  ConvGeom g = conv_geom(kernels::conv_backprop_geometry(ctx));
   Tensor& dx = ctx.allocate_output(0, like.shape());
   if (dx.num_elements() == 0) return;
   CudaContext& cc = context(ctx);
@@ -550,8 +524,7 @@ void conv2d_backprop_filter_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& like = ctx.input(1);
   const Tensor& dy = ctx.input(2);
-  ConvGeom g = conv_geom(ctx, x.shape(), like.shape());
-  expect_dy_shape(ctx, g, dy);
+  ConvGeom g = conv_geom(kernels::conv_backprop_geometry(ctx));
   Tensor& dw = ctx.allocate_output(0, like.shape());
   if (dw.num_elements() == 0) return;
   CudaContext& cc = context(ctx);

@@ -33,6 +33,7 @@
 
 #include "core/kernel_registry.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/matmul_shapes.h"
 
 namespace spire::cuda {
 namespace {
@@ -115,13 +116,8 @@ template <typename T>
 void matmul_kernel(KernelContext& ctx) {
   const Tensor& a = ctx.input(0);
   const Tensor& b = ctx.input(1);
-  if (a.rank() != 2 || b.rank() != 2) ctx.fail("inputs must be matrices");
-  const bool ta = ctx.attr<bool>("transpose_a"), tb = ctx.attr<bool>("transpose_b");
-  const int64_t m = ta ? a.dim(1) : a.dim(0), k = ta ? a.dim(0) : a.dim(1);
-  const int64_t kb = tb ? b.dim(1) : b.dim(0), n = tb ? b.dim(0) : b.dim(1);
-  if (k != kb)
-    ctx.fail("inner dimensions do not match: ", a.shape().to_string(), " and ",
-             b.shape().to_string());
+  const kernels::MatMulDims md = kernels::matmul_dims(ctx);
+  const int64_t m = md.m, n = md.n, k = md.k;
   Tensor& c = ctx.allocate_output(0, Shape{m, n});
   if (m == 0 || n == 0) return;
   CudaContext& cc = context(ctx);
@@ -130,34 +126,18 @@ void matmul_kernel(KernelContext& ctx) {
     SPIRE_CUDA_CHECK(cudaMemsetAsync(c.data<T>(), 0, m * n * sizeof(T), cc.stream()));
     return;
   }
-  gemm<T>(ctx, cc, gemm_dims(ctx, ta, tb, m, n, k, a.dim(1), b.dim(1), n), a.data<T>(), b.data<T>(),
-          c.data<T>());
+  gemm<T>(ctx, cc, gemm_dims(ctx, md.ta, md.tb, m, n, k, a.dim(1), b.dim(1), n), a.data<T>(),
+          b.data<T>(), c.data<T>());
 }
 
 // Output batch dims and, per operand, its stride in matrices along each of them (0 where
-// the operand is broadcast), as in the CPU kernel's batch_offsets.
+// the operand is broadcast; kernels::batch_strides), as in the CPU kernel's batch_offsets.
 struct BatchPointers {
   int rank = 0;
   int64_t dims[kMaxBatchRank] = {};
   int64_t stride_a[kMaxBatchRank] = {};
   int64_t stride_b[kMaxBatchRank] = {};
 };
-
-// Strides (in matrices) of an operand with batch dims `s` against the output batch `out`.
-void batch_strides(const std::vector<int64_t>& s, const std::vector<int64_t>& out,
-                   int64_t* stride) {
-  const size_t r = out.size(), pad = r - s.size();
-  int64_t acc = 1;
-  for (size_t i = r; i-- > 0;) {
-    if (i < pad) {
-      stride[i] = 0;
-      continue;
-    }
-    const int64_t d = s[i - pad];
-    stride[i] = d == 1 ? 0 : acc;
-    acc *= d;
-  }
-}
 
 // Entry t of the broadcast batch: pa[t], pb[t], pc[t] point at its matrices.
 template <typename T>
@@ -180,26 +160,13 @@ __global__ void batch_pointers_kernel(BatchPointers bp, int64_t total, const T* 
 
 template <typename T>
 void batch_matmul_kernel(KernelContext& ctx) {
-  const Tensor& a = ctx.input(0);
-  const Tensor& b = ctx.input(1);
-  if (a.rank() < 2 || b.rank() < 2) ctx.fail("inputs must have rank >= 2");
-  const bool ta = ctx.attr<bool>("adj_a"), tb = ctx.attr<bool>("adj_b");
-  const int ra = a.rank(), rb = b.rank();
-  const int64_t ar = a.dim(ra - 2), ac = a.dim(ra - 1), br = b.dim(rb - 2), bc = b.dim(rb - 1);
-  const int64_t m = ta ? ac : ar, k = ta ? ar : ac, kb = tb ? bc : br, n = tb ? br : bc;
-  if (k != kb)
-    ctx.fail("inner dimensions do not match: ", a.shape().to_string(), " and ",
-             b.shape().to_string());
-  std::vector<int64_t> ba(a.shape().dims().begin(), a.shape().dims().end() - 2);
-  std::vector<int64_t> bb(b.shape().dims().begin(), b.shape().dims().end() - 2);
-  Shape batch;
-  if (!broadcast_shapes(Shape(ba), Shape(bb), &batch))
-    ctx.fail("batch dimensions cannot be broadcast together");
-  std::vector<int64_t> out_dims = batch.dims();
-  out_dims.push_back(m);
-  out_dims.push_back(n);
-  Tensor& c = ctx.allocate_output(0, Shape(out_dims));
-  const int64_t total = batch.num_elements();
+  const kernels::BatchMatMulShapes s = kernels::batch_matmul_shapes(ctx);
+  Tensor& c = ctx.allocate_output(0, s.out_shape());
+  const Shape& batch = s.batch;
+  const int64_t total = s.total;
+  const bool ta = s.d.ta, tb = s.d.tb;
+  const int64_t m = s.d.m, n = s.d.n, k = s.d.k;
+  const int64_t ar = s.ar, ac = s.ac, br = s.br, bc = s.bc;
   if (total == 0 || m == 0 || n == 0) return;
   CudaContext& cc = context(ctx);
   DeviceGuard guard(cc.device());
@@ -207,10 +174,10 @@ void batch_matmul_kernel(KernelContext& ctx) {
     SPIRE_CUDA_CHECK(cudaMemsetAsync(c.data<T>(), 0, c.num_elements() * sizeof(T), cc.stream()));
     return;
   }
-  const T* pa = a.data<T>();
-  const T* pb = b.data<T>();
+  const T* pa = ctx.input(0).data<T>();
+  const T* pb = ctx.input(1).data<T>();
   T* pc = c.data<T>();
-  const int64_t count_a = Shape(ba).num_elements(), count_b = Shape(bb).num_elements();
+  const int64_t count_a = s.count_a, count_b = s.count_b;
   if (!ta && count_b == 1 && count_a == total) {
     // b is shared by every batch entry: one (total * m) x n GEMM.
     gemm<T>(ctx, cc, gemm_dims(ctx, false, tb, total * m, n, k, ac, bc, n), pa, pb, pc);
@@ -231,8 +198,10 @@ void batch_matmul_kernel(KernelContext& ctx) {
   BatchPointers bp;
   bp.rank = batch.rank();
   for (int i = 0; i < bp.rank; ++i) bp.dims[i] = batch[i];
-  batch_strides(ba, batch.dims(), bp.stride_a);
-  batch_strides(bb, batch.dims(), bp.stride_b);
+  const std::vector<int64_t> sa = kernels::batch_strides(s.batch_a, batch.dims());
+  const std::vector<int64_t> sb = kernels::batch_strides(s.batch_b, batch.dims());
+  std::copy(sa.begin(), sa.end(), bp.stride_a);
+  std::copy(sb.begin(), sb.end(), bp.stride_b);
   Scratch ptrs(cc, 3 * static_cast<size_t>(total) * sizeof(void*));
   const T** arr_a = ptrs.as<const T*>();
   const T** arr_b = arr_a + total;

@@ -12,8 +12,8 @@
 #include <climits>
 
 #include "core/kernel_registry.h"
-#include "core/ops/nn_ops.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/pool_geometry.h"
 #include "kernels/pool_index.h"
 
 namespace spire::cuda {
@@ -21,31 +21,10 @@ namespace {
 
 using kernels::PoolGeometry;
 
-// Same checks and geometry as the CPU kernels' pool_geom.
-PoolGeometry pool_geometry(KernelContext& ctx, const Shape& in) {
-  if (in.rank() != 4) ctx.fail("input must be NHWC (rank 4)");
-  auto ksize = ctx.attr<std::vector<int64_t>>("ksize");
-  auto strides = ctx.attr<std::vector<int64_t>>("strides");
-  const std::string padding = ctx.attr<std::string>("padding");
-  if (ksize.size() != 2 || strides.size() != 2) ctx.fail("ksize and strides need 2 entries");
-  ops::WindowDim hd, wd;
-  std::string err = ops::window_dim(in[1], ksize[0], strides[0], 1, padding, &hd);
-  if (err.empty()) err = ops::window_dim(in[2], ksize[1], strides[1], 1, padding, &wd);
-  if (!err.empty()) ctx.fail(err);
-  PoolGeometry g;
-  g.n = in[0], g.h = in[1], g.w = in[2], g.c = in[3];
-  g.kh = ksize[0], g.kw = ksize[1], g.sh = strides[0], g.sw = strides[1];
-  g.oh = hd.out, g.ow = wd.out, g.pt = hd.pad_before, g.pl = wd.pad_before;
-  return g;
-}
-
-Shape in_shape(const PoolGeometry& g) { return Shape{g.n, g.h, g.w, g.c}; }
-Shape out_shape(const PoolGeometry& g) { return Shape{g.n, g.oh, g.ow, g.c}; }
-
-void expect_shape(KernelContext& ctx, const char* what, const Tensor& t, const Shape& want) {
-  if (t.shape() != want)
-    ctx.fail(what, " has shape ", t.shape().to_string(), ", expected ", want.to_string());
-}
+using kernels::expect_pool_shape;
+using kernels::pool_geometry;
+using kernels::pool_in_shape;
+using kernels::pool_out_shape;
 
 template <typename T>
 __global__ void max_pool_kernel(PoolGeometry g, int64_t n, const T* x, T* y) {
@@ -79,26 +58,44 @@ __global__ void avg_pool_grad_kernel(PoolGeometry g, int64_t n, const T* dy, T* 
   SPIRE_GRID_STRIDE_LOOP(i, n) dx[i] = kernels::avg_pool_grad_value(g, dy, i);
 }
 
-template <typename T>
-void max_pool(KernelContext& ctx) {
-  const Tensor& x = ctx.input(0);
-  PoolGeometry g = pool_geometry(ctx, x.shape());
-  Tensor& y = ctx.allocate_output(0, out_shape(g));
-  const int64_t n = y.num_elements();
+// Runs kernel k(g, n, args...) over the n elements of `out` on ctx's device, one thread per
+// element (nothing to do for an empty output).
+template <typename Kernel, typename... Args>
+void launch_over(KernelContext& ctx, const Tensor& out, Kernel k, const PoolGeometry& g,
+                 Args... args) {
+  const int64_t n = out.num_elements();
   if (n == 0) return;
   CudaContext& cc = context(ctx);
   DeviceGuard guard(cc.device());
-  max_pool_kernel<T>
-      <<<blocks_for(cc, n), kThreads, 0, cc.stream()>>>(g, n, x.data<T>(), y.data<T>());
+  k<<<blocks_for(cc, n), kThreads, 0, cc.stream()>>>(g, n, args...);
   SPIRE_CUDA_LAUNCH_CHECK();
+}
+
+// MaxPool / AvgPool: each output element from its window by kernel k.
+template <typename T>
+void pool_forward(KernelContext& ctx, void (*k)(PoolGeometry, int64_t, const T*, T*)) {
+  const Tensor& x = ctx.input(0);
+  PoolGeometry g = pool_geometry(ctx, x.shape());
+  Tensor& y = ctx.allocate_output(0, pool_out_shape(g));
+  launch_over(ctx, y, k, g, x.data<T>(), y.data<T>());
+}
+
+template <typename T>
+void max_pool(KernelContext& ctx) {
+  pool_forward<T>(ctx, max_pool_kernel<T>);
+}
+
+template <typename T>
+void avg_pool(KernelContext& ctx) {
+  pool_forward<T>(ctx, avg_pool_kernel<T>);
 }
 
 template <typename T>
 void max_pool_grad(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   PoolGeometry g = pool_geometry(ctx, x.shape());
-  expect_shape(ctx, "y", ctx.input(1), out_shape(g));
-  expect_shape(ctx, "dy", ctx.input(2), out_shape(g));
+  expect_pool_shape(ctx, "y", ctx.input(1), pool_out_shape(g));
+  expect_pool_shape(ctx, "dy", ctx.input(2), pool_out_shape(g));
   Tensor& dx = ctx.allocate_output(0, x.shape());
   const int64_t n_in = dx.num_elements(), n_out = ctx.input(2).num_elements();
   if (n_in == 0) return;
@@ -122,45 +119,20 @@ template <typename T>
 void max_pool_grad_grad(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   PoolGeometry g = pool_geometry(ctx, x.shape());
-  expect_shape(ctx, "y", ctx.input(1), out_shape(g));
-  expect_shape(ctx, "g", ctx.input(2), x.shape());
-  Tensor& out = ctx.allocate_output(0, out_shape(g));
-  const int64_t n = out.num_elements();
-  if (n == 0) return;
-  CudaContext& cc = context(ctx);
-  DeviceGuard guard(cc.device());
-  max_pool_grad_grad_kernel<T><<<blocks_for(cc, n), kThreads, 0, cc.stream()>>>(
-      g, n, x.data<T>(), ctx.input(2).data<T>(), out.data<T>());
-  SPIRE_CUDA_LAUNCH_CHECK();
-}
-
-template <typename T>
-void avg_pool(KernelContext& ctx) {
-  const Tensor& x = ctx.input(0);
-  PoolGeometry g = pool_geometry(ctx, x.shape());
-  Tensor& y = ctx.allocate_output(0, out_shape(g));
-  const int64_t n = y.num_elements();
-  if (n == 0) return;
-  CudaContext& cc = context(ctx);
-  DeviceGuard guard(cc.device());
-  avg_pool_kernel<T>
-      <<<blocks_for(cc, n), kThreads, 0, cc.stream()>>>(g, n, x.data<T>(), y.data<T>());
-  SPIRE_CUDA_LAUNCH_CHECK();
+  expect_pool_shape(ctx, "y", ctx.input(1), pool_out_shape(g));
+  expect_pool_shape(ctx, "g", ctx.input(2), x.shape());
+  Tensor& out = ctx.allocate_output(0, pool_out_shape(g));
+  launch_over(ctx, out, max_pool_grad_grad_kernel<T>, g, x.data<T>(), ctx.input(2).data<T>(),
+              out.data<T>());
 }
 
 template <typename T>
 void avg_pool_grad(KernelContext& ctx) {
   const Tensor& like = ctx.input(0);
   PoolGeometry g = pool_geometry(ctx, like.shape());
-  expect_shape(ctx, "dy", ctx.input(1), out_shape(g));
-  Tensor& dx = ctx.allocate_output(0, in_shape(g));
-  const int64_t n = dx.num_elements();
-  if (n == 0) return;
-  CudaContext& cc = context(ctx);
-  DeviceGuard guard(cc.device());
-  avg_pool_grad_kernel<T>
-      <<<blocks_for(cc, n), kThreads, 0, cc.stream()>>>(g, n, ctx.input(1).data<T>(), dx.data<T>());
-  SPIRE_CUDA_LAUNCH_CHECK();
+  expect_pool_shape(ctx, "dy", ctx.input(1), pool_out_shape(g));
+  Tensor& dx = ctx.allocate_output(0, pool_in_shape(g));
+  launch_over(ctx, dx, avg_pool_grad_kernel<T>, g, ctx.input(1).data<T>(), dx.data<T>());
 }
 
 template <typename T>

@@ -2,7 +2,8 @@
 // TruncatedNormal and Dropout, in f32 and f64. They mirror the CPU kernels
 // (kernels/cpu/random_kernels.cc): the same key (derive_key of the graph
 // seed, op seed and node id), the same per-run stream offset from
-// SessionState::advance_rng, and element i drawn from Philox counter
+// SessionState::advance_rng (both from kernels/random_setup.h, as the
+// attr checks), and element i drawn from Philox counter
 // offset + i with the shared functions of kernels/random.h. So a graph run
 // on the CPU and on a GPU draws the same numbers: uniforms and dropout
 // masks bit for bit, normals up to the rounding of the device's double
@@ -14,20 +15,10 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/random.h"
+#include "kernels/random_setup.h"
 
 namespace spire::cuda {
 namespace {
-
-uint64_t node_key(const KernelContext& ctx) {
-  const Node& n = ctx.node();
-  return random::derive_key(n.graph()->seed(), n.attr<int64_t>("seed"), n.id());
-}
-
-/// Reserves `count` counters of this node's stream for this run (host-side
-/// bookkeeping, exactly as the CPU kernel).
-uint64_t stream_offset(KernelContext& ctx, int64_t count) {
-  return ctx.state().advance_rng(&ctx.node(), static_cast<uint64_t>(count));
-}
 
 template <typename T>
 __global__ void uniform_kernel(int64_t n, uint64_t key, uint64_t offset, T lo, T hi,
@@ -62,17 +53,14 @@ __global__ void dropout_kernel(int64_t n, uint64_t key, uint64_t offset, double 
 
 template <typename T>
 void random_uniform_op(KernelContext& ctx) {
-  const T lo = static_cast<T>(ctx.attr<double>("minval"));
-  const T hi = static_cast<T>(ctx.attr<double>("maxval"));
-  if (!(lo < hi)) ctx.fail("minval must be less than maxval in ", dtype_name(dtype_of<T>));
+  const random::UniformRange<T> range = random::uniform_range_attrs<T>(ctx);
   Tensor& out = ctx.allocate_output(0, ctx.node().output_shape(0));
   const int64_t n = out.num_elements();
-  const uint64_t key = node_key(ctx);
-  const uint64_t offset = stream_offset(ctx, n);
+  const random::DrawSetup draw = random::draw_setup(ctx, n);
   if (n == 0) return;
   CudaContext& cc = context(ctx);
-  uniform_kernel<T><<<blocks_for(cc, n), kThreads, 0, cc.stream()>>>(n, key, offset, lo, hi,
-                                                                      out.data<T>());
+  uniform_kernel<T><<<blocks_for(cc, n), kThreads, 0, cc.stream()>>>(
+      n, draw.key, draw.offset, range.lo, range.hi, out.data<T>());
   SPIRE_CUDA_LAUNCH_CHECK();
 }
 
@@ -82,45 +70,40 @@ void random_normal_op(KernelContext& ctx) {
   const double stddev = ctx.attr<double>("stddev");
   Tensor& out = ctx.allocate_output(0, ctx.node().output_shape(0));
   const int64_t n = out.num_elements();
-  const uint64_t key = node_key(ctx);
-  const uint64_t offset = stream_offset(ctx, n);
+  const random::DrawSetup draw = random::draw_setup(ctx, n);
   if (n == 0) return;
   CudaContext& cc = context(ctx);
   normal_kernel<T, kTruncated><<<blocks_for(cc, n), kThreads, 0, cc.stream()>>>(
-      n, key, offset, mean, stddev, out.data<T>());
+      n, draw.key, draw.offset, mean, stddev, out.data<T>());
   SPIRE_CUDA_LAUNCH_CHECK();
 }
 
 template <typename T>
 void dropout_op(KernelContext& ctx) {
-  const double rate = ctx.attr<double>("rate");
-  if (!(rate >= 0.0 && rate < 1.0)) ctx.fail("rate must be in [0, 1), got ", rate);
+  const double rate = random::dropout_rate_attr(ctx);
   const Tensor& x = ctx.input(0);
   Tensor& y = ctx.allocate_output(0, x.shape());
   Tensor& mask = ctx.allocate_output(1, x.shape());
   const int64_t n = x.num_elements();
-  const uint64_t key = node_key(ctx);
-  const uint64_t offset = stream_offset(ctx, n);
+  const random::DrawSetup draw = random::draw_setup(ctx, n);
   if (n == 0) return;
   const T scale = static_cast<T>(1.0 / (1.0 - rate));
   CudaContext& cc = context(ctx);
   dropout_kernel<T><<<blocks_for(cc, n), kThreads, 0, cc.stream()>>>(
-      n, key, offset, rate, scale, x.data<T>(), y.data<T>(), mask.data<T>());
+      n, draw.key, draw.offset, rate, scale, x.data<T>(), y.data<T>(), mask.data<T>());
   SPIRE_CUDA_LAUNCH_CHECK();
+}
+
+template <typename T>
+random::RandomKernels kernels_for() {
+  return {random_uniform_op<T>, random_normal_op<T, false>, random_normal_op<T, true>,
+          dropout_op<T>};
 }
 
 }  // namespace
 
 SPIRE_STATIC_INIT(cuda_random_kernels) {
-  auto& r = KernelRegistry::global();
-  r.add("RandomUniform", DeviceType::CUDA, DType::F32, random_uniform_op<float>);
-  r.add("RandomUniform", DeviceType::CUDA, DType::F64, random_uniform_op<double>);
-  r.add("RandomNormal", DeviceType::CUDA, DType::F32, random_normal_op<float, false>);
-  r.add("RandomNormal", DeviceType::CUDA, DType::F64, random_normal_op<double, false>);
-  r.add("TruncatedNormal", DeviceType::CUDA, DType::F32, random_normal_op<float, true>);
-  r.add("TruncatedNormal", DeviceType::CUDA, DType::F64, random_normal_op<double, true>);
-  r.add("Dropout", DeviceType::CUDA, DType::F32, dropout_op<float>);
-  r.add("Dropout", DeviceType::CUDA, DType::F64, dropout_op<double>);
+  random::register_random_kernels(DeviceType::CUDA, kernels_for<float>(), kernels_for<double>());
 }
 
 }  // namespace spire::cuda

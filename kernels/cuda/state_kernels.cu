@@ -1,12 +1,14 @@
 // CUDA kernels for sources, state and control ops: Const (uploaded once per
-// session into SessionState::constant_cache), Placeholder, Variable,
-// Assign/AssignAdd/AssignSub (copy-on-write as on the CPU: in place only
-// when the variable's buffer has no other owner), Identity, StopGradient,
-// ZerosLike, OnesLike, NoOp and Copy (to this GPU from the CPU or another
-// GPU, ordered on the streams; see Tensor::to).
+// session into SessionState::constant_cache), ZerosLike, OnesLike and the
+// AssignAdd/AssignSub update (copy-on-write as on the CPU: in place only
+// when the variable's buffer has no other owner). Placeholder, Variable,
+// Assign, Identity, StopGradient, NoOp and Copy (to this GPU from the CPU or
+// another GPU, ordered on the streams; see Tensor::to) are the
+// device-independent kernels of kernels/state_common.h.
 #include "core/kernel_registry.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/functors.h"
+#include "kernels/state_common.h"
 
 namespace spire::cuda {
 namespace {
@@ -18,29 +20,6 @@ void const_kernel(KernelContext& ctx) {
   if (!cached.defined() || cached.device() != ctx.device())
     cached = ctx.attr<Tensor>("value").to(ctx.device());
   ctx.set_output(0, cached);
-}
-
-void placeholder_kernel(KernelContext& ctx) {
-  ctx.fail("placeholder '", ctx.node().name(), "' must be fed");
-}
-
-void variable_kernel(KernelContext& ctx) { ctx.set_output(0, ctx.state().variable(&ctx.node())); }
-
-Tensor& var_slot(KernelContext& ctx) {
-  const Node* var = ctx.node().input(0).node;
-  if (var->op_type() != "Variable") ctx.fail("input 0 must be a variable, got ", var->describe());
-  return ctx.state().variable(var);
-}
-
-void assign_kernel(KernelContext& ctx) {
-  Tensor& slot = var_slot(ctx);
-  const Tensor& value = ctx.input(1);
-  const Shape& vs = ctx.node().input(0).shape();
-  if (value.shape() != vs)
-    ctx.fail("cannot assign ", value.type_string(), " to variable '",
-             ctx.node().input(0).node->name(), "' of shape ", vs.to_string());
-  slot = value;  // shares the buffer; updates copy when it is shared
-  ctx.set_output(0, slot);
 }
 
 // Strides of `d` broadcast against the variable's shape (0 on broadcast dims).
@@ -65,12 +44,8 @@ __global__ void update_kernel(UpdateInfo info, int64_t n, const T* d, T* v) {
 
 template <typename T, bool kAdd>
 void assign_update(KernelContext& ctx) {
-  Tensor& slot = var_slot(ctx);
-  if (!slot.defined()) ctx.fail("variable '", ctx.node().input(0).node->name(), "' is uninitialized");
+  Tensor& slot = kernels::checked_update_slot(ctx);
   const Tensor& d = ctx.input(1);
-  Shape check;
-  if (!broadcast_shapes(slot.shape(), d.shape(), &check) || check != slot.shape())
-    ctx.fail("cannot update variable of shape ", slot.shape().to_string(), " with ", d.type_string());
   if (slot.rank() > kMaxDims) ctx.fail("CUDA AssignAdd/AssignSub support rank <= ", kMaxDims);
   UpdateInfo info{};
   info.rank = slot.rank();
@@ -97,14 +72,8 @@ void assign_update(KernelContext& ctx) {
 
 template <bool kAdd>
 void assign_update_kernel(KernelContext& ctx) {
-  visit_dtype(ctx.input(1).dtype(), ctx.node().op_type().c_str(), [&](auto zero) {
-    using T = decltype(zero);
-    if constexpr (std::is_same_v<T, bool>) ctx.fail("bool variables cannot be incremented");
-    else assign_update<T, kAdd>(ctx);
-  });
+  kernels::visit_update_dtype(ctx, [&](auto zero) { assign_update<decltype(zero), kAdd>(ctx); });
 }
-
-void identity_kernel(KernelContext& ctx) { ctx.set_output(0, ctx.input(0)); }
 
 template <typename T>
 __global__ void fill_kernel(int64_t n, T value, T* out) {
@@ -129,31 +98,17 @@ void fill_like_kernel(KernelContext& ctx) {
   });
 }
 
-void no_op_kernel(KernelContext&) {}
-
-// Copy to this GPU: from the CPU through pinned staging, from another GPU
-// with an event-ordered peer copy.
-void copy_kernel(KernelContext& ctx) { ctx.set_output(0, ctx.input(0).to(ctx.device())); }
-
 }  // namespace
 
 SPIRE_STATIC_INIT(cuda_state_kernels) {
+  kernels::register_common_state_kernels(DeviceType::CUDA);
   auto& r = KernelRegistry::global();
-  const DType all[] = {DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool};
-  const DType numeric[] = {DType::F32, DType::F64, DType::I32, DType::I64};
-  for (DType dt : all) {
+  for (DType dt : {DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool}) {
     r.add("Const", DeviceType::CUDA, dt, const_kernel);
-    r.add("Placeholder", DeviceType::CUDA, dt, placeholder_kernel);
-    r.add("Variable", DeviceType::CUDA, dt, variable_kernel);
-    r.add("Assign", DeviceType::CUDA, dt, assign_kernel);
-    r.add("Copy", DeviceType::CUDA, dt, copy_kernel);
-    r.add("Identity", DeviceType::CUDA, dt, identity_kernel);
-    r.add("StopGradient", DeviceType::CUDA, dt, identity_kernel);
     r.add("ZerosLike", DeviceType::CUDA, dt, fill_like_kernel<0>);
     r.add("OnesLike", DeviceType::CUDA, dt, fill_like_kernel<1>);
   }
-  r.add("NoOp", DeviceType::CUDA, DType::F32, no_op_kernel);
-  for (DType dt : numeric) {
+  for (DType dt : {DType::F32, DType::F64, DType::I32, DType::I64}) {
     r.add("AssignAdd", DeviceType::CUDA, dt, assign_update_kernel<true>);
     r.add("AssignSub", DeviceType::CUDA, dt, assign_update_kernel<false>);
   }
