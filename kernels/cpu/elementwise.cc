@@ -2,12 +2,14 @@
 // and the broadcast helpers SumToLike/BroadcastLike. The math of each op is
 // the functor in kernels/functors.h, shared with the CUDA kernels. Large
 // tensors are split over the session's thread pool (disjoint output ranges,
-// so results do not depend on the thread count).
+// so results do not depend on the thread count). Shape checks and the
+// table registrar are shared with the CUDA kernels: kernels/elementwise_attrs.h.
 #include <cstring>
 #include <vector>
 
 #include "core/kernel_registry.h"
 #include "kernels/cpu/broadcast.h"
+#include "kernels/elementwise_attrs.h"
 #include "kernels/elementwise_table.h"
 #include "kernels/functors.h"
 
@@ -16,12 +18,7 @@ namespace {
 
 constexpr DType kFloat[] = {DType::F32, DType::F64};
 
-Shape broadcast_or_fail(KernelContext& ctx, const Shape& a, const Shape& b) {
-  Shape out;
-  if (!broadcast_shapes(a, b, &out) || !out.is_fully_defined())
-    ctx.fail("shapes ", a.to_string(), " and ", b.to_string(), " cannot be broadcast together");
-  return out;
-}
+using kernels::broadcast_or_fail;
 
 template <typename T, typename F>
 void binary_kernel(KernelContext& ctx, F f) {
@@ -66,28 +63,12 @@ void unary_kernel(KernelContext& ctx, F f) {
   });
 }
 
-// Registers the shared elementwise table (kernels/elementwise_table.h) for CPU.
-struct Registrar {
-  template <typename F>
-  void binary(const char* op, F f, std::initializer_list<DType> dtypes) const {
-    for (DType dt : dtypes)
-      KernelRegistry::global().add(op, DeviceType::CPU, dt, [f, dt](KernelContext& ctx) {
-        visit_dtype(dt, ctx.node().op_type().c_str(), [&](auto zero) {
-          using T = decltype(zero);
-          if constexpr (std::is_invocable_v<F, T, T> && functors::kSupports<F, T>) binary_kernel<T>(ctx, f);
-        });
-      });
-  }
-  template <typename F>
-  void unary(const char* op, F f, std::initializer_list<DType> dtypes) const {
-    for (DType dt : dtypes)
-      KernelRegistry::global().add(op, DeviceType::CPU, dt, [f, dt](KernelContext& ctx) {
-        visit_dtype(dt, ctx.node().op_type().c_str(), [&](auto zero) {
-          using T = decltype(zero);
-          if constexpr (std::is_invocable_v<F, T> && functors::kSupports<F, T>) unary_kernel<T>(ctx, f);
-        });
-      });
-  }
+// The table's kernels for CPU (see kernels::TableRegistrar).
+struct CpuLaunch {
+  template <typename T, typename F>
+  static void binary(KernelContext& ctx, F f) { binary_kernel<T>(ctx, f); }
+  template <typename T, typename F>
+  static void unary(KernelContext& ctx, F f) { unary_kernel<T>(ctx, f); }
 };
 
 template <typename T>
@@ -99,20 +80,12 @@ void integer_div_kernel(KernelContext& ctx) {
   binary_kernel<T>(ctx, functors::Div{});
 }
 
-void leaky_relu_kernel(KernelContext& ctx) {
-  functors::LeakyRelu f{ctx.attr<double>("alpha")};
-  visit_dtype(ctx.input(0).dtype(), "LeakyRelu", [&](auto zero) {
-    using T = decltype(zero);
-    if constexpr (std::is_floating_point_v<T>) unary_kernel<T>(ctx, f);
-  });
-}
-
 template <typename T>
 void select_kernel(KernelContext& ctx) {
   const Tensor& c = ctx.input(0);
   const Tensor& x = ctx.input(1);
   const Tensor& y = ctx.input(2);
-  Shape out = broadcast_or_fail(ctx, broadcast_or_fail(ctx, c.shape(), x.shape()), y.shape());
+  Shape out = kernels::select_shape(ctx);
   Tensor& z = ctx.allocate_output(0, out);
   const bool* pc = c.data<bool>();
   const T* px = x.data<T>();
@@ -148,9 +121,7 @@ void cast_kernel(KernelContext& ctx) {
 template <typename T>
 void add_n_kernel(KernelContext& ctx) {
   const Tensor& x0 = ctx.input(0);
-  for (int i = 1; i < ctx.num_inputs(); ++i)
-    if (ctx.input(i).shape() != x0.shape())
-      ctx.fail("all inputs must have the same shape");
+  kernels::check_same_shapes(ctx);
   Tensor& z = ctx.allocate_output(0, x0.shape());
   T* pz = z.data<T>();
   const int64_t n = z.num_elements();
@@ -169,14 +140,9 @@ template <typename T>
 void sum_to_like_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Shape& target = ctx.input(1).shape();
-  if (x.shape() == target) {
-    ctx.set_output(0, x);
-    return;
-  }
-  Shape check;
-  if (!broadcast_shapes(x.shape(), target, &check) || check != x.shape())
-    ctx.fail("cannot sum ", x.shape().to_string(), " down to ", target.to_string());
-  Tensor& z = ctx.allocate_output(0, target);
+  Tensor* out = kernels::sum_to_like_output(ctx);
+  if (!out) return;
+  Tensor& z = *out;
   T* pz = z.data<T>();
   const int64_t size = z.num_elements();
   std::fill(pz, pz + size, T(0));
@@ -221,14 +187,9 @@ template <typename T>
 void broadcast_like_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Shape& target = ctx.input(1).shape();
-  if (x.shape() == target) {
-    ctx.set_output(0, x);
-    return;
-  }
-  Shape check;
-  if (!broadcast_shapes(x.shape(), target, &check) || check != target)
-    ctx.fail("cannot broadcast ", x.shape().to_string(), " to ", target.to_string());
-  Tensor& z = ctx.allocate_output(0, target);
+  Tensor* out = kernels::broadcast_output(ctx, target);
+  if (!out) return;
+  Tensor& z = *out;
   T* pz = z.data<T>();
   const T* px = x.data<T>();
   std::array<std::vector<int64_t>, 1> st{broadcast_strides(x.shape(), target)};
@@ -255,12 +216,12 @@ template <typename T> struct BroadcastLikeK { static void run(KernelContext& c) 
 }  // namespace
 
 SPIRE_STATIC_INIT(cpu_elementwise_kernels) {
-  kernels::visit_elementwise_table(Registrar{});
+  kernels::visit_elementwise_table(kernels::TableRegistrar<CpuLaunch>{DeviceType::CPU});
   constexpr auto F32 = DType::F32, F64 = DType::F64, I32 = DType::I32, I64 = DType::I64,
                  B = DType::Bool;
   KernelRegistry::global().add("Div", DeviceType::CPU, I32, integer_div_kernel<int32_t>);
   KernelRegistry::global().add("Div", DeviceType::CPU, I64, integer_div_kernel<int64_t>);
-  for (DType dt : kFloat) KernelRegistry::global().add("LeakyRelu", DeviceType::CPU, dt, leaky_relu_kernel);
+  for (DType dt : kFloat) KernelRegistry::global().add("LeakyRelu", DeviceType::CPU, dt, kernels::leaky_relu_kernel<CpuLaunch>);
 
   register_templated<SelectK>("Select", {F32, F64, I32, I64});
   register_templated<AddNK>("AddN", {F32, F64, I32, I64});

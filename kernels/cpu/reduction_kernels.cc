@@ -10,7 +10,9 @@
 // threads: when it is kept, each thread writes its own slab of the output
 // (same result as one thread); when it is reduced, each thread folds its
 // share into a private partial output and the partials are combined in
-// share order (deterministic for a given thread count).
+// share order (deterministic for a given thread count). The axes attrs and
+// the dim merging are shared with the CUDA kernels (kernels/reduce_attrs.h,
+// kernels/reduce_index.h).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -19,6 +21,8 @@
 #include <vector>
 
 #include "core/kernel_registry.h"
+#include "kernels/array_attrs.h"
+#include "kernels/reduce_attrs.h"
 
 namespace spire::cpu {
 namespace {
@@ -33,31 +37,14 @@ struct ReducePlan {
 };
 
 ReducePlan make_plan(KernelContext& ctx, const Shape& in) {
-  const int rank = in.rank();
-  std::vector<int64_t> axes = ctx.attr<std::vector<int64_t>>("axes");
-  const bool keep = ctx.attr<bool>("keepdims");
-  std::vector<bool> is_red(static_cast<size_t>(rank), axes.empty());
-  for (int64_t a : axes) {
-    if (a < -rank || a >= rank) ctx.fail("axis ", a, " is out of range for rank ", rank);
-    is_red[static_cast<size_t>(a < 0 ? a + rank : a)] = true;
-  }
+  kernels::ReduceAxes axes = kernels::reduce_axes(ctx, in);
+  kernels::ReduceGroups groups = kernels::merge_reduce_dims(in.dims(), axes.is_reduced);
   ReducePlan p;
-  std::vector<int64_t> out_dims;
-  for (int i = 0; i < rank; ++i) {
-    const bool r = is_red[static_cast<size_t>(i)];
-    const int64_t d = in[i];
-    p.in_elems *= d;
-    if (!r) out_dims.push_back(d), p.out_elems *= d;
-    else if (keep) out_dims.push_back(1);
-    if (d == 1) continue;  // size-1 dims do not affect the layout
-    if (!p.dims.empty() && p.reduced.back() == r) {
-      p.dims.back() *= d;
-    } else {
-      p.dims.push_back(d);
-      p.reduced.push_back(r);
-    }
-  }
-  p.out_shape = Shape(std::move(out_dims));
+  p.dims = std::move(groups.dims);
+  p.reduced = std::move(groups.reduced);
+  p.out_shape = std::move(axes.out_shape);
+  p.out_elems = p.out_shape.num_elements();
+  p.in_elems = in.num_elements();
   return p;
 }
 
@@ -218,19 +205,9 @@ void reduce_kernel(KernelContext& ctx) {
 template <typename T, typename I>
 void argmax_impl(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
-  const int rank = x.rank();
-  const int64_t a = ctx.attr<int64_t>("axis");
-  if (rank == 0 || a < -rank || a >= rank) ctx.fail("axis ", a, " is out of range for rank ", rank);
-  const int axis = static_cast<int>(a < 0 ? a + rank : a);
-  int64_t outer = 1, inner = 1;
-  const int64_t n = x.dim(axis);
-  std::vector<int64_t> out_dims;
-  for (int i = 0; i < rank; ++i) {
-    if (i < axis) outer *= x.dim(i);
-    if (i > axis) inner *= x.dim(i);
-    if (i != axis) out_dims.push_back(x.dim(i));
-  }
-  Tensor& y = ctx.allocate_output(0, Shape(std::move(out_dims)));
+  const kernels::ArgMaxAxis am = kernels::argmax_axis(ctx, x.shape());
+  const int64_t outer = am.block.outer, n = am.block.len, inner = am.block.inner;
+  Tensor& y = ctx.allocate_output(0, am.out_shape);
   if (y.num_elements() == 0) return;
   if (n == 0) ctx.fail("cannot take the argmax over an empty dimension");
   const T* px = x.data<T>();
@@ -287,11 +264,8 @@ void argmax_kernel(KernelContext& ctx) {
 
 template <template <typename> class Op, bool kMean = false>
 void register_reduction(const char* op) {
-  auto& reg = KernelRegistry::global();
-  reg.add(op, DeviceType::CPU, DType::F32, reduce_kernel<float, Op, kMean>);
-  reg.add(op, DeviceType::CPU, DType::F64, reduce_kernel<double, Op, kMean>);
-  reg.add(op, DeviceType::CPU, DType::I32, reduce_kernel<int32_t, Op, kMean>);
-  reg.add(op, DeviceType::CPU, DType::I64, reduce_kernel<int64_t, Op, kMean>);
+  kernels::register_numeric(op, DeviceType::CPU,
+                            [](auto zero) { return KernelFn(reduce_kernel<decltype(zero), Op, kMean>); });
 }
 
 }  // namespace

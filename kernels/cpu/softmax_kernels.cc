@@ -3,39 +3,23 @@
 // along the axis is subtracted before exponentiating. The tensor is viewed as
 // [outer, axis, inner] so any axis works without transposes. Rows (the outer
 // dimension) are split over the session's thread pool; each row's arithmetic
-// is unchanged, so results do not depend on the thread count.
+// is unchanged, so results do not depend on the thread count. The axis and
+// input checks are shared with the CUDA kernels (kernels/reduce_attrs.h).
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "core/kernel_registry.h"
+#include "kernels/reduce_attrs.h"
 
 namespace spire::cpu {
 namespace {
-
-struct AxisView {
-  int64_t outer = 1, len = 1, inner = 1;
-};
-
-AxisView axis_view(KernelContext& ctx, const Shape& s) {
-  const int r = s.rank();
-  int64_t axis = ctx.attr<int64_t>("axis");
-  if (r < 1 || axis < -r || axis >= r) ctx.fail("axis ", axis, " is out of range for rank ", r);
-  if (axis < 0) axis += r;
-  AxisView v;
-  for (int i = 0; i < r; ++i) {
-    if (i < axis) v.outer *= s[i];
-    else if (i == axis) v.len = s[i];
-    else v.inner *= s[i];
-  }
-  return v;
-}
 
 // y = softmax (kLog = false) or log_softmax (kLog = true) of x along the view's axis.
 template <typename T, bool kLog>
 void softmax_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
-  AxisView v = axis_view(ctx, x.shape());
+  const kernels::ReduceBlock v = kernels::softmax_axis_block(ctx, x.shape());
   Tensor& y = ctx.allocate_output(0, x.shape());
   const T* px = x.data<T>();
   T* py = y.data<T>();
@@ -93,13 +77,9 @@ void sparse_xent(KernelContext& ctx, const Tensor& logits, const Tensor& labels)
 
 template <typename T>
 void sparse_xent_kernel(KernelContext& ctx) {
-  const Tensor& logits = ctx.input(0);
-  const Tensor& labels = ctx.input(1);
-  if (logits.rank() != 2 || labels.rank() != 1 || labels.dim(0) != logits.dim(0))
-    ctx.fail("expected logits [N, C] and labels [N]");
-  if (labels.dtype() == DType::I32) sparse_xent<T, int32_t>(ctx, logits, labels);
-  else if (labels.dtype() == DType::I64) sparse_xent<T, int64_t>(ctx, logits, labels);
-  else ctx.fail("labels must be i32 or i64");
+  kernels::with_sparse_xent_labels(ctx, [&](auto label) {
+    sparse_xent<T, decltype(label)>(ctx, ctx.input(0), ctx.input(1));
+  });
 }
 
 }  // namespace

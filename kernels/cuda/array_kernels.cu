@@ -17,7 +17,8 @@
 //   OneHot                             out-of-range index -> a row of off_value (as on the CPU)
 // Data movers work on raw elements of the dtype's size (bool included).
 // Atomic float sums are order-nondeterministic (equal up to rounding).
-// Shapes and attrs are checked on the host with the CPU kernels' messages;
+// Shapes and attrs are checked on the host by the code the CPU kernels use
+// (kernels/array_attrs.h, which also holds the view kernels);
 // index values live on the device and are never read back, so the CPU
 // kernels' index-range errors become the GPU behaviors above.
 #include <cstring>
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "core/kernel_registry.h"
+#include "kernels/array_attrs.h"
 #include "kernels/array_index.h"
 #include "kernels/cuda/launch.h"
 
@@ -33,6 +35,7 @@ namespace {
 
 using Ints = std::vector<int64_t>;
 using kernels::BoxMap;
+using kernels::dims_prod;
 using kernels::GatherDims;
 using kernels::StridedMap;
 using kernels::TileMap;
@@ -44,30 +47,7 @@ using kernels::TransposePlan;
 // Calls f(E{}) with E an unsigned integer type of `esize` bytes.
 template <typename F>
 void with_elem(size_t esize, F&& f) {
-  switch (esize) {
-    case 1: f(uint8_t{}); return;
-    case 2: f(uint16_t{}); return;
-    case 4: f(uint32_t{}); return;
-    case 8: f(uint64_t{}); return;
-    default: throw_error("CUDA array kernels: unsupported element size ", esize);
-  }
-}
-
-int axis_or_fail(KernelContext& ctx, int64_t axis, int rank) {
-  if (axis < -rank || axis >= rank) ctx.fail("axis ", axis, " is out of range for rank ", rank);
-  return static_cast<int>(axis < 0 ? axis + rank : axis);
-}
-
-int64_t prod(const Ints& d, size_t from, size_t to) {
-  int64_t p = 1;
-  for (size_t i = from; i < to; ++i) p *= d[i];
-  return p;
-}
-
-std::string ints_str(const Ints& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "]";
+  kernels::with_elem(esize, "CUDA array kernels", std::forward<F>(f));
 }
 
 [[noreturn]] void fail_rank(KernelContext& ctx, int rank) {
@@ -213,84 +193,13 @@ void with_index_type(KernelContext& ctx, DType dt, F&& f) {
   else ctx.fail("indices must be i32 or i64, got ", dtype_name(dt));
 }
 
-// ---- views -----------------------------------------------------------------------------
-
-void reshape_kernel(KernelContext& ctx) {
-  const Tensor& x = ctx.input(0);
-  Shape target = ctx.attr<Shape>("shape");
-  int unknown = -1;
-  int64_t known = 1;
-  for (int i = 0; i < target.rank(); ++i) {
-    if (target[i] < 0) unknown = i;
-    else known *= target[i];
-  }
-  const int64_t n = x.num_elements();
-  if (unknown >= 0) {
-    if (known == 0 || n % known != 0)
-      ctx.fail("cannot reshape a tensor of ", n, " elements into shape ", target.to_string());
-    target.set_dim(unknown, n / known);
-  } else if (known != n) {
-    ctx.fail("cannot reshape a tensor of ", n, " elements into shape ", target.to_string(), " (",
-             known, " elements)");
-  }
-  ctx.set_output(0, x.reshaped(target));
-}
-
-void reshape_like_kernel(KernelContext& ctx) {
-  const Tensor& x = ctx.input(0);
-  const Shape& s = ctx.input(1).shape();
-  if (s.num_elements() != x.num_elements())
-    ctx.fail("cannot reshape ", x.shape().to_string(), " like ", s.to_string(),
-             ": element counts differ");
-  ctx.set_output(0, x.reshaped(s));
-}
-
-void expand_dims_kernel(KernelContext& ctx) {
-  const Tensor& x = ctx.input(0);
-  const int64_t a = ctx.attr<int64_t>("axis");
-  if (a < -(x.rank() + 1) || a > x.rank())
-    ctx.fail("axis ", a, " is out of range for inserting into rank ", x.rank());
-  Ints dims = x.shape().dims();
-  dims.insert(dims.begin() + (a < 0 ? a + x.rank() + 1 : a), 1);
-  ctx.set_output(0, x.reshaped(Shape(dims)));
-}
-
-void squeeze_kernel(KernelContext& ctx) {
-  const Tensor& x = ctx.input(0);
-  const Shape& static_shape = ctx.node().input(0).shape();
-  Ints axes = ctx.attr<Ints>("axes");
-  std::vector<bool> drop(static_cast<size_t>(x.rank()), false);
-  if (axes.empty())  // the dims known to be 1 when the graph was built (see the op doc)
-    for (int i = 0; i < x.rank(); ++i) drop[static_cast<size_t>(i)] = static_shape[i] == 1;
-  for (int64_t a : axes) {
-    const int i = axis_or_fail(ctx, a, x.rank());
-    if (x.dim(i) != 1) ctx.fail("cannot squeeze axis ", a, " of size ", x.dim(i));
-    drop[static_cast<size_t>(i)] = true;
-  }
-  Ints dims;
-  for (int i = 0; i < x.rank(); ++i)
-    if (!drop[static_cast<size_t>(i)]) dims.push_back(x.dim(i));
-  ctx.set_output(0, x.reshaped(Shape(dims)));
-}
-
 // ---- transpose -------------------------------------------------------------------------
 
 void transpose_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const int r = x.rank();
-  Ints perm = ctx.attr<Ints>("perm");
-  if (perm.empty())
-    for (int i = r - 1; i >= 0; --i) perm.push_back(i);
-  if (static_cast<int>(perm.size()) != r) ctx.fail("perm ", ints_str(perm), " does not match rank ", r);
-  Ints out_dims;
-  std::vector<bool> seen(static_cast<size_t>(r), false);
-  for (int64_t p : perm) {
-    if (p < 0 || p >= r || seen[static_cast<size_t>(p)])
-      ctx.fail("perm ", ints_str(perm), " is not a permutation");
-    seen[static_cast<size_t>(p)] = true;
-    out_dims.push_back(x.dim(static_cast<int>(p)));
-  }
-  Shape out_shape(out_dims);
+  Shape out_shape;
+  const Ints perm = kernels::transpose_perm(ctx, x, &out_shape);
   if (x.num_elements() == 0) {
     ctx.allocate_output(0, out_shape);
     return;
@@ -323,21 +232,9 @@ void transpose_kernel(KernelContext& ctx) {
 // ---- concat and split ------------------------------------------------------------------
 
 void concat_kernel(KernelContext& ctx) {
-  const Tensor& x0 = ctx.input(0);
-  const int r = x0.rank();
-  if (r == 0) ctx.fail("cannot concatenate scalars");
-  const int axis = axis_or_fail(ctx, ctx.attr<int64_t>("axis"), r);
-  Ints dims = x0.shape().dims();
-  dims[static_cast<size_t>(axis)] = 0;
-  for (int i = 0; i < ctx.num_inputs(); ++i) {
-    const Shape& s = ctx.input(i).shape();
-    bool ok = s.rank() == r;
-    for (int d = 0; ok && d < r; ++d) ok = d == axis || s[d] == x0.dim(d);
-    if (!ok)
-      ctx.fail("input ", i, " has shape ", s.to_string(), ", which differs from ",
-               x0.shape().to_string(), " outside axis ", axis);
-    dims[static_cast<size_t>(axis)] += s[axis];
-  }
+  const kernels::ConcatArgs c = kernels::concat_args(ctx);
+  const int axis = c.axis;
+  const Ints& dims = c.dims;
   Tensor& y = ctx.allocate_output(0, Shape(dims));
   if (y.num_elements() == 0) return;
   auto& cc = context(ctx);
@@ -373,101 +270,39 @@ void split_parts(KernelContext& ctx, const Tensor& x, int axis, const Ints& size
 }
 
 void split_kernel(KernelContext& ctx) {
-  const Tensor& x = ctx.input(0);
-  const int axis = axis_or_fail(ctx, ctx.attr<int64_t>("axis"), x.rank());
-  const int64_t d = x.dim(axis);
-  const int64_t num = ctx.attr<int64_t>("num");
-  Ints sizes = ctx.attr<Ints>("sizes");
-  if (num > 0) {
-    if (d % num != 0)
-      ctx.fail("dimension ", axis, " of size ", d, " cannot be split into ", num, " equal parts");
-    sizes.assign(static_cast<size_t>(num), d / num);
-  } else {
-    int64_t known = 0;
-    int unknown = -1;
-    for (size_t i = 0; i < sizes.size(); ++i) {
-      if (sizes[i] < 0) unknown = static_cast<int>(i);
-      else known += sizes[i];
-    }
-    if (unknown >= 0 ? known > d : known != d)
-      ctx.fail("sizes ", ints_str(sizes), " do not add up to dimension ", axis, " of size ", d);
-    if (unknown >= 0) sizes[static_cast<size_t>(unknown)] = d - known;
-  }
-  split_parts(ctx, x, axis, sizes);
+  const kernels::SplitArgs a = kernels::split_args(ctx);
+  split_parts(ctx, ctx.input(0), a.axis, a.sizes);
 }
 
 void split_like_kernel(KernelContext& ctx) {
-  const Tensor& x = ctx.input(0);
-  const int axis = axis_or_fail(ctx, ctx.attr<int64_t>("axis"), x.rank());
-  Ints sizes;
-  int64_t total = 0;
-  for (int i = 1; i < ctx.num_inputs(); ++i) {
-    const Tensor& l = ctx.input(i);
-    if (l.rank() != x.rank()) ctx.fail("input ", i, " has rank ", l.rank(), ", expected ", x.rank());
-    sizes.push_back(l.dim(axis));
-    total += l.dim(axis);
-  }
-  if (total != x.dim(axis))
-    ctx.fail("the parts have ", total, " entries along axis ", axis, " but x has ", x.dim(axis));
-  split_parts(ctx, x, axis, sizes);
+  const kernels::SplitArgs a = kernels::split_like_args(ctx);
+  split_parts(ctx, ctx.input(0), a.axis, a.sizes);
 }
 
 // ---- slice and pad ---------------------------------------------------------------------
 
-// Resolves Slice's size (-1 = to the end) against shape s; fails when out of bounds.
-Ints resolve_slice(KernelContext& ctx, const Shape& s, const Ints& begin, const Ints& size) {
-  if (static_cast<int>(begin.size()) != s.rank() || static_cast<int>(size.size()) != s.rank())
-    ctx.fail("begin ", ints_str(begin), " and size ", ints_str(size), " do not match rank ", s.rank());
-  Ints box(size);
-  for (int i = 0; i < s.rank(); ++i) {
-    const auto iu = static_cast<size_t>(i);
-    if (box[iu] < 0) box[iu] = s[i] - begin[iu];
-    if (begin[iu] < 0 || box[iu] < 0 || begin[iu] + box[iu] > s[i])
-      ctx.fail("slice begin ", ints_str(begin), " size ", ints_str(size),
-               " is out of bounds for shape ", s.to_string());
-  }
-  return box;
-}
-
 void slice_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
-  const Ints begin = ctx.attr<Ints>("begin");
-  const Ints box = resolve_slice(ctx, x.shape(), begin, ctx.attr<Ints>("size"));
-  Tensor& y = ctx.allocate_output(0, Shape(box));
+  const kernels::SliceArgs a = kernels::slice_args(ctx);
+  Tensor& y = ctx.allocate_output(0, Shape(a.box));
   if (y.num_elements() == 0) return;
-  launch_box_gather(ctx, box_map_or_fail(ctx, x.shape().dims(), begin, box), x, y);
+  launch_box_gather(ctx, box_map_or_fail(ctx, x.shape().dims(), a.begin, a.box), x, y);
 }
 
 void slice_grad_kernel(KernelContext& ctx) {
   const Tensor& g = ctx.input(0);
   const Shape& like = ctx.input(1).shape();
-  const Ints begin = ctx.attr<Ints>("begin");
-  const Ints box = resolve_slice(ctx, like, begin, ctx.attr<Ints>("size"));
-  if (g.shape() != Shape(box))
-    ctx.fail("grad shape ", g.shape().to_string(), " does not match the slice shape ",
-             Shape(box).to_string());
+  const kernels::SliceArgs a = kernels::slice_grad_args(ctx);
   Tensor& y = ctx.allocate_output(0, like);
   if (y.num_elements() == 0) return;
   const uint64_t zero = 0;  // all-zero bytes: 0 in every dtype
-  launch_box_pad(ctx, box_map_or_fail(ctx, like.dims(), begin, box), g, &zero, y);
-}
-
-Ints check_paddings(KernelContext& ctx, int rank) {
-  Ints p = ctx.attr<Ints>("paddings");
-  if (static_cast<int>(p.size()) != 2 * rank)
-    ctx.fail("paddings ", ints_str(p), " do not match rank ", rank);
-  return p;
+  launch_box_pad(ctx, box_map_or_fail(ctx, like.dims(), a.begin, a.box), g, &zero, y);
 }
 
 void pad_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
-  const Ints p = check_paddings(ctx, x.rank());
-  Ints dims, before;
-  for (int i = 0; i < x.rank(); ++i) {
-    before.push_back(p[static_cast<size_t>(2 * i)]);
-    dims.push_back(x.dim(i) + p[static_cast<size_t>(2 * i)] + p[static_cast<size_t>(2 * i + 1)]);
-  }
-  Tensor& y = ctx.allocate_output(0, Shape(dims));
+  const kernels::PadArgs a = kernels::pad_args(ctx);
+  Tensor& y = ctx.allocate_output(0, Shape(a.dims));
   if (y.num_elements() == 0) return;
   const double value = ctx.attr<double>("value");
   uint64_t fill = 0;  // the value in the dtype, as raw bytes
@@ -476,24 +311,15 @@ void pad_kernel(KernelContext& ctx) {
     const T v = static_cast<T>(value);
     std::memcpy(&fill, &v, sizeof(T));
   });
-  launch_box_pad(ctx, box_map_or_fail(ctx, dims, before, x.shape().dims()), x, &fill, y);
+  launch_box_pad(ctx, box_map_or_fail(ctx, a.dims, a.before, x.shape().dims()), x, &fill, y);
 }
 
 void pad_grad_kernel(KernelContext& ctx) {
   const Tensor& g = ctx.input(0);
-  const Shape& like = ctx.input(1).shape();
-  const Ints p = check_paddings(ctx, g.rank());
-  Ints dims, before;
-  for (int i = 0; i < g.rank(); ++i) {
-    before.push_back(p[static_cast<size_t>(2 * i)]);
-    dims.push_back(g.dim(i) - p[static_cast<size_t>(2 * i)] - p[static_cast<size_t>(2 * i + 1)]);
-  }
-  if (Shape(dims) != like)
-    ctx.fail("grad shape ", g.shape().to_string(), " is not like shape ", like.to_string(),
-             " padded by ", ints_str(p));
-  Tensor& y = ctx.allocate_output(0, like);
+  const kernels::PadArgs a = kernels::pad_grad_args(ctx);
+  Tensor& y = ctx.allocate_output(0, ctx.input(1).shape());
   if (y.num_elements() == 0) return;
-  launch_box_gather(ctx, box_map_or_fail(ctx, g.shape().dims(), before, dims), g, y);
+  launch_box_gather(ctx, box_map_or_fail(ctx, g.shape().dims(), a.before, a.dims), g, y);
 }
 
 // ---- gather and one-hot ------------------------------------------------------------------
@@ -501,9 +327,9 @@ void pad_grad_kernel(KernelContext& ctx) {
 // [outer, n, inner] of `pd` around `axis`, with ni indices.
 GatherDims gather_dims(const Ints& pd, int axis, int64_t ni) {
   GatherDims g;
-  g.outer = prod(pd, 0, static_cast<size_t>(axis));
+  g.outer = dims_prod(pd, 0, static_cast<size_t>(axis));
   g.n = pd[static_cast<size_t>(axis)];
-  g.inner = prod(pd, static_cast<size_t>(axis) + 1, pd.size());
+  g.inner = dims_prod(pd, static_cast<size_t>(axis) + 1, pd.size());
   g.ni = ni;
   return g;
 }
@@ -513,12 +339,9 @@ GatherDims gather_dims(const Ints& pd, int axis, int64_t ni) {
 void gather_kernel_fn(KernelContext& ctx) {
   const Tensor& params = ctx.input(0);
   const Tensor& indices = ctx.input(1);
-  if (params.rank() == 0) ctx.fail("params must have rank >= 1");
-  const int axis = axis_or_fail(ctx, ctx.attr<int64_t>("axis"), params.rank());
+  const int axis = kernels::gather_axis(ctx, params.shape(), "params");
   const Ints& pd = params.shape().dims();
-  Ints dims(pd.begin(), pd.begin() + axis);
-  for (int64_t d : indices.shape().dims()) dims.push_back(d);
-  dims.insert(dims.end(), pd.begin() + axis + 1, pd.end());
+  const Ints dims = kernels::gather_dims(pd, axis, indices.shape());
   with_index_type(ctx, indices.dtype(), [&](auto izero) {
     using I = decltype(izero);
     Tensor& y = ctx.allocate_output(0, Shape(dims));
@@ -543,15 +366,8 @@ void gather_grad_kernel_fn(KernelContext& ctx) {
   const Tensor& g = ctx.input(0);
   const Tensor& indices = ctx.input(1);
   const Shape& like = ctx.input(2).shape();
-  if (like.rank() == 0) ctx.fail("like must have rank >= 1");
-  const int axis = axis_or_fail(ctx, ctx.attr<int64_t>("axis"), like.rank());
+  const int axis = kernels::gather_grad_axis(ctx);
   const Ints& pd = like.dims();
-  Ints want(pd.begin(), pd.begin() + axis);
-  for (int64_t d : indices.shape().dims()) want.push_back(d);
-  want.insert(want.end(), pd.begin() + axis + 1, pd.end());
-  if (g.shape() != Shape(want))
-    ctx.fail("grad shape ", g.shape().to_string(), " does not match the gather shape ",
-             Shape(want).to_string());
   with_index_type(ctx, indices.dtype(), [&](auto izero) {
     using I = decltype(izero);
     Tensor& y = ctx.allocate_output(0, like);
@@ -571,8 +387,7 @@ void one_hot_kernel_fn(KernelContext& ctx) {
   const Tensor& indices = ctx.input(0);
   const int64_t depth = ctx.attr<int64_t>("depth");
   const double on = ctx.attr<double>("on_value"), off = ctx.attr<double>("off_value");
-  Ints dims = indices.shape().dims();
-  dims.push_back(depth);
+  const Ints dims = kernels::one_hot_dims(ctx);
   with_index_type(ctx, indices.dtype(), [&](auto izero) {
     using I = decltype(izero);
     Tensor& y = ctx.allocate_output(0, Shape(dims));
@@ -590,15 +405,6 @@ void one_hot_kernel_fn(KernelContext& ctx) {
 
 // ---- tile --------------------------------------------------------------------------------
 
-Ints check_multiples(KernelContext& ctx, int rank) {
-  Ints m = ctx.attr<Ints>("multiples");
-  if (static_cast<int>(m.size()) != rank)
-    ctx.fail("multiples ", ints_str(m), " do not match rank ", rank);
-  for (int64_t v : m)
-    if (v < 0) ctx.fail("multiples must be non-negative, got ", ints_str(m));
-  return m;
-}
-
 TileMap tile_map_or_fail(KernelContext& ctx, const Ints& in, const Ints& mult) {
   TileMap m;
   if (!kernels::make_tile_map(in, mult, &m)) fail_rank(ctx, static_cast<int>(in.size()));
@@ -607,9 +413,8 @@ TileMap tile_map_or_fail(KernelContext& ctx, const Ints& in, const Ints& mult) {
 
 void tile_kernel_fn(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
-  const Ints m = check_multiples(ctx, x.rank());
-  Ints dims;
-  for (int i = 0; i < x.rank(); ++i) dims.push_back(x.dim(i) * m[static_cast<size_t>(i)]);
+  Ints m;
+  const Ints dims = kernels::tile_dims(ctx, &m);
   Tensor& y = ctx.allocate_output(0, Shape(dims));
   const int64_t n = y.num_elements();
   if (n == 0) return;
@@ -634,17 +439,12 @@ template <typename T>
 void tile_grad_kernel_fn(KernelContext& ctx) {
   const Tensor& g = ctx.input(0);
   const Shape& like = ctx.input(1).shape();
-  const Ints m = check_multiples(ctx, like.rank());
-  bool ok = g.rank() == like.rank();
-  for (int i = 0; ok && i < g.rank(); ++i) ok = g.dim(i) == like[i] * m[static_cast<size_t>(i)];
-  if (!ok)
-    ctx.fail("grad shape ", g.shape().to_string(), " is not like shape ", like.to_string(),
-             " tiled ", ints_str(m));
+  const Ints m = kernels::tile_grad_multiples(ctx);
   Tensor& y = ctx.allocate_output(0, like);
   const int64_t n = y.num_elements();
   if (n == 0) return;
   auto& cc = context(ctx);
-  const int64_t copies = prod(m, 0, m.size());
+  const int64_t copies = dims_prod(m, 0, m.size());
   if (copies == 0) {  // nothing tiled: the gradient is zero
     zero_fill(cc, y);
     return;
@@ -665,32 +465,19 @@ void tile_grad_kernel_fn(KernelContext& ctx) {
 template <typename T> struct GatherGradK { static void run(KernelContext& c) { gather_grad_kernel_fn<T>(c); } };
 template <typename T> struct TileGradK { static void run(KernelContext& c) { tile_grad_kernel_fn<T>(c); } };
 
-template <template <typename> class K>
-void register_numeric(const char* op) {
-  auto& reg = KernelRegistry::global();
-  reg.add(op, DeviceType::CUDA, DType::F32, K<float>::run);
-  reg.add(op, DeviceType::CUDA, DType::F64, K<double>::run);
-  reg.add(op, DeviceType::CUDA, DType::I32, K<int32_t>::run);
-  reg.add(op, DeviceType::CUDA, DType::I64, K<int64_t>::run);
-}
-
 }  // namespace
 
 SPIRE_STATIC_INIT(cuda_array_kernels) {
-  const std::pair<const char*, KernelFn> any_dtype[] = {
-      {"Reshape", reshape_kernel},        {"ReshapeLike", reshape_like_kernel},
-      {"ExpandDims", expand_dims_kernel}, {"Squeeze", squeeze_kernel},
+  kernels::register_view_kernels(DeviceType::CUDA);
+  kernels::register_any_dtype(DeviceType::CUDA, {
       {"Transpose", transpose_kernel},    {"Concat", concat_kernel},
       {"Split", split_kernel},            {"SplitLike", split_like_kernel},
       {"Slice", slice_kernel},            {"SliceGrad", slice_grad_kernel},
       {"Pad", pad_kernel},                {"PadGrad", pad_grad_kernel},
       {"Gather", gather_kernel_fn},       {"Tile", tile_kernel_fn},
-  };
-  for (const auto& [op, fn] : any_dtype)
-    for (DType dt : {DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool})
-      KernelRegistry::global().add(op, DeviceType::CUDA, dt, fn);
-  register_numeric<GatherGradK>("GatherGrad");
-  register_numeric<TileGradK>("TileGrad");
+  });
+  kernels::register_numeric<GatherGradK>("GatherGrad", DeviceType::CUDA);
+  kernels::register_numeric<TileGradK>("TileGrad", DeviceType::CUDA);
   for (DType dt : {DType::I32, DType::I64})
     KernelRegistry::global().add("OneHot", DeviceType::CUDA, dt, one_hot_kernel_fn);
 }

@@ -16,6 +16,8 @@
 //    coalesced dims and strides (rank <= 8 after coalescing), 32-bit index
 //    math when the output has fewer than 2^32 elements.
 // All launches go on the device context's stream, grids from blocks_for.
+// Shape checks and the table registrar are shared with the CPU kernels
+// (kernels/elementwise_attrs.h).
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -28,12 +30,15 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/array_attrs.h"
+#include "kernels/elementwise_attrs.h"
 #include "kernels/elementwise_table.h"
 #include "kernels/functors.h"
 
 namespace spire::cuda {
 namespace {
 
+using kernels::broadcast_or_fail;
 using kernels::BroadcastIndex;
 using kernels::FlatRead;
 
@@ -174,13 +179,6 @@ void launch_elementwise(KernelContext& ctx, const Shape& out_shape, R* out, cons
     launch_strided<uint64_t>(ctx, cc, out_shape, n, out, f, in...);
 }
 
-Shape broadcast_or_fail(KernelContext& ctx, const Shape& a, const Shape& b) {
-  Shape out;
-  if (!broadcast_shapes(a, b, &out) || !out.is_fully_defined())
-    ctx.fail("shapes ", a.to_string(), " and ", b.to_string(), " cannot be broadcast together");
-  return out;
-}
-
 // ---- the shared table -----------------------------------------------------------
 
 template <typename T, typename F>
@@ -201,28 +199,12 @@ void unary_op(KernelContext& ctx, const F& f) {
   launch_same_shape(ctx, z.data<R>(), f, operand<T>(x));
 }
 
-// Registers the shared elementwise table (kernels/elementwise_table.h) for CUDA.
-struct Registrar {
-  template <typename F>
-  void binary(const char* op, F f, std::initializer_list<DType> dtypes) const {
-    for (DType dt : dtypes)
-      KernelRegistry::global().add(op, DeviceType::CUDA, dt, [f, dt](KernelContext& ctx) {
-        visit_dtype(dt, ctx.node().op_type().c_str(), [&](auto zero) {
-          using T = decltype(zero);
-          if constexpr (std::is_invocable_v<F, T, T> && functors::kSupports<F, T>) binary_op<T>(ctx, f);
-        });
-      });
-  }
-  template <typename F>
-  void unary(const char* op, F f, std::initializer_list<DType> dtypes) const {
-    for (DType dt : dtypes)
-      KernelRegistry::global().add(op, DeviceType::CUDA, dt, [f, dt](KernelContext& ctx) {
-        visit_dtype(dt, ctx.node().op_type().c_str(), [&](auto zero) {
-          using T = decltype(zero);
-          if constexpr (std::is_invocable_v<F, T> && functors::kSupports<F, T>) unary_op<T>(ctx, f);
-        });
-      });
-  }
+// The table's kernels for CUDA (see kernels::TableRegistrar).
+struct CudaLaunch {
+  template <typename T, typename F>
+  static void binary(KernelContext& ctx, const F& f) { binary_op<T>(ctx, f); }
+  template <typename T, typename F>
+  static void unary(KernelContext& ctx, const F& f) { unary_op<T>(ctx, f); }
 };
 
 // ---- ops registered per device -----------------------------------------------------
@@ -242,20 +224,12 @@ void integer_div_kernel(KernelContext& ctx) {
   binary_op<T>(ctx, IntegerDivOrZero{});
 }
 
-void leaky_relu_kernel(KernelContext& ctx) {
-  const functors::LeakyRelu f{ctx.attr<double>("alpha")};
-  visit_dtype(ctx.input(0).dtype(), "LeakyRelu", [&](auto zero) {
-    using T = decltype(zero);
-    if constexpr (std::is_floating_point_v<T>) unary_op<T>(ctx, f);
-  });
-}
-
 template <typename T>
 void select_kernel(KernelContext& ctx) {
   const Tensor& c = ctx.input(0);
   const Tensor& x = ctx.input(1);
   const Tensor& y = ctx.input(2);
-  const Shape out = broadcast_or_fail(ctx, broadcast_or_fail(ctx, c.shape(), x.shape()), y.shape());
+  const Shape out = kernels::select_shape(ctx);
   Tensor& z = ctx.allocate_output(0, out);
   launch_elementwise(ctx, out, z.data<T>(), functors::Select{}, operand<bool>(c), operand<T>(x),
                      operand<T>(y));
@@ -324,8 +298,7 @@ __global__ void add_n_kernel(int64_t n, int64_t nvec, AddNArgs<T> args, T* __res
 template <typename T>
 void add_n_op(KernelContext& ctx) {
   const Tensor& x0 = ctx.input(0);
-  for (int i = 1; i < ctx.num_inputs(); ++i)
-    if (ctx.input(i).shape() != x0.shape()) ctx.fail("all inputs must have the same shape");
+  kernels::check_same_shapes(ctx);
   Tensor& z = ctx.allocate_output(0, x0.shape());
   const int64_t n = z.num_elements();
   if (n == 0) return;
@@ -347,15 +320,18 @@ void add_n_op(KernelContext& ctx) {
   }
 }
 
-// BroadcastTo / BroadcastLike: a copy through the broadcast launcher, by
-// element size (the values are only moved).
+// BroadcastTo / BroadcastLike: checks x against target (forwarding x when it
+// has that shape), else a copy through the broadcast launcher, by element
+// size (the values are only moved).
 struct CopyValue {
   template <typename T>
   SPIRE_HD T operator()(T a) const { return a; }
 };
 
 void broadcast_copy(KernelContext& ctx, const Tensor& x, const Shape& target) {
-  Tensor& y = ctx.allocate_output(0, target);
+  Tensor* out = kernels::broadcast_output(ctx, target);
+  if (!out) return;  // x forwarded: it has the target shape
+  Tensor& y = *out;
   auto run = [&](auto elem) {
     using E = decltype(elem);
     launch_elementwise(ctx, target, static_cast<E*>(y.raw_data()), CopyValue{},
@@ -371,38 +347,13 @@ void broadcast_copy(KernelContext& ctx, const Tensor& x, const Shape& target) {
 }
 
 void broadcast_to_kernel(KernelContext& ctx) {
-  const Tensor& x = ctx.input(0);
   const Shape target = ctx.attr<Shape>("shape");
-  Shape check;
-  if (!target.is_fully_defined() || !broadcast_shapes(x.shape(), target, &check) || check != target)
-    ctx.fail("cannot broadcast ", x.shape().to_string(), " to ", target.to_string());
-  if (x.shape() == target) {
-    ctx.set_output(0, x);
-    return;
-  }
-  broadcast_copy(ctx, x, target);
+  broadcast_copy(ctx, ctx.input(0), target);
 }
 
 void broadcast_like_kernel(KernelContext& ctx) {
-  const Tensor& x = ctx.input(0);
   const Shape& target = ctx.input(1).shape();  // only the shape of `like` is used
-  if (x.shape() == target) {
-    ctx.set_output(0, x);
-    return;
-  }
-  Shape check;
-  if (!broadcast_shapes(x.shape(), target, &check) || check != target)
-    ctx.fail("cannot broadcast ", x.shape().to_string(), " to ", target.to_string());
-  broadcast_copy(ctx, x, target);
-}
-
-template <template <typename> class K>
-void register_numeric(const char* op) {
-  auto& r = KernelRegistry::global();
-  r.add(op, DeviceType::CUDA, DType::F32, K<float>::run);
-  r.add(op, DeviceType::CUDA, DType::F64, K<double>::run);
-  r.add(op, DeviceType::CUDA, DType::I32, K<int32_t>::run);
-  r.add(op, DeviceType::CUDA, DType::I64, K<int64_t>::run);
+  broadcast_copy(ctx, ctx.input(0), target);
 }
 template <typename T> struct SelectK { static void run(KernelContext& c) { select_kernel<T>(c); } };
 template <typename T> struct AddNK { static void run(KernelContext& c) { add_n_op<T>(c); } };
@@ -410,13 +361,13 @@ template <typename T> struct AddNK { static void run(KernelContext& c) { add_n_o
 }  // namespace
 
 SPIRE_STATIC_INIT(cuda_elementwise_kernels) {
-  kernels::visit_elementwise_table(Registrar{});
+  kernels::visit_elementwise_table(kernels::TableRegistrar<CudaLaunch>{DeviceType::CUDA});
   auto& r = KernelRegistry::global();
   r.add("Div", DeviceType::CUDA, DType::I32, integer_div_kernel<int32_t>);
   r.add("Div", DeviceType::CUDA, DType::I64, integer_div_kernel<int64_t>);
-  for (DType dt : {DType::F32, DType::F64}) r.add("LeakyRelu", DeviceType::CUDA, dt, leaky_relu_kernel);
-  register_numeric<SelectK>("Select");
-  register_numeric<AddNK>("AddN");
+  for (DType dt : {DType::F32, DType::F64}) r.add("LeakyRelu", DeviceType::CUDA, dt, kernels::leaky_relu_kernel<CudaLaunch>);
+  kernels::register_numeric<SelectK>("Select", DeviceType::CUDA);
+  kernels::register_numeric<AddNK>("AddN", DeviceType::CUDA);
   for (DType dt : {DType::F32, DType::F64, DType::I32, DType::I64})
     r.add("BroadcastLike", DeviceType::CUDA, dt, broadcast_like_kernel);
   for (DType dt : {DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool}) {

@@ -20,7 +20,9 @@
 // case with outer = 1: per-chunk block partials, then one more small pass.
 // No atomics, so results are deterministic for a given device. Sums
 // accumulate in the element type (as the CPU kernels). Mean divides the
-// final sums by the count (integer division for integers).
+// final sums by the count (integer division for integers). Attrs are
+// resolved by the code the CPU kernels use (kernels/reduce_attrs.h,
+// kernels/elementwise_attrs.h).
 #include <cstdint>
 #include <memory>
 #include <type_traits>
@@ -30,6 +32,9 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/array_attrs.h"
+#include "kernels/elementwise_attrs.h"
+#include "kernels/reduce_attrs.h"
 #include "kernels/reduce_index.h"
 
 namespace spire::cuda {
@@ -298,21 +303,9 @@ void run_reduction(KernelContext& ctx, const Tensor& x, const std::vector<bool>&
 template <typename T, template <typename> class R, bool kMean = false>
 void reduce_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
-  const int rank = x.rank();
-  const auto axes = ctx.attr<std::vector<int64_t>>("axes");
-  const bool keep = ctx.attr<bool>("keepdims");
-  std::vector<bool> is_reduced(static_cast<size_t>(rank), axes.empty());
-  for (int64_t a : axes) {
-    if (a < -rank || a >= rank) ctx.fail("axis ", a, " is out of range for rank ", rank);
-    is_reduced[static_cast<size_t>(a < 0 ? a + rank : a)] = true;
-  }
-  std::vector<int64_t> out_dims;
-  for (int d = 0; d < rank; ++d) {
-    if (!is_reduced[static_cast<size_t>(d)]) out_dims.push_back(x.dim(d));
-    else if (keep) out_dims.push_back(1);
-  }
-  Tensor& y = ctx.allocate_output(0, Shape(std::move(out_dims)));
-  run_reduction<T, R>(ctx, x, is_reduced, y.data<T>(), y.num_elements(), kMean);
+  const kernels::ReduceAxes axes = kernels::reduce_axes(ctx, x.shape());
+  Tensor& y = ctx.allocate_output(0, axes.out_shape);
+  run_reduction<T, R>(ctx, x, axes.is_reduced, y.data<T>(), y.num_elements(), kMean);
 }
 
 // SumToLike: sums x over the dims along which `like` was broadcast.
@@ -320,14 +313,9 @@ template <typename T>
 void sum_to_like_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Shape& target = ctx.input(1).shape();
-  if (x.shape() == target) {
-    ctx.set_output(0, x);
-    return;
-  }
-  Shape check;
-  if (!broadcast_shapes(x.shape(), target, &check) || check != x.shape())
-    ctx.fail("cannot sum ", x.shape().to_string(), " down to ", target.to_string());
-  Tensor& z = ctx.allocate_output(0, target);
+  Tensor* out = kernels::sum_to_like_output(ctx);
+  if (!out) return;
+  Tensor& z = *out;
   run_reduction<T, kernels::SumReducer>(ctx, x, kernels::sum_to_like_reduced(x.shape().dims(), target.dims()),
                                         z.data<T>(), z.num_elements(), false);
 }
@@ -337,22 +325,11 @@ void sum_to_like_kernel(KernelContext& ctx) {
 template <typename T, typename I>
 void argmax_impl(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
-  const int rank = x.rank();
-  const int64_t a = ctx.attr<int64_t>("axis");
-  if (rank == 0 || a < -rank || a >= rank) ctx.fail("axis ", a, " is out of range for rank ", rank);
-  const int axis = static_cast<int>(a < 0 ? a + rank : a);
-  ReduceBlock b;
-  b.len = x.dim(axis);
-  std::vector<int64_t> out_dims;
-  for (int i = 0; i < rank; ++i) {
-    if (i < axis) b.outer *= x.dim(i);
-    if (i > axis) b.inner *= x.dim(i);
-    if (i != axis) out_dims.push_back(x.dim(i));
-  }
-  Tensor& y = ctx.allocate_output(0, Shape(std::move(out_dims)));
+  const kernels::ArgMaxAxis am = kernels::argmax_axis(ctx, x.shape());
+  Tensor& y = ctx.allocate_output(0, am.out_shape);
   if (y.num_elements() == 0) return;
-  if (b.len == 0) ctx.fail("cannot take the argmax over an empty dimension");
-  reduce_block<true>(context(ctx), ArgMaxPolicy<T, I>{}, b, x.data<T>(), y.data<I>());
+  if (am.block.len == 0) ctx.fail("cannot take the argmax over an empty dimension");
+  reduce_block<true>(context(ctx), ArgMaxPolicy<T, I>{}, am.block, x.data<T>(), y.data<I>());
 }
 
 template <typename T>
@@ -363,11 +340,8 @@ void argmax_kernel(KernelContext& ctx) {
 
 template <template <typename> class R, bool kMean = false>
 void register_reduction(const char* op) {
-  auto& reg = KernelRegistry::global();
-  reg.add(op, DeviceType::CUDA, DType::F32, reduce_kernel<float, R, kMean>);
-  reg.add(op, DeviceType::CUDA, DType::F64, reduce_kernel<double, R, kMean>);
-  reg.add(op, DeviceType::CUDA, DType::I32, reduce_kernel<int32_t, R, kMean>);
-  reg.add(op, DeviceType::CUDA, DType::I64, reduce_kernel<int64_t, R, kMean>);
+  kernels::register_numeric(op, DeviceType::CUDA,
+                            [](auto zero) { return KernelFn(reduce_kernel<decltype(zero), R, kMean>); });
 }
 
 }  // namespace
@@ -378,15 +352,10 @@ SPIRE_STATIC_INIT(cuda_reduction_kernels) {
   register_reduction<kernels::MaxReducer>("Max");
   register_reduction<kernels::MinReducer>("Min");
   register_reduction<kernels::ProdReducer>("Prod");
-  auto& reg = KernelRegistry::global();
-  reg.add("ArgMax", DeviceType::CUDA, DType::F32, argmax_kernel<float>);
-  reg.add("ArgMax", DeviceType::CUDA, DType::F64, argmax_kernel<double>);
-  reg.add("ArgMax", DeviceType::CUDA, DType::I32, argmax_kernel<int32_t>);
-  reg.add("ArgMax", DeviceType::CUDA, DType::I64, argmax_kernel<int64_t>);
-  reg.add("SumToLike", DeviceType::CUDA, DType::F32, sum_to_like_kernel<float>);
-  reg.add("SumToLike", DeviceType::CUDA, DType::F64, sum_to_like_kernel<double>);
-  reg.add("SumToLike", DeviceType::CUDA, DType::I32, sum_to_like_kernel<int32_t>);
-  reg.add("SumToLike", DeviceType::CUDA, DType::I64, sum_to_like_kernel<int64_t>);
+  kernels::register_numeric("ArgMax", DeviceType::CUDA,
+                            [](auto zero) { return KernelFn(argmax_kernel<decltype(zero)>); });
+  kernels::register_numeric("SumToLike", DeviceType::CUDA,
+                            [](auto zero) { return KernelFn(sum_to_like_kernel<decltype(zero)>); });
 }
 
 }  // namespace spire::cuda

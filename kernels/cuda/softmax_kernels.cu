@@ -15,7 +15,8 @@
 // SparseSoftmaxCrossEntropyWithLogits takes one pass per row: the loss is
 // log(s) - (x[label] - m). A label outside [0, classes) cannot raise an
 // error from the GPU: as TensorFlow's GPU kernel, that row's loss is NaN
-// (the CPU kernel raises an error).
+// (the CPU kernel raises an error). The axis and input checks are shared
+// with the CPU kernels (kernels/reduce_attrs.h).
 #include <cstdint>
 #include <type_traits>
 
@@ -23,6 +24,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/reduce_attrs.h"
 #include "kernels/reduce_index.h"
 
 namespace spire::cuda {
@@ -67,6 +69,40 @@ __device__ SoftmaxState<T> block_allreduce(SoftmaxState<T> st, SoftmaxState<T>* 
   return st;
 }
 
+// The softmax state of row xs[0, len) merged across the calling warp (every
+// lane gets it).
+template <typename T>
+__device__ SoftmaxState<T> warp_row_state(const T* xs, int64_t len, int lane) {
+  SoftmaxState<T> st = kernels::softmax_identity<T>();
+  for (int64_t j = lane; j < len; j += 32) kernels::softmax_add(st, xs[j]);
+  return warp_allreduce(st);
+}
+
+// The softmax state of row xs[0, len) merged across the calling block (every
+// thread gets it); smem as for block_allreduce.
+template <typename T>
+__device__ SoftmaxState<T> block_row_state(const T* xs, int64_t len, SoftmaxState<T>* smem) {
+  SoftmaxState<T> st = kernels::softmax_identity<T>();
+  for (int64_t j = threadIdx.x; j < len; j += blockDim.x) kernels::softmax_add(st, xs[j]);
+  return block_allreduce(st, smem);
+}
+
+// Rows grid-strided over warps: the calling warp's first row, and the step
+// to its next one.
+__device__ inline int64_t first_warp_row() {
+  return static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+}
+__device__ inline int64_t warp_row_step() {
+  return static_cast<int64_t>(gridDim.x) * (blockDim.x >> 5);
+}
+
+// Blocks for the one-block-per-row kernels: one per row, at most 32 per SM
+// (the blocks loop over the rows).
+int row_blocks(CudaContext& cc, int64_t rows) {
+  return static_cast<int>(
+      std::min<int64_t>(rows, static_cast<int64_t>(std::max(cc.sm_count(), 1)) * 32));
+}
+
 // Writes one row (stride 1) or one strided column of outputs from its
 // finished state.
 template <typename T, bool kLog>
@@ -89,13 +125,9 @@ template <typename T, bool kLog>
 __global__ void softmax_warp_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows,
                                     int64_t len) {
   const int lane = threadIdx.x & 31;
-  const int64_t warps_per_block = blockDim.x >> 5;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * warps_per_block;
-  for (int64_t row = blockIdx.x * warps_per_block + (threadIdx.x >> 5); row < rows; row += stride) {
+  for (int64_t row = first_warp_row(); row < rows; row += warp_row_step()) {
     const T* xs = x + row * len;
-    SoftmaxState<T> st = kernels::softmax_identity<T>();
-    for (int64_t j = lane; j < len; j += 32) kernels::softmax_add(st, xs[j]);
-    st = warp_allreduce(st);
+    const SoftmaxState<T> st = warp_row_state(xs, len, lane);
     write_outputs<T, kLog>(xs, y + row * len, lane, len, 32, 1, st);
   }
 }
@@ -106,9 +138,7 @@ __global__ void __launch_bounds__(kRowThreads)
   __shared__ SoftmaxState<T> smem[33];
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* xs = x + row * len;
-    SoftmaxState<T> st = kernels::softmax_identity<T>();
-    for (int64_t j = threadIdx.x; j < len; j += blockDim.x) kernels::softmax_add(st, xs[j]);
-    st = block_allreduce(st, smem);
+    const SoftmaxState<T> st = block_row_state(xs, len, smem);
     write_outputs<T, kLog>(xs, y + row * len, threadIdx.x, len, blockDim.x, 1, st);
   }
 }
@@ -132,16 +162,8 @@ template <typename T, bool kLog>
 void softmax_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Shape& s = x.shape();
-  const int r = s.rank();
-  int64_t axis = ctx.attr<int64_t>("axis");
-  if (r < 1 || axis < -r || axis >= r) ctx.fail("axis ", axis, " is out of range for rank ", r);
-  if (axis < 0) axis += r;
-  int64_t outer = 1, len = 1, inner = 1;
-  for (int i = 0; i < r; ++i) {
-    if (i < axis) outer *= s[i];
-    else if (i == axis) len = s[i];
-    else inner *= s[i];
-  }
+  const kernels::ReduceBlock b = kernels::softmax_axis_block(ctx, s);
+  const int64_t outer = b.outer, len = b.len, inner = b.inner;
   Tensor& y = ctx.allocate_output(0, s);
   if (y.num_elements() == 0) return;
   auto& cc = context(ctx);
@@ -151,9 +173,7 @@ void softmax_kernel(KernelContext& ctx) {
     softmax_warp_kernel<T, kLog><<<blocks_for(cc, outer * 32, kRowThreads), kRowThreads, 0,
                                    cc.stream()>>>(px, py, outer, len);
   } else if (inner == 1) {
-    const int blocks = static_cast<int>(
-        std::min<int64_t>(outer, static_cast<int64_t>(std::max(cc.sm_count(), 1)) * 32));
-    softmax_block_kernel<T, kLog><<<blocks, kRowThreads, 0, cc.stream()>>>(px, py, outer, len);
+    softmax_block_kernel<T, kLog><<<row_blocks(cc, outer), kRowThreads, 0, cc.stream()>>>(px, py, outer, len);
   } else {
     softmax_column_kernel<T, kLog><<<blocks_for(cc, outer * inner), kThreads, 0, cc.stream()>>>(
         px, py, outer, len, inner);
@@ -167,13 +187,9 @@ template <typename T, typename L>
 __global__ void xent_warp_kernel(const T* __restrict__ logits, const L* __restrict__ labels,
                                  T* __restrict__ loss, int64_t rows, int64_t classes) {
   const int lane = threadIdx.x & 31;
-  const int64_t warps_per_block = blockDim.x >> 5;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * warps_per_block;
-  for (int64_t row = blockIdx.x * warps_per_block + (threadIdx.x >> 5); row < rows; row += stride) {
+  for (int64_t row = first_warp_row(); row < rows; row += warp_row_step()) {
     const T* xs = logits + row * classes;
-    SoftmaxState<T> st = kernels::softmax_identity<T>();
-    for (int64_t j = lane; j < classes; j += 32) kernels::softmax_add(st, xs[j]);
-    st = warp_allreduce(st);
+    const SoftmaxState<T> st = warp_row_state(xs, classes, lane);
     if (lane == 0)
       loss[row] = kernels::sparse_xent_loss(kernels::softmax_finish(st), xs,
                                             static_cast<int64_t>(labels[row]), classes);
@@ -187,9 +203,7 @@ __global__ void __launch_bounds__(kRowThreads)
   __shared__ SoftmaxState<T> smem[33];
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* xs = logits + row * classes;
-    SoftmaxState<T> st = kernels::softmax_identity<T>();
-    for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) kernels::softmax_add(st, xs[j]);
-    st = block_allreduce(st, smem);
+    const SoftmaxState<T> st = block_row_state(xs, classes, smem);
     if (threadIdx.x == 0)
       loss[row] = kernels::sparse_xent_loss(kernels::softmax_finish(st), xs,
                                             static_cast<int64_t>(labels[row]), classes);
@@ -209,22 +223,16 @@ void sparse_xent(KernelContext& ctx, const Tensor& logits, const Tensor& labels)
     xent_warp_kernel<T, L><<<blocks_for(cc, n * 32, kRowThreads), kRowThreads, 0, cc.stream()>>>(
         px, pl, out, n, classes);
   } else {
-    const int blocks = static_cast<int>(
-        std::min<int64_t>(n, static_cast<int64_t>(std::max(cc.sm_count(), 1)) * 32));
-    xent_block_kernel<T, L><<<blocks, kRowThreads, 0, cc.stream()>>>(px, pl, out, n, classes);
+    xent_block_kernel<T, L><<<row_blocks(cc, n), kRowThreads, 0, cc.stream()>>>(px, pl, out, n, classes);
   }
   SPIRE_CUDA_LAUNCH_CHECK();
 }
 
 template <typename T>
 void sparse_xent_kernel(KernelContext& ctx) {
-  const Tensor& logits = ctx.input(0);
-  const Tensor& labels = ctx.input(1);
-  if (logits.rank() != 2 || labels.rank() != 1 || labels.dim(0) != logits.dim(0))
-    ctx.fail("expected logits [N, C] and labels [N]");
-  if (labels.dtype() == DType::I32) sparse_xent<T, int32_t>(ctx, logits, labels);
-  else if (labels.dtype() == DType::I64) sparse_xent<T, int64_t>(ctx, logits, labels);
-  else ctx.fail("labels must be i32 or i64");
+  kernels::with_sparse_xent_labels(ctx, [&](auto label) {
+    sparse_xent<T, decltype(label)>(ctx, ctx.input(0), ctx.input(1));
+  });
 }
 
 }  // namespace
