@@ -24,6 +24,41 @@ bool register_parity_case(ParityCase c) {
   return true;
 }
 
+Tensor parity_input(DType dtype, const Shape& shape, double lo, double hi, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> u(lo, hi);
+  Tensor t(dtype, shape);
+  visit_dtype(dtype, "parity_input", [&](auto zero) {
+    using T = decltype(zero);
+    T* p = t.data<T>();
+    for (int64_t i = 0; i < t.num_elements(); ++i) {
+      const double v = u(rng);
+      if constexpr (std::is_same_v<T, bool>) p[i] = v >= 0.5 * (lo + hi);
+      else if constexpr (std::is_integral_v<T>) p[i] = static_cast<T>(std::llround(v));
+      else p[i] = static_cast<T>(v);
+    }
+  });
+  return t;
+}
+
+std::vector<Tensor> run_parity_case(const ParityCase& c, DType float_dtype, const Device& device,
+                                    uint64_t seed) {
+  Graph g;
+  DefaultGraphGuard guard(g);
+  DeviceScope scope(g, device);
+  std::mt19937_64 rng(seed);
+  std::vector<Output> phs;
+  FeedDict feeds;
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    const ParityInput& in = c.inputs[i];
+    const DType dt = in.dtype == DType::Invalid ? float_dtype : in.dtype;
+    phs.push_back(ops::placeholder(dt, in.shape, "in" + std::to_string(i)));
+    feeds.push_back({phs.back(), parity_input(dt, in.shape, in.lo, in.hi, rng)});
+  }
+  std::vector<Output> outs = c.build(phs);
+  Session s(g);
+  return s.run(outs, feeds);
+}
+
 std::vector<std::string>& forward_covered_ops() {
   static std::vector<std::string> ops;
   return ops;

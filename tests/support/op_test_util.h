@@ -62,6 +62,15 @@ struct ParityCase {
 std::vector<ParityCase>& parity_cases();
 bool register_parity_case(ParityCase c);
 
+/// A random input as the parity test draws it: uniform in [lo, hi], rounded
+/// for integer dtypes, bools true in the upper half of the range.
+Tensor parity_input(DType dtype, const Shape& shape, double lo, double hi, std::mt19937_64& rng);
+/// Builds `c` in a fresh graph under DeviceScope(device), feeds inputs drawn
+/// with parity_input from `seed` (dtype Invalid inputs get `float_dtype`)
+/// and returns the fetched outputs.
+std::vector<Tensor> run_parity_case(const ParityCase& c, DType float_dtype, const Device& device,
+                                    uint64_t seed);
+
 /// Ops covered by forward (hand-computed) tests.
 std::vector<std::string>& forward_covered_ops();
 bool register_forward_case(const std::string& op);

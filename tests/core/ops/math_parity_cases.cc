@@ -8,7 +8,8 @@
 // broadcasting ([5,1,7] with [3,1]), and the random ops, whose graphs built
 // the same way (explicit op seeds) must draw the same numbers on both
 // devices: uniforms and dropout masks exactly, normals up to libm rounding.
-// A CPU test at the end checks that every case here builds and runs.
+// ParityCases.RunOnTheCpuTwiceWithTheSameResult (parity_test.cc) checks on
+// every build that each case builds and runs, reproducibly.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -94,7 +95,6 @@ const Shape kA{5, 1, 7}, kB{3, 1}, kBig{1000003}, kSeven{7}, kOne{1}, kScalar{};
 // The cases of this file are parity_cases()[kFirstCase, kEndCase) (one
 // translation unit initializes in order); the test at the end runs them on
 // the CPU.
-const size_t kFirstCase = parity_cases().size();
 
 // ---- binary table ops in the integer dtypes, with strided broadcasting -------
 SPIRE_PARITY_CASE(add_i32, {binary("Add", ops::add, I32, kA, kB)});
@@ -280,67 +280,6 @@ ParityCase dropout_case(const Shape& s, double rate, int64_t seed) {
 SPIRE_PARITY_CASE(dropout_big, {dropout_case(kBig, 0.3, 41)});
 SPIRE_PARITY_CASE(dropout_small, {dropout_case(Shape{5, 7}, 0.5, 43)});
 SPIRE_PARITY_CASE(dropout_one, {dropout_case(kOne, 0.1, 47)});
-
-const size_t kEndCase = parity_cases().size();
-
-// Inputs as the parity runner describes them: uniform in [lo, hi], rounded
-// for integers; bools true in the upper half of the range.
-Tensor parity_input(DType dt, const Shape& s, double lo, double hi, std::mt19937_64& rng) {
-  std::uniform_real_distribution<double> u(lo, hi);
-  Tensor t(dt, s);
-  visit_dtype(dt, "parity_input", [&](auto zero) {
-    using T = decltype(zero);
-    T* p = t.data<T>();
-    for (int64_t i = 0; i < t.num_elements(); ++i) {
-      const double v = u(rng);
-      if constexpr (std::is_same_v<T, bool>) p[i] = v >= 0.5 * (lo + hi);
-      else if constexpr (std::is_integral_v<T>) p[i] = static_cast<T>(std::llround(v));
-      else p[i] = static_cast<T>(v);
-    }
-  });
-  return t;
-}
-
-std::vector<Tensor> run_case_on_cpu(const ParityCase& c, DType float_dtype, uint64_t seed) {
-  Graph g;
-  DefaultGraphGuard guard(g);
-  std::mt19937_64 rng(seed);
-  In phs;
-  FeedDict feeds;
-  for (size_t i = 0; i < c.inputs.size(); ++i) {
-    const ParityInput& in = c.inputs[i];
-    const DType dt = in.dtype == DType::Invalid ? float_dtype : in.dtype;
-    phs.push_back(ops::placeholder(dt, in.shape, "in" + std::to_string(i)));
-    feeds.push_back({phs.back(), parity_input(dt, in.shape, in.lo, in.hi, rng)});
-  }
-  const Outs outs = c.build(phs);
-  Session s(g);
-  return s.run(outs, feeds);
-}
-
-// The GPU runs only where a GPU exists; here every case of this file builds
-// and runs on the CPU (valid shapes, no zero integer divisors), and a graph
-// built the same way gives the same values in a second session (what the
-// random cases rely on).
-TEST(MathParityCases, RunOnTheCpuAndRepeat) {
-  ASSERT_GT(kEndCase, kFirstCase);
-  for (size_t k = kFirstCase; k < kEndCase; ++k) {
-    const ParityCase& c = parity_cases()[k];
-    for (DType dt : c.dtypes) {
-      SCOPED_TRACE(c.op + " / " + c.name + " / " + dtype_name(dt));
-      std::vector<Tensor> a, b;
-      ASSERT_NO_THROW(a = run_case_on_cpu(c, dt, 7));
-      ASSERT_NO_THROW(b = run_case_on_cpu(c, dt, 7));
-      ASSERT_EQ(a.size(), b.size());
-      ASSERT_FALSE(a.empty());
-      for (size_t o = 0; o < a.size(); ++o) {
-        ASSERT_EQ(a[o].shape(), b[o].shape());
-        ASSERT_EQ(a[o].dtype(), b[o].dtype());
-        ASSERT_EQ(0, std::memcmp(a[o].raw_data(), b[o].raw_data(), a[o].nbytes())) << "output " << o;
-      }
-    }
-  }
-}
 
 }  // namespace
 }  // namespace spire::testing

@@ -14,9 +14,9 @@
 //    2, 3, asymmetric padding, and inputs with ties (integers cast to floats) so that the
 //    first-maximum rule of the max-pool gradients is compared too.
 // f32 tolerances allow for long sums in a different order (TF32 stays off by default).
-// The GPU runs only where a GPU exists; the test at the end runs every case of this file on
-// the CPU (valid shapes and attrs, outputs of the inferred shapes), so a broken case shows up
-// in CI too.
+// The GPU runs only where a GPU exists; ParityCases.RunOnTheCpuTwiceWithTheSameResult
+// (tests/kernels/cuda/parity_test.cc) runs every case on the CPU in every build, so a broken
+// case shows up in CI too.
 #include <cmath>
 #include <random>
 #include <string>
@@ -38,7 +38,6 @@ const std::vector<DType> kFloats = {DType::F32, DType::F64};
 
 // The cases of this file are parity_cases()[kFirstCase, kEndCase) (one translation unit
 // initializes in order).
-const size_t kFirstCase = parity_cases().size();
 constexpr double kSumTolF32 = 1e-4;  // sums over up to a few thousand terms
 constexpr double kSumTolF64 = 1e-10;
 
@@ -258,52 +257,6 @@ const bool kPoolCases [[maybe_unused]] = [] {
   }
   return true;
 }();
-
-const size_t kEndCase = parity_cases().size();
-
-// Inputs as the parity runner draws them: uniform in [lo, hi], rounded for integers.
-Tensor parity_input(DType dt, const Shape& s, double lo, double hi, std::mt19937_64& rng) {
-  std::uniform_real_distribution<double> u(lo, hi);
-  Tensor t(dt, s);
-  visit_dtype(dt, "parity_input", [&](auto zero) {
-    using T = decltype(zero);
-    T* p = t.data<T>();
-    for (int64_t i = 0; i < t.num_elements(); ++i) {
-      const double v = u(rng);
-      if constexpr (std::is_integral_v<T>) p[i] = static_cast<T>(std::llround(v));
-      else p[i] = static_cast<T>(v);
-    }
-  });
-  return t;
-}
-
-TEST(NnParityCases, RunOnTheCpu) {
-  ASSERT_GT(kEndCase, kFirstCase);
-  for (size_t k = kFirstCase; k < kEndCase; ++k) {
-    const ParityCase& c = parity_cases()[k];
-    for (DType dt : c.dtypes) {
-      SCOPED_TRACE(c.op + " / " + c.name + " / " + dtype_name(dt));
-      Graph g;
-      DefaultGraphGuard guard(g);
-      std::mt19937_64 rng(k);
-      In phs;
-      FeedDict feeds;
-      for (size_t i = 0; i < c.inputs.size(); ++i) {
-        const ParityInput& in = c.inputs[i];
-        const DType idt = in.dtype == DType::Invalid ? dt : in.dtype;
-        phs.push_back(ops::placeholder(idt, in.shape, "in" + std::to_string(i)));
-        feeds.push_back({phs.back(), parity_input(idt, in.shape, in.lo, in.hi, rng)});
-      }
-      Outs outs;
-      ASSERT_NO_THROW(outs = c.build(phs));
-      ASSERT_FALSE(outs.empty());
-      std::vector<Tensor> got;
-      Session s(g);  // checks every kernel output against the inferred dtype and shape
-      ASSERT_NO_THROW(got = s.run(outs, feeds));
-      for (const Tensor& t : got) EXPECT_EQ(t.dtype(), dt);
-    }
-  }
-}
 
 }  // namespace
 }  // namespace spire::testing

@@ -1,4 +1,5 @@
-// The registry-driven CPU/GPU parity test. Coverage checks (they need the
+// The registry-driven CPU/GPU parity test. Every parity case also runs on
+// the CPU in every build (twice, bit-identical). Coverage checks (they need the
 // CUDA build, not a GPU): every (op, dtype) with a CPU kernel has a CUDA
 // kernel unless the op is marked CPU-only, and every op with a CUDA kernel
 // is exercised by some gradient or parity case. On a GPU: every gradient case
@@ -9,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -62,17 +64,12 @@ struct Runnable {
 
 Tensor make_input(const ParityInput& in, DType dtype, int index,
                   const std::function<double(int, std::mt19937_64&)>& sample, std::mt19937_64& rng) {
+  if (!sample) return parity_input(dtype, in.shape, in.lo, in.hi, rng);
   Tensor t(dtype, in.shape);
-  std::uniform_real_distribution<double> u(in.lo, in.hi);
   visit_dtype(dtype, "parity input", [&](auto zero) {
     using T = decltype(zero);
     T* p = t.data<T>();
-    for (int64_t i = 0; i < t.num_elements(); ++i) {
-      double v = sample ? sample(index, rng) : u(rng);
-      if constexpr (std::is_same_v<T, bool>) p[i] = v > (in.lo + in.hi) / 2;
-      else if constexpr (std::is_integral_v<T>) p[i] = static_cast<T>(std::llround(v));
-      else p[i] = static_cast<T>(v);
-    }
+    for (int64_t i = 0; i < t.num_elements(); ++i) p[i] = static_cast<T>(sample(index, rng));
   });
   return t;
 }
@@ -205,6 +202,29 @@ std::vector<Runnable> all_runnables() {
       rs.push_back(r);
     }
   return rs;
+}
+
+// Runs everywhere: every parity case builds and runs on the CPU, twice from
+// the same inputs with bit-identical results (what the random cases and the
+// comparison with the GPU rely on), and every output has the inferred type.
+TEST(ParityCases, RunOnTheCpuTwiceWithTheSameResult) {
+  ASSERT_FALSE(parity_cases().empty());
+  for (size_t k = 0; k < parity_cases().size(); ++k) {
+    const ParityCase& c = parity_cases()[k];
+    for (DType dt : c.dtypes) {
+      SCOPED_TRACE(c.op + " / " + c.name + " / " + dtype_name(dt));
+      std::vector<Tensor> a, b;
+      ASSERT_NO_THROW(a = run_parity_case(c, dt, Device::cpu(), k));
+      ASSERT_NO_THROW(b = run_parity_case(c, dt, Device::cpu(), k));
+      ASSERT_FALSE(a.empty());
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t o = 0; o < a.size(); ++o) {
+        ASSERT_EQ(a[o].shape(), b[o].shape());
+        ASSERT_EQ(a[o].dtype(), b[o].dtype());
+        ASSERT_EQ(0, std::memcmp(a[o].raw_data(), b[o].raw_data(), a[o].nbytes())) << "output " << o;
+      }
+    }
+  }
 }
 
 TEST(CudaCoverage, EveryCpuKernelHasACudaKernelUnlessCpuOnly) {
