@@ -1,10 +1,11 @@
 // Umbrella header of Spire: include this to get the whole public API
 // (tensors, graphs, ops, sessions, autodiff, variables and scopes, towers,
-// layers and optimizers).
+// layers and optimizers, device queries such as device_count).
 #pragma once
 
 #include "autograd/gradients.h"
 #include "core/device.h"
+#include "core/device_backend.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/graph.h"
