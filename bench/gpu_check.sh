@@ -26,6 +26,15 @@
 # memcheck.log, gpu_kernels.txt, gpu_kernels.csv, gpu_train_step.txt, torch_step.txt, summary.txt,
 # in $OUT when it is set, else in build/gpu_check/.
 #
+# Dependencies a bare GPU machine may lack (see bench/README.md, "Running it through the device
+# tool"): when <repo>/.gpu_deps exists (made by scripts/pack_gpu_deps.sh: GoogleTest, nlohmann_json,
+# zlib), the configure is pointed at it. When the CUDA toolkit has no cuDNN (cudnn.h and
+# libcudnn.so), the pip package nvidia-cudnn-cu13 of $PYTHON, python3 or /opt/torch/.venv is used
+# (SPIRE_CUDNN_INCLUDE_DIR/SPIRE_CUDNN_LIBRARY), and its lib/ (and the toolkit's, and the pip
+# cuBLAS's where the toolkit has no libcublas) goes on LD_LIBRARY_PATH for the build (gtest
+# discovery runs the test binary), the tests and the benchmarks, not for the PyTorch script.
+# Arguments in SPIRE_CMAKE_ARGS come last and win; naming SPIRE_CUDNN_* there skips the search.
+#
 # Environment (all optional):
 #   BUILD_DIR            build directory (default build/gpu-release in the repository)
 #   CUDA_ARCHITECTURES   CMAKE_CUDA_ARCHITECTURES (default: $CMAKE_CUDA_ARCHITECTURES, else 90)
@@ -177,10 +186,132 @@ environment() {
   echo "compute-sanitizer: ${cs:-not found}"
 }
 
+# ---- dependencies ---------------------------------------------------------------------------
+DEPS_ARGS=()   # configure arguments for the packed prefix and a pip cuDNN
+DEPS_NOTES=()  # what was chosen, for the build log
+ORIG_LD_SET=0 ORIG_LD=""
+if [[ -n "${LD_LIBRARY_PATH+x}" ]]; then ORIG_LD_SET=1 ORIG_LD="$LD_LIBRARY_PATH"; fi
+
+# Prefixes $1 to LD_LIBRARY_PATH (exported) unless it is there already.
+add_ld_path() {
+  case ":${LD_LIBRARY_PATH:-}:" in
+    *":$1:"*) ;;
+    *) export LD_LIBRARY_PATH="$1${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ;;
+  esac
+}
+
+# Prints the first folder of an installed pip package "nvidia.<name>" (a namespace package: no
+# __file__) that holds the glob $2 (relative to it), trying $PYTHON, python3 and PyTorch's venv.
+pip_nvidia_dir() {
+  local py code
+  # shellcheck disable=SC2016  # the $ are Python's
+  code='import glob, os, sys
+try:
+    import importlib
+    m = importlib.import_module("nvidia." + sys.argv[1])
+    dirs = list(m.__path__)
+except Exception:
+    dirs = []
+for d in dirs:
+    if glob.glob(os.path.join(d, sys.argv[2])):
+        print(d)
+        break'
+  local out
+  for py in "$PYTHON" python3 /opt/torch/.venv/bin/python3; do
+    command -v "$py" >/dev/null 2>&1 || continue
+    out="$("$py" -c "$code" "$1" "$2" 2>/dev/null | head -1)" || true
+    if [[ -n "$out" && -d "$out" ]]; then echo "$out"; return 0; fi
+  done
+  return 1
+}
+
+# Fills DEPS_ARGS and LD_LIBRARY_PATH (see the header).
+setup_deps() {
+  local deps="$REPO/.gpu_deps"
+  if [[ -d "$deps" ]]; then
+    DEPS_ARGS+=(-DCMAKE_PREFIX_PATH="$deps" -DZLIB_ROOT="$deps")
+    # The packed zlib is libz.so (Debian's libz.a is not position-independent, so it cannot go
+    # into libspire.so): name it, so that no libz.a elsewhere is preferred.
+    local z
+    for z in "$deps/lib/libz.so" "$deps/lib/libz.a"; do
+      if [[ -f "$z" ]]; then
+        DEPS_ARGS+=(-DZLIB_INCLUDE_DIR="$deps/include" -DZLIB_LIBRARY="$z")
+        break
+      fi
+    done
+    DEPS_NOTES+=("packed dependencies: $deps ($(du -sh "$deps" 2>/dev/null | cut -f1))")
+  else
+    DEPS_NOTES+=("packed dependencies: none ($deps absent; scripts/pack_gpu_deps.sh makes it)")
+  fi
+
+  local nvcc cuda_root="" d
+  nvcc="$(find_nvcc)"
+  if [[ -n "$nvcc" ]]; then cuda_root="$(dirname "$(dirname "$(readlink -f "$nvcc")")")"; fi
+  local inc_dirs=() lib_dirs=()
+  if [[ -n "$cuda_root" ]]; then
+    inc_dirs+=("$cuda_root/include" "$cuda_root/targets/x86_64-linux/include")
+    lib_dirs+=("$cuda_root/lib64" "$cuda_root/lib" "$cuda_root/targets/x86_64-linux/lib")
+  fi
+  # find_path/find_library also search the system folders.
+  inc_dirs+=(/usr/include /usr/include/x86_64-linux-gnu /usr/local/include)
+  lib_dirs+=(/usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib /usr/local/lib)
+
+  local have_h=0 have_lib=0 have_cublas=0 toolkit_lib=""
+  for d in "${inc_dirs[@]}"; do [[ -f "$d/cudnn.h" ]] && have_h=1; done
+  for d in "${lib_dirs[@]}"; do
+    [[ -e "$d/libcudnn.so" ]] && have_lib=1
+    if compgen -G "$d/libcublas.so*" >/dev/null; then
+      have_cublas=1
+      [[ -z "$toolkit_lib" ]] && toolkit_lib="$d"
+    fi
+  done
+
+  if [[ "${SPIRE_CMAKE_ARGS:-}" == *SPIRE_CUDNN_* ]]; then
+    DEPS_NOTES+=("cuDNN: as SPIRE_CMAKE_ARGS says")
+  elif (( have_h && have_lib )); then
+    DEPS_NOTES+=("cuDNN: in the CUDA toolkit or the system folders")
+  else
+    local pkg lib=""
+    if pkg="$(pip_nvidia_dir cudnn 'include/cudnn.h')"; then
+      for lib in "$pkg/lib/libcudnn.so" "$pkg/lib/libcudnn.so.9" $(compgen -G "$pkg/lib/libcudnn.so.[0-9]*" || true); do
+        [[ -f "$lib" ]] && break
+        lib=""
+      done
+    fi
+    if [[ -n "$lib" ]]; then
+      DEPS_ARGS+=(-DSPIRE_CUDNN_INCLUDE_DIR="$pkg/include" -DSPIRE_CUDNN_LIBRARY="$lib")
+      add_ld_path "$pkg/lib"
+      # cuDNN loads cuBLASLt by itself at run time: let it find the toolkit's.
+      if [[ -n "$toolkit_lib" ]]; then add_ld_path "$toolkit_lib"; fi
+      DEPS_NOTES+=("cuDNN: not in the CUDA toolkit (cudnn.h $( ((have_h)) && echo found || echo missing), libcudnn.so $( ((have_lib)) && echo found || echo missing)); using the pip package: $lib")
+    else
+      DEPS_NOTES+=("cuDNN: not in the CUDA toolkit and no pip package nvidia-cudnn-cu13 found (the configure will say)")
+    fi
+  fi
+
+  if (( !have_cublas )); then
+    local cublas
+    if cublas="$(pip_nvidia_dir cublas 'lib/libcublas.so*')"; then
+      add_ld_path "$cublas/lib"
+      DEPS_NOTES+=("cuBLAS: not in the CUDA toolkit; $cublas/lib put on LD_LIBRARY_PATH")
+    elif cublas="$(pip_nvidia_dir cu13 'lib/libcublas.so*')"; then
+      add_ld_path "$cublas/lib"
+      DEPS_NOTES+=("cuBLAS: not in the CUDA toolkit; $cublas/lib put on LD_LIBRARY_PATH")
+    else
+      DEPS_NOTES+=("cuBLAS: not in the CUDA toolkit and no pip package found")
+    fi
+  fi
+  if [[ "${LD_LIBRARY_PATH:-}" != "$ORIG_LD" ]]; then
+    DEPS_NOTES+=("LD_LIBRARY_PATH (build, tests, benchmarks): $LD_LIBRARY_PATH")
+  fi
+}
+
 # ---- build ----------------------------------------------------------------------------------
 TESTS_BUILT=0
 do_build() {
   environment >"$BUILD_LOG" 2>&1
+  local note
+  for note in ${DEPS_NOTES[@]+"${DEPS_NOTES[@]}"}; do echo "$note"; done >>"$BUILD_LOG"
   local nvcc
   nvcc="$(find_nvcc)"
   if [[ -z "$nvcc" ]]; then
@@ -200,7 +331,8 @@ do_build() {
   local args=(-S "$REPO" -B "$BUILD_DIR" ${gen[@]+"${gen[@]}"} -DCMAKE_BUILD_TYPE=Release
               -DSPIRE_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc"
               -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHITECTURES"
-              -DSPIRE_BUILD_BENCH=ON -DSPIRE_BUILD_EXAMPLES=OFF -DSPIRE_MPI=OFF)
+              -DSPIRE_BUILD_BENCH=ON -DSPIRE_BUILD_EXAMPLES=OFF -DSPIRE_MPI=OFF
+              ${DEPS_ARGS[@]+"${DEPS_ARGS[@]}"})
   local t0=$SECONDS
   echo "== configure: cmake ${args[*]} -DSPIRE_BUILD_TESTS=ON ${extra[*]}" >>"$BUILD_LOG"
   if cmake "${args[@]}" -DSPIRE_BUILD_TESTS=ON ${extra[@]+"${extra[@]}"} >>"$BUILD_LOG" 2>&1; then
@@ -355,8 +487,13 @@ do_torch() {
   fi
   echo "gpu_check: running bench/mnist_step_torch.py (output: $TORCH_OUT)..."
   local rc
+  # PyTorch runs with the caller's LD_LIBRARY_PATH: the folders added for Spire could
+  # otherwise replace the CUDA libraries PyTorch was built with.
+  local ld_env=(-u LD_LIBRARY_PATH)
+  if (( ORIG_LD_SET )); then ld_env=(LD_LIBRARY_PATH="$ORIG_LD"); fi
   # shellcheck disable=SC2086
-  limited "$TORCH_TIMEOUT" "$PYTHON" "$REPO/bench/mnist_step_torch.py" ${TORCH_ARGS:-} >"$TORCH_OUT" 2>&1
+  limited "$TORCH_TIMEOUT" env "${ld_env[@]}" "$PYTHON" "$REPO/bench/mnist_step_torch.py" ${TORCH_ARGS:-} \
+    >"$TORCH_OUT" 2>&1
   rc=$?
   if timed_out "$rc"; then
     failed torch "TIMED OUT after ${TORCH_TIMEOUT} s (see $TORCH_OUT)"
@@ -418,6 +555,8 @@ finish() {
 # ---- main -----------------------------------------------------------------------------------
 ran_bench=0 ran_torch=0 torch_skipped=0
 build_ok=1
+setup_deps
+for note in ${DEPS_NOTES[@]+"${DEPS_NOTES[@]}"}; do echo "gpu_check: $note"; done
 if (( want_build )); then
   do_build || build_ok=0
 fi
