@@ -28,9 +28,10 @@ class SessionState {
   /// returns the stream offset of the first (successive runs draw fresh,
   /// reproducible numbers).
   virtual uint64_t advance_rng(const Node* n, uint64_t count) = 0;
-  /// A per-session slot for a device copy of a Const node's value (so a
-  /// constant on a GPU is uploaded once per session, not on every run).
-  virtual Tensor& constant_cache(const Node* n) = 0;
+  /// The per-session device copy of Const node `n`'s value: made by `make`
+  /// on the first call (under the session's lock, so concurrent runs upload
+  /// it once), then returned as is.
+  virtual Tensor constant_cache(const Node* n, const std::function<Tensor()>& make) = 0;
 };
 
 /// Copy-on-write rule of variable updates (AssignAdd, the fused optimizer

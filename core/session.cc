@@ -58,9 +58,11 @@ uint64_t Session::advance_rng(const Node* n, uint64_t count) {
   return start;
 }
 
-Tensor& Session::constant_cache(const Node* n) {
+Tensor Session::constant_cache(const Node* n, const std::function<Tensor()>& make) {
   std::lock_guard<std::mutex> lock(mu_);
-  return constants_[n];
+  Tensor& slot = constants_[n];
+  if (!slot.defined()) slot = make();
+  return slot;
 }
 
 Tensor Session::variable_value(const Node* var) const {

@@ -117,7 +117,7 @@ class Session : private SessionState {
   struct Plan;
   Tensor& variable(const Node* var) override;
   uint64_t advance_rng(const Node* n, uint64_t count) override;
-  Tensor& constant_cache(const Node* n) override;
+  Tensor constant_cache(const Node* n, const std::function<Tensor()>& make) override;
   std::shared_ptr<Plan> get_plan(const std::vector<Output>& fetches,
                                  const std::vector<Node*>& targets, const FeedDict& feeds);
   std::shared_ptr<Plan> compile(const std::vector<Output>& fetches,

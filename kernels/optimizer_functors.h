@@ -31,7 +31,9 @@ namespace spire::functors {
 //              slots, g the gradient (read all, then write all).
 // The expressions follow the per-variable graphs of layers/optimizers.cc
 // operation by operation (same order, same rounding of the constants), so
-// on the CPU the fused update gives the same bits as the unfused one.
+// on the CPU the fused update gives the same bits as the unfused one. On
+// the GPU nvcc contracts a*b+c into fused multiply-adds, so results agree
+// with the CPU within rounding, not bit for bit.
 
 /// Gradient descent: var -= lr * g.
 template <typename T>

@@ -306,6 +306,14 @@ struct ConvAlgoCache {
   std::map<std::vector<int64_t>, AlgoChoice> entries;
 };
 
+// cuDNN is thread-safe only "so long as the threads do not share the same cuDNN handle
+// simultaneously", and the device context's one handle is shared by every host thread that
+// runs convolutions on the device (e.g. two sessions run from two threads). Every use of the
+// handle in this file holds this per-device mutex (after cache_mutex() where both are held).
+struct CudnnHandleLock {
+  std::mutex mu;
+};
+
 std::vector<int64_t> cache_key(const ConvProblem& p) {
   const ConvGeom& g = p.g;
   const int64_t dims[] = {g.n, g.c, g.hp(), g.wp(), g.o, g.kh, g.kw, g.oh,
@@ -418,6 +426,7 @@ AlgoChoice choose_algo(KernelContext& ctx, CudaContext& cc, ConvProblem p) {
   if (!p.f64) layouts.push_back(Layout::kNHWC);
   layouts.push_back(Layout::kNCHW);
   AlgoChoice choice;
+  std::lock_guard<std::mutex> handle_lock(cc.cache<CudnnHandleLock>().mu);
   for (Layout l : layouts) {
     p.layout = l;
     if (find_algo(ctx, cc.cudnn(), p, &choice)) {
@@ -438,6 +447,7 @@ void run_conv(CudaContext& cc, const ConvProblem& p, const AlgoChoice& a, const 
   Descriptors d(p, a.math);
   Scratch ws(cc, a.workspace);
   const T alpha = T(1), beta = T(0);  // float scaling for f32 data, double for f64
+  std::lock_guard<std::mutex> handle_lock(cc.cache<CudnnHandleLock>().mu);
   cudnnHandle_t h = cc.cudnn();
   if (p.dir == Dir::kForward) {
     SPIRE_CUDNN_CHECK(cudnnConvolutionForward(h, &alpha, d.x.d, in0, d.w.d, in1, d.conv.d,

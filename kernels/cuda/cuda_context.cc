@@ -221,7 +221,10 @@ void* CachingDeviceAllocator::raw_allocate(size_t bytes) {
 
 void CachingDeviceAllocator::raw_free(void* ptr, size_t) {
   DeviceGuard g(ctx_.device());
-  cudaFree(ptr);  // synchronizes the device; called from empty_cache and OOM retries only
+  // Blocks freed in stream order may still be read by queued work: wait for
+  // the stream first (only empty_cache and out-of-memory retries get here).
+  cudaStreamSynchronize(ctx_.stream());
+  cudaFree(ptr);
 }
 
 std::string CachingDeviceAllocator::describe() const {
@@ -268,7 +271,11 @@ PinnedStaging::Chunk& PinnedStaging::free_chunk() {
       c.pending = false;
       return c;
     }
-    if (q != cudaErrorNotReady) SPIRE_CUDA_CHECK(q);
+    // cudaErrorNotReady is not a failure, but the runtime records it as the thread's last
+    // error; clear it, or the next SPIRE_CUDA_LAUNCH_CHECK (cudaGetLastError) would report
+    // it against an unrelated kernel (PyTorch's caching allocator clears it the same way).
+    if (q == cudaErrorNotReady) cudaGetLastError();
+    else SPIRE_CUDA_CHECK(q);
   }
   if (static_cast<int>(chunks_.size()) < kMaxChunks) {
     Chunk c;

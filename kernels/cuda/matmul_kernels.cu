@@ -178,7 +178,7 @@ void batch_matmul_kernel(KernelContext& ctx) {
   const T* pb = ctx.input(1).data<T>();
   T* pc = c.data<T>();
   const int64_t count_a = s.count_a, count_b = s.count_b;
-  if (!ta && count_b == 1 && count_a == total) {
+  if (!ta && count_b == 1 && count_a == total && total * m <= INT32_MAX) {
     // b is shared by every batch entry: one (total * m) x n GEMM.
     gemm<T>(ctx, cc, gemm_dims(ctx, false, tb, total * m, n, k, ac, bc, n), pa, pb, pc);
     return;

@@ -16,10 +16,9 @@ namespace {
 constexpr int kMaxDims = 8;
 
 void const_kernel(KernelContext& ctx) {
-  Tensor& cached = ctx.state().constant_cache(&ctx.node());
-  if (!cached.defined() || cached.device() != ctx.device())
-    cached = ctx.attr<Tensor>("value").to(ctx.device());
-  ctx.set_output(0, cached);
+  ctx.set_output(0, ctx.state().constant_cache(&ctx.node(), [&] {
+    return ctx.attr<Tensor>("value").to(ctx.device());
+  }));
 }
 
 // Strides of `d` broadcast against the variable's shape (0 on broadcast dims).
