@@ -33,6 +33,7 @@
 
 #include "core/allocator.h"
 #include "core/device_backend.h"
+#include "examples/mnist_model.h"
 #include "spire.h"
 
 namespace {
@@ -109,24 +110,11 @@ bool parse_args(int argc, char** argv, Options* o) {
   return true;
 }
 
-// ---- the model (examples/mnist_convnet.cc, MnistConvNet::build_graph) --------------------
+// ---- the model (examples/mnist_model.h, as examples/mnist_convnet.cc builds it) ---------
 
 // Returns the total cost; `input` is [B, 28, 28] f32 in 0..255, `label` [B] i64.
 Output build_model(const Output& input, const Output& label) {
-  Output image = ops::expand_dims(input, 3) * (2.0 / 255.0) - 1.0;
-  Output logits;
-  {
-    ArgScope conv_defaults(Conv2DOptions().activation(ops::relu));
-    Output l = Conv2D("conv0", image, 32, 3);
-    l = MaxPooling("pool0", l, 2);
-    l = Conv2D("conv1", l, 32, 3);
-    l = Conv2D("conv2", l, 32, 3);
-    l = MaxPooling("pool1", l, 2);
-    l = Conv2D("conv3", l, 32, 3);
-    l = FullyConnected("fc0", l, 512, FullyConnectedOptions().activation(ops::relu));
-    l = Dropout("dropout", l, DropoutOptions().rate(0.5));
-    logits = FullyConnected("fc1", l, 10);
-  }
+  Output logits = spire_examples::mnist_convnet_logits(input);
   Output cost = ops::mean(ops::sparse_softmax_cross_entropy_with_logits(logits, label), {}, false,
                           "cross_entropy_loss");
   Output wd_cost = regularize_cost("fc.*/W", 1e-5, "regularize_loss");

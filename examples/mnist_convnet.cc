@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "device_flag.h"
+#include "mnist_model.h"
 #include "spire.h"
 #include "train/callbacks.h"
 #include "train/config.h"
@@ -60,21 +61,7 @@ class MnistConvNet : public ModelDesc {
 
   Output build_graph(const std::vector<Output>& in) override {
     const Output& label = in[1];
-    // [N, 28, 28] in 0..255 -> NHWC [N, 28, 28, 1] in [-1, 1].
-    Output image = ops::expand_dims(in[0], 3) * (2.0 / 255.0) - 1.0;
-    Output logits;
-    {
-      ArgScope conv_defaults(Conv2DOptions().activation(ops::relu));
-      Output l = Conv2D("conv0", image, 32, 3);
-      l = MaxPooling("pool0", l, 2);
-      l = Conv2D("conv1", l, 32, 3);
-      l = Conv2D("conv2", l, 32, 3);
-      l = MaxPooling("pool1", l, 2);
-      l = Conv2D("conv3", l, 32, 3);
-      l = FullyConnected("fc0", l, 512, FullyConnectedOptions().activation(ops::relu));
-      l = Dropout("dropout", l, DropoutOptions().rate(0.5));
-      logits = FullyConnected("fc1", l, 10);
-    }
+    Output logits = spire_examples::mnist_convnet_logits(in[0]);
     ops::softmax(logits, -1, "prob");
 
     Output cost = ops::mean(ops::sparse_softmax_cross_entropy_with_logits(logits, label), {}, false,
