@@ -49,8 +49,8 @@ set -u -o pipefail
 
 # ---- settings ---------------------------------------------------------------------------
 # The GPU test suites (names to be finalized with the tests) and the short memcheck subset.
-GPU_TEST_FILTER="${GPU_TEST_FILTER:-Cuda*:Gpu*:*Parity*}"
-MEMCHECK_FILTER="${MEMCHECK_FILTER:-*Parity*}"
+GPU_TEST_FILTER="${GPU_TEST_FILTER:-Cuda*:*Gpu*:*Parity*:Placement*}"
+MEMCHECK_FILTER="${MEMCHECK_FILTER:-CudaParity.*:Gpu.*}"
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$REPO/build/gpu-release}"
