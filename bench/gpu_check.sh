@@ -41,7 +41,9 @@
 #   JOBS                 build jobs (default: nproc)
 #   SPIRE_CMAKE_ARGS     extra configure arguments, word-split (e.g. -DCMAKE_PREFIX_PATH=/deps)
 #   GPU_TEST_FILTER, MEMCHECK_FILTER   gtest filters (defaults just below)
-#   MEMCHECK_ENV         VAR=value words set for the memcheck run only
+#   MEMCHECK_ENV         VAR=value words set for the memcheck run only (default
+#                        SPIRE_CUDA_NO_CACHING=1: one cudaMalloc per buffer, so memcheck
+#                        sees every buffer's bounds)
 #   GPU_KERNELS_ARGS, TRAIN_STEP_ARGS, TORCH_ARGS   extra arguments (e.g. --quick)
 #   PYTHON               interpreter for the PyTorch script (default python3)
 #   TEST_TIMEOUT, MEMCHECK_TIMEOUT, BENCH_TIMEOUT, TORCH_TIMEOUT   seconds per step
@@ -431,7 +433,7 @@ do_memcheck() {
   # Note: Spire's caching allocator hands out parts of larger cudaMalloc blocks, so an overrun
   # that stays inside a cached block is invisible to memcheck.
   # shellcheck disable=SC2086  # MEMCHECK_ENV is a list of VAR=value words
-  limited "$MEMCHECK_TIMEOUT" env ${MEMCHECK_ENV:-} "$cs" --tool memcheck --error-exitcode 86 \
+  limited "$MEMCHECK_TIMEOUT" env ${MEMCHECK_ENV:-SPIRE_CUDA_NO_CACHING=1} "$cs" --tool memcheck --error-exitcode 86 \
     --print-limit 100 "$TEST_BIN" --gtest_filter="$MEMCHECK_FILTER" --gtest_color=no \
     >"$MEMCHECK_LOG" 2>&1
   rc=$?

@@ -57,7 +57,8 @@ CachingAllocator::Block* CachingAllocator::find_free(bool small, size_t size) {
 }
 
 CachingAllocator::Block* CachingAllocator::new_segment(bool small, size_t size) {
-  size_t seg = small ? kSmallSegment
+  size_t seg = !caching_ ? size
+               : small    ? kSmallSegment
                : size < kLargeExact ? kLargeSegment
                                     : (size + kSmallSegment - 1) / kSmallSegment * kSmallSegment;
   void* p = raw_->raw_allocate(seg);
@@ -81,7 +82,7 @@ void* CachingAllocator::allocate(size_t bytes) {
   size_t size = round_size(bytes);
   bool small = size <= kSmallLimit;
   std::lock_guard<std::mutex> lock(mu_);
-  Block* b = find_free(small, size);
+  Block* b = caching_ ? find_free(small, size) : nullptr;
   if (b == nullptr) b = new_segment(small, size);
   if (b == nullptr)
     throw_error("out of memory on ", device_name_, ": tried to allocate ", mib(size), " (", bytes,
@@ -142,7 +143,14 @@ void CachingAllocator::deallocate(void* ptr) {
     delete n;
   }
   fl.insert(b);
+  if (!caching_) release_free_segments();
   stats_.cached = stats_.reserved - stats_.in_use;
+}
+
+void CachingAllocator::set_caching(bool on) {
+  std::lock_guard<std::mutex> lock(mu_);
+  caching_ = on;
+  if (!on) release_free_segments();
 }
 
 size_t CachingAllocator::release_free_segments() {

@@ -65,6 +65,12 @@ class CachingAllocator {
   void reset_peak();
   /// Number of segments held from the device.
   size_t num_segments() const;
+  /// With caching off, every request gets its own device allocation of its
+  /// rounded size, returned to the device when freed (so tools such as
+  /// compute-sanitizer see each buffer's bounds); statistics stay exact.
+  /// On by default; change it only while nothing is allocated.
+  void set_caching(bool on);
+  bool caching() const { return caching_; }
 
   /// Rounded size of a request (what in_use counts).
   static size_t round_size(size_t bytes);
@@ -96,6 +102,7 @@ class CachingAllocator {
   FreeList small_free_, large_free_;
   std::unordered_map<void*, Block*> live_;  // allocated blocks by pointer
   size_t segments_ = 0;
+  bool caching_ = true;
   MemoryStats stats_;
 };
 

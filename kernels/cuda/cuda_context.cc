@@ -4,7 +4,9 @@
 #include "kernels/cuda/cuda_context.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <map>
 
 #include "core/device_backend.h"
@@ -176,7 +178,12 @@ SPIRE_STATIC_INIT(cuda_device_backend) {
 // ---- CachingDeviceAllocator --------------------------------------------------
 
 CachingDeviceAllocator::CachingDeviceAllocator(CudaContext& ctx)
-    : ctx_(ctx), cache_(this, Device::cuda(ctx.device()).to_string()) {}
+    : ctx_(ctx), cache_(this, Device::cuda(ctx.device()).to_string()) {
+  // SPIRE_CUDA_NO_CACHING=1: one cudaMalloc per buffer, freed at once, so
+  // compute-sanitizer sees every buffer's bounds (slow; for checking only).
+  const char* e = std::getenv("SPIRE_CUDA_NO_CACHING");
+  if (e != nullptr && *e != '\0' && std::string(e) != "0") cache_.set_caching(false);
+}
 
 CachingDeviceAllocator::~CachingDeviceAllocator() = default;
 

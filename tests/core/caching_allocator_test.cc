@@ -135,6 +135,28 @@ TEST(CachingAllocator, StatisticsTrackPeakAndCounts) {
                         {"did not hand out"});
 }
 
+TEST(CachingAllocator, WithoutCachingEveryBufferIsItsOwnDeviceAllocation) {
+  FakeDevice dev(1024 * MiB);
+  CachingAllocator a(&dev, "fake:0");
+  a.set_caching(false);
+  void* p = a.allocate(1000);
+  void* q = a.allocate(3 * MiB);
+  EXPECT_EQ(dev.allocs(), 2);
+  EXPECT_EQ(dev.used(), 1024u + 3 * MiB);  // rounded sizes, no segment slack
+  EXPECT_EQ(a.stats().in_use, 1024u + 3 * MiB);
+  a.deallocate(p);
+  EXPECT_EQ(dev.used(), 3 * MiB);  // returned at once
+  void* r = a.allocate(1000);
+  EXPECT_EQ(dev.allocs(), 3);  // not reused from a cache
+  a.deallocate(q);
+  a.deallocate(r);
+  EXPECT_EQ(dev.used(), 0u);
+  MemoryStats s = a.stats();
+  EXPECT_EQ(s.in_use, 0u);
+  EXPECT_EQ(s.reserved, 0u);
+  EXPECT_EQ(s.num_device_frees, 3u);
+}
+
 TEST(CachingAllocator, RandomWorkloadNeverOverlapsAndReturnsEveryByte) {
   FakeDevice dev(512 * MiB);
   CachingAllocator a(&dev, "fake:0");
