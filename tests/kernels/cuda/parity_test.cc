@@ -221,7 +221,8 @@ TEST(ParityCases, RunOnTheCpuTwiceWithTheSameResult) {
       for (size_t o = 0; o < a.size(); ++o) {
         ASSERT_EQ(a[o].shape(), b[o].shape());
         ASSERT_EQ(a[o].dtype(), b[o].dtype());
-        ASSERT_EQ(0, std::memcmp(a[o].raw_data(), b[o].raw_data(), a[o].nbytes())) << "output " << o;
+        if (a[o].nbytes() > 0)  // empty outputs have no buffer
+          ASSERT_EQ(0, std::memcmp(a[o].raw_data(), b[o].raw_data(), a[o].nbytes())) << "output " << o;
       }
     }
   }
