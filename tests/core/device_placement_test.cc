@@ -118,6 +118,23 @@ TEST(Placement, GradientsAreColocatedWithTheirForwardNodes) {
   EXPECT_EQ(dx.node->device(), Device::cpu());
 }
 
+TEST(Placement, CopyNodesAndDevicesSurviveAJsonRoundTrip) {
+  Graph g;
+  DefaultGraphGuard guard(g);
+  Output x = ops::placeholder(DType::F32, {2, 3}, "x");
+  Output y;
+  {
+    DeviceScope gpu(g, Device::cuda(0));
+    y = ops::relu(ops::exp(x));
+  }
+  ops::add(y, x, "back_on_cpu");
+  const std::string json = g.to_json();
+  auto g2 = Graph::from_json(json);
+  EXPECT_EQ(g2->to_json(), json);  // no extra copies, same devices
+  EXPECT_EQ(g2->to_text(), g.to_text());
+  EXPECT_EQ(count_op(*g2, "Copy"), 2);
+}
+
 TEST(Placement, SessionNamesTheDeviceWhenItCannotRunThere) {
   Graph g;
   DefaultGraphGuard guard(g);
