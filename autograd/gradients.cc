@@ -81,10 +81,15 @@ std::vector<Output> gradients(const std::vector<Output>& ys, const std::vector<O
     grads[ys[i]].push_back(gy);
   }
 
+  // The sum of the gradients an output received, built where the output
+  // lives (for a multi-device node, on that participant's device).
   auto summed = [&](const Output& o) -> Output {
     auto it = grads.find(o);
     if (it == grads.end() || it->second.empty()) return Output();
-    if (it->second.size() > 1) it->second = {ops::add_n(it->second)};
+    if (it->second.size() > 1) {
+      DeviceScope there(*o.graph(), o.device());
+      it->second = {ops::add_n(it->second)};
+    }
     return it->second[0];
   };
 
@@ -127,6 +132,7 @@ std::vector<Output> gradients(const std::vector<Output>& ys, const std::vector<O
         for (int i = 0; i < n->num_outputs(); ++i)
           if (!out_grads[static_cast<size_t>(i)].valid()) {
             Output o = n->output(i);
+            DeviceScope there(*n->graph(), o.device());
             out_grads[static_cast<size_t>(i)] = float_output(o) ? ops::zeros_like(o) : Output();
           }
         GradContext gc(n, out_grads);
@@ -153,7 +159,7 @@ std::vector<Output> gradients(const std::vector<Output>& ys, const std::vector<O
   std::vector<Output> result;
   result.reserve(xs.size());
   for (const auto& x : xs) {
-    DeviceScope colocate(*x.node->graph(), x.node->device());
+    DeviceScope colocate(*x.node->graph(), x.device());
     result.push_back(summed(x));
   }
   return result;

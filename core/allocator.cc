@@ -4,6 +4,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -12,24 +13,17 @@ namespace spire {
 
 namespace {
 
-// 64-byte-aligned host memory. Large blocks (>= 256 KiB) are cached by
-// exact page-rounded size and reused, so a graph that allocates the same big
-// intermediates every run does not pay mmap/munmap and page faults each time
-// (glibc serves such sizes with fresh mmaps). At most kMaxCached bytes are
-// kept; empty_cache() releases them.
-class CpuAllocator final : public Allocator {
+// 64-byte-aligned host memory shared by every CPU device. Large blocks
+// (>= 256 KiB) are cached by exact page-rounded size and reused, so a graph
+// that allocates the same big intermediates every run does not pay
+// mmap/munmap and page faults each time (glibc serves such sizes with fresh
+// mmaps). At most kMaxCached bytes are kept; empty_cache() releases them.
+class HostMemory {
  public:
   static constexpr size_t kCacheMin = size_t{256} << 10;
   static constexpr size_t kMaxCached = size_t{1} << 30;
 
-  ~CpuAllocator() override { empty_cache(); }
-
-  void* allocate(size_t bytes) override {
-    void* p = allocate_impl(bytes);
-    if (p && poison_) std::memset(p, 0xFF, bytes);
-    return p;
-  }
-  void* allocate_impl(size_t bytes) {
+  void* allocate(size_t bytes) {
     if (bytes == 0) return nullptr;
     size_t rounded = round(bytes);
     if (rounded >= kCacheMin) {
@@ -46,7 +40,7 @@ class CpuAllocator final : public Allocator {
     if (!p) throw_error("CPU allocator: out of memory allocating ", bytes, " bytes");
     return p;
   }
-  void deallocate(void* ptr, size_t bytes) override {
+  void deallocate(void* ptr, size_t bytes) {
     if (!ptr) return;
     size_t rounded = round(bytes);
     if (rounded >= kCacheMin) {
@@ -70,8 +64,48 @@ class CpuAllocator final : public Allocator {
     std::lock_guard<std::mutex> lock(mu_);
     return cached_bytes_;
   }
-  Device device() const override { return Device::cpu(); }
-  const char* name() const override { return "cpu"; }
+  static size_t round(size_t bytes) {
+    size_t unit = bytes >= kCacheMin ? 4096 : kCpuAlignment;
+    return (bytes + unit - 1) / unit * unit;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<size_t, std::vector<void*>> cache_;
+  size_t cached_bytes_ = 0;
+};
+
+// Never destroyed: tensors held by static objects may return memory during exit.
+HostMemory& host_memory() {
+  static HostMemory* m = new HostMemory;
+  return *m;
+}
+
+// The allocator of one logical CPU device: host memory with this device's
+// identity and statistics (bytes counted at their rounded size).
+class CpuDeviceAllocator final : public Allocator {
+ public:
+  explicit CpuDeviceAllocator(int index) : index_(index), name_(Device::cpu(index).to_string()) {}
+
+  void* allocate(size_t bytes) override {
+    void* p = host_memory().allocate(bytes);
+    if (p == nullptr) return p;
+    if (poison_) std::memset(p, 0xFF, bytes);
+    const size_t r = HostMemory::round(bytes);
+    const size_t now = in_use_.fetch_add(r, std::memory_order_relaxed) + r;
+    size_t peak = peak_.load(std::memory_order_relaxed);
+    while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    }
+    num_allocs_.fetch_add(1, std::memory_order_relaxed);
+    return p;
+  }
+  void deallocate(void* ptr, size_t bytes) override {
+    if (!ptr) return;
+    in_use_.fetch_sub(HostMemory::round(bytes), std::memory_order_relaxed);
+    host_memory().deallocate(ptr, bytes);
+  }
+  Device device() const override { return Device::cpu(index_); }
+  const char* name() const override { return name_.c_str(); }
   void copy_to_host(void* dst, const void* src, size_t n) const override {
     if (n) std::memcpy(dst, src, n);
   }
@@ -81,20 +115,35 @@ class CpuAllocator final : public Allocator {
   void copy_within(void* dst, const void* src, size_t n) const override {
     if (n) std::memcpy(dst, src, n);
   }
+  MemoryStats memory_stats() const override {
+    MemoryStats s;
+    s.in_use = in_use_.load(std::memory_order_relaxed);
+    s.peak_in_use = peak_.load(std::memory_order_relaxed);
+    s.reserved = s.in_use;  // the shared host cache is not any one device's
+    s.num_allocs = num_allocs_.load(std::memory_order_relaxed);
+    return s;
+  }
+  void empty_cache() override { host_memory().empty_cache(); }
+  void reset_peak() override { peak_.store(in_use_.load(std::memory_order_relaxed)); }
 
  private:
-  static size_t round(size_t bytes) {
-    size_t unit = bytes >= kCacheMin ? 4096 : kCpuAlignment;
-    return (bytes + unit - 1) / unit * unit;
-  }
-  mutable std::mutex mu_;
-  std::map<size_t, std::vector<void*>> cache_;
-  size_t cached_bytes_ = 0;
+  int index_;
+  std::string name_;
+  std::atomic<size_t> in_use_{0};
+  std::atomic<size_t> peak_{0};
+  std::atomic<uint64_t> num_allocs_{0};
 };
 
-CpuAllocator& cpu_allocator_impl() {
-  static CpuAllocator a;
-  return a;
+// One allocator per CPU device index, created on first use and never
+// destroyed (tensors in static objects may free memory during exit).
+struct CpuDeviceTable {
+  std::mutex mu;
+  std::atomic<CpuDeviceAllocator*> devices[kMaxCpuDevices] = {};
+};
+
+CpuDeviceTable& cpu_device_table() {
+  static CpuDeviceTable* t = new CpuDeviceTable;
+  return *t;
 }
 
 struct FactoryTable {
@@ -109,11 +158,24 @@ FactoryTable& factory_table() {
 
 }  // namespace
 
-Allocator* cpu_allocator() { return &cpu_allocator_impl(); }
+Allocator* cpu_allocator(int index) {
+  if (index < 0 || index >= kMaxCpuDevices)
+    throw_error("no CPU device cpu:", index, ": Spire supports cpu:0 to cpu:", kMaxCpuDevices - 1);
+  auto& t = cpu_device_table();
+  CpuDeviceAllocator* a = t.devices[index].load(std::memory_order_acquire);
+  if (a != nullptr) return a;
+  std::lock_guard<std::mutex> lock(t.mu);
+  a = t.devices[index].load(std::memory_order_relaxed);
+  if (a == nullptr) {
+    a = new CpuDeviceAllocator(index);
+    t.devices[index].store(a, std::memory_order_release);
+  }
+  return a;
+}
 
-void cpu_empty_cache() { cpu_allocator_impl().empty_cache(); }
+void cpu_empty_cache() { host_memory().empty_cache(); }
 
-size_t cpu_cached_bytes() { return cpu_allocator_impl().cached_bytes(); }
+size_t cpu_cached_bytes() { return host_memory().cached_bytes(); }
 
 void register_allocator_factory(DeviceType type, AllocatorFactory factory) {
   auto& t = factory_table();
@@ -122,7 +184,7 @@ void register_allocator_factory(DeviceType type, AllocatorFactory factory) {
 }
 
 Allocator* get_allocator(const Device& device) {
-  if (device.is_cpu()) return cpu_allocator();
+  if (device.is_cpu()) return cpu_allocator(device.index);
   auto& t = factory_table();
   std::lock_guard<std::mutex> lock(t.mu);
   auto it = t.factories.find(device.type);

@@ -1,7 +1,8 @@
-// Allocator interface for tensor memory, the 64-byte-aligned CPU allocator,
-// and the per-device-type allocator lookup. The CUDA backend registers its
-// (caching) allocator for DeviceType::CUDA from kernels/cuda; core never
-// depends on CUDA.
+// Allocator interface for tensor memory, the 64-byte-aligned CPU allocators
+// (one per logical CPU device, each with its own statistics, all drawing on
+// one host cache), and the per-device-type allocator lookup. The CUDA
+// backend registers its (caching) allocator for DeviceType::CUDA from
+// kernels/cuda; core never depends on CUDA.
 #pragma once
 
 #include <cstddef>
@@ -60,8 +61,14 @@ class Allocator {
 /// Alignment of every CPU buffer (bytes).
 inline constexpr size_t kCpuAlignment = 64;
 
-/// The 64-byte-aligned CPU allocator (caches large blocks for reuse).
-Allocator* cpu_allocator();
+/// Most logical CPU devices a process may use (cpu:0 .. cpu:kMaxCpuDevices-1).
+inline constexpr int kMaxCpuDevices = 256;
+
+/// The 64-byte-aligned allocator of CPU device `index` (default cpu:0).
+/// Each CPU device has its own allocator object, device() and statistics
+/// (in_use, peak_in_use, num_allocs); all share one host cache of large
+/// blocks. Throws spire::Error for an index outside [0, kMaxCpuDevices).
+Allocator* cpu_allocator(int index = 0);
 /// Frees the large host blocks the CPU allocator keeps for reuse.
 void cpu_empty_cache();
 /// Bytes currently held in the CPU allocator's cache.

@@ -7,7 +7,7 @@ namespace spire {
 
 const char* AttrValue::type_name() const {
   static const char* names[] = {"none",  "int",   "float", "bool",  "string",
-                                "ints",  "floats", "dtype", "shape", "tensor"};
+                                "ints",  "floats", "dtype", "shape", "tensor", "strings"};
   return names[v_.index()];
 }
 
@@ -23,7 +23,8 @@ std::string AttrValue::to_string() const {
         } else if constexpr (std::is_same_v<T, std::string>) {
           os << '"' << v << '"';
         } else if constexpr (std::is_same_v<T, std::vector<int64_t>> ||
-                             std::is_same_v<T, std::vector<double>>) {
+                             std::is_same_v<T, std::vector<double>> ||
+                             std::is_same_v<T, std::vector<std::string>>) {
           os << '[';
           for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
           os << ']';

@@ -1,5 +1,5 @@
 // AttrValue: the typed attribute values attached to graph nodes (ints,
-// floats, bools, strings, int/float lists, dtypes, shapes, tensors), and
+// floats, bools, strings, int/float/string lists, dtypes, shapes, tensors), and
 // AttrMap, a node's name -> value table.
 #pragma once
 
@@ -18,7 +18,8 @@ namespace spire {
 class AttrValue {
  public:
   using Value = std::variant<std::monostate, int64_t, double, bool, std::string,
-                             std::vector<int64_t>, std::vector<double>, DType, Shape, Tensor>;
+                             std::vector<int64_t>, std::vector<double>, DType, Shape, Tensor,
+                             std::vector<std::string>>;
 
   AttrValue() = default;
   AttrValue(int v) : v_(int64_t{v}) {}
@@ -36,10 +37,12 @@ class AttrValue {
   AttrValue(DType v) : v_(v) {}
   AttrValue(Shape v) : v_(std::move(v)) {}
   AttrValue(Tensor v) : v_(std::move(v)) {}
+  AttrValue(std::vector<std::string> v) : v_(std::move(v)) {}
 
   const Value& value() const { return v_; }
   bool empty() const { return std::holds_alternative<std::monostate>(v_); }
-  /// Name of the held type ("int", "float", "bool", "string", "ints", "floats", "dtype", "shape", "tensor").
+  /// Name of the held type ("int", "float", "bool", "string", "ints", "floats", "dtype",
+  /// "shape", "tensor", "strings").
   const char* type_name() const;
 
   /// The value as T; ints convert to double on request. Throws spire::Error

@@ -7,29 +7,34 @@
 namespace spire {
 
 std::string Device::to_string() const {
-  return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index);
+  if (is_cpu()) return index == 0 ? std::string("cpu") : "cpu:" + std::to_string(index);
+  return "cuda:" + std::to_string(index);
 }
 
 Device Device::parse(const std::string& spec) {
   std::string s;
   for (char c : spec) s += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (!s.empty() && s[0] == '/') s = s.substr(1);
-  if (s == "cpu" || s == "cpu:0") return cpu();
+  if (s.rfind("device:", 0) == 0) s = s.substr(7);
+  auto parse_index = [&](const std::string& rest) -> int {
+    // rest is "" or ":N"
+    if (rest.empty()) return 0;
+    if (rest[0] != ':' || rest.size() < 2 || rest.size() > 7)
+      throw_error("bad device '", spec, "': expected 'cpu', 'cpu:N', 'cuda' or 'cuda:N'");
+    int idx = 0;
+    for (size_t i = 1; i < rest.size(); ++i) {
+      if (!std::isdigit(static_cast<unsigned char>(rest[i])))
+        throw_error("bad device '", spec, "': the index must be a non-negative integer");
+      idx = idx * 10 + (rest[i] - '0');
+    }
+    return idx;
+  };
+  if (s.rfind("cpu", 0) == 0) return cpu(parse_index(s.substr(3)));
   for (const char* prefix : {"cuda", "gpu"}) {
     std::string p(prefix);
-    if (s.rfind(p, 0) != 0) continue;
-    std::string rest = s.substr(p.size());
-    if (rest.empty()) return cuda(0);
-    if (rest[0] == ':' && rest.size() > 1) {
-      int idx = 0;
-      for (size_t i = 1; i < rest.size(); ++i) {
-        if (!std::isdigit(static_cast<unsigned char>(rest[i]))) throw_error("bad device '", spec, "'");
-        idx = idx * 10 + (rest[i] - '0');
-      }
-      return cuda(idx);
-    }
+    if (s.rfind(p, 0) == 0) return cuda(parse_index(s.substr(p.size())));
   }
-  throw_error("bad device '", spec, "': expected 'cpu', 'cuda' or 'cuda:N'");
+  throw_error("bad device '", spec, "': expected 'cpu', 'cpu:N', 'cuda' or 'cuda:N'");
 }
 
 }  // namespace spire

@@ -31,6 +31,17 @@ struct DeviceBackend {
   /// `dst_index`, ordered after the work queued on both devices.
   std::function<void(void* dst, int dst_index, const void* src, int src_index, size_t bytes)>
       copy_between;
+  /// Records an event after the work queued so far on device `index` and
+  /// returns it (taken from the backend's pool). The executor records one
+  /// after a step whose value another lane reads.
+  std::function<void*(int index)> record_event;
+  /// Makes device `index`'s queue wait for `event` without blocking the host.
+  std::function<void(int index, void* event)> wait_event;
+  /// Blocks the host until `event` has completed; surfaces asynchronous
+  /// errors as spire::Error.
+  std::function<void(void* event)> synchronize_event;
+  /// Returns `event` to the pool (it may still be pending).
+  std::function<void(void* event)> release_event;
 };
 
 /// Registers the backend of a device type (done once at load time).

@@ -11,6 +11,7 @@ namespace spire {
 
 DType Output::dtype() const { return node->output_dtype(index); }
 const Shape& Output::shape() const { return node->output_shape(index); }
+const Device& Output::device() const { return node->output_device(index); }
 Graph* Output::graph() const { return node ? node->graph() : nullptr; }
 std::string Output::name() const {
   return node ? node->name() + ":" + std::to_string(index) : std::string("<invalid output>");
@@ -39,6 +40,8 @@ void Node::add_control_input(Node* n) {
 
 void Node::set_device(const Device& d) {
   graph_->check_mutable("set the device of " + describe());
+  SPIRE_CHECK(output_devices_.empty(), describe(), " is a multi-device node: its devices ",
+              "come from its \"devices\" attribute");
   device_ = d;
   ++graph_->version_;
 }
@@ -130,20 +133,53 @@ Node* Graph::add_node(const std::string& op_type, const std::vector<Output>& inp
     if (!merged.count(r))
       throw_error("op ", op_type, " node '", base, "': missing required attribute '", r, "'");
 
-  // Placement: the DeviceScope's device, unless the op runs with an input's
-  // producer (ops writing a variable) or is explicitly CPU-only. Inputs from
-  // another device are read through Copy nodes.
-  Device device = device_;
-  if (def->colocate_input() >= 0 && static_cast<size_t>(def->colocate_input()) < inputs.size())
-    device = inputs[static_cast<size_t>(def->colocate_input())].node->device();
-  if (def->cpu_only()) device = Device::cpu();
-  std::vector<Output> placed = inputs;
-  if (op_type != "Copy")
-    for (auto& in : placed)
-      if (in.node->device() != device) in = copy_to_device(in, device);
-
+  // Shape and dtype inference first: a node that fails it leaves nothing
+  // behind (no Copy nodes, no name taken).
   InferContext ic(*def, base, std::move(in_dtypes), std::move(in_shapes), merged);
   def->shape_fn()(ic);
+
+  // Placement: the DeviceScope's device, unless the op runs with an input's
+  // producer (ops writing a variable) or is explicitly CPU-only. Inputs from
+  // another device are read through Copy nodes. A multi-device op has one
+  // device per participant (its "devices" attr, by default its inputs'
+  // devices); participant i reads input i there.
+  Device device = device_;
+  std::vector<Device> participants;
+  if (def->multi_device()) {
+    const auto names = merged.at("devices").get<std::vector<std::string>>("devices attribute");
+    if (names.empty()) {
+      for (const auto& in : inputs) participants.push_back(in.device());
+    } else {
+      if (names.size() != inputs.size())
+        throw_error("op ", op_type, " node '", base, "': ", names.size(), " devices for ",
+                    inputs.size(), " inputs (one device per participant)");
+      for (const auto& nm : names) participants.push_back(Device::parse(nm));
+    }
+    if (participants.empty())
+      throw_error("op ", op_type, " node '", base, "': a multi-device op needs at least one input");
+    for (size_t i = 0; i < participants.size(); ++i)
+      for (size_t j = 0; j < i; ++j)
+        if (participants[i] == participants[j])
+          throw_error("op ", op_type, " node '", base, "': participants ", j, " and ", i,
+                      " are both on ", participants[i].to_string(),
+                      " (each participant needs its own device)");
+    if (static_cast<size_t>(ic.output_dtypes().size()) != participants.size())
+      throw_error("internal error: multi-device op ", op_type, " must have one output per participant");
+    std::vector<std::string> canonical;
+    for (const auto& d : participants) canonical.push_back(d.to_string());
+    merged["devices"] = AttrValue(canonical);
+    device = participants[0];
+  } else {
+    if (def->colocate_input() >= 0 && static_cast<size_t>(def->colocate_input()) < inputs.size())
+      device = inputs[static_cast<size_t>(def->colocate_input())].device();
+    if (def->cpu_only() && !device.is_cpu()) device = Device::cpu();
+  }
+  std::vector<Output> placed = inputs;
+  if (!def->is_copy())
+    for (size_t i = 0; i < placed.size(); ++i) {
+      const Device& want = participants.empty() ? device : participants[i];
+      if (placed[i].device() != want) placed[i] = copy_to_device(placed[i], want);
+    }
 
   auto node = std::unique_ptr<Node>(new Node());
   node->id_ = static_cast<int>(nodes_.size());
@@ -159,6 +195,7 @@ Node* Graph::add_node(const std::string& op_type, const std::vector<Output>& inp
       node->control_inputs_.push_back(c);
   node->attrs_ = std::move(merged);
   node->device_ = device;
+  node->output_devices_ = std::move(participants);
   node->output_dtypes_ = ic.output_dtypes();
   node->output_shapes_ = ic.output_shapes();
   Node* raw = node.get();
@@ -243,7 +280,12 @@ std::string Graph::to_text() const {
     os << " -> ";
     for (int i = 0; i < n->num_outputs(); ++i)
       os << (i ? ", " : "") << dtype_name(n->output_dtype(i)) << n->output_shape(i).to_string();
-    if (!n->device().is_cpu()) os << " @" << n->device().to_string();
+    if (!n->devices().empty()) {
+      os << " @";
+      for (size_t i = 0; i < n->devices().size(); ++i) os << (i ? "," : "") << n->devices()[i].to_string();
+    } else if (n->device() != Device::cpu()) {
+      os << " @" << n->device().to_string();
+    }
     os << '\n';
   }
   return os.str();

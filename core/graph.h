@@ -34,6 +34,8 @@ struct Output {
   bool valid() const { return node != nullptr; }
   DType dtype() const;
   const Shape& shape() const;
+  /// The device this output's tensor lives on (Node::output_device).
+  const Device& device() const;
   Graph* graph() const;
   /// "node_name:index".
   std::string name() const;
@@ -72,9 +74,18 @@ class Node {
     if (it == attrs_.end()) throw_error(describe(), ": no attribute '", key, "'");
     return it->second.get<T>(describe() + " attribute '" + key + "'");
   }
-  /// The requested device (set from the DeviceScope at creation).
+  /// The requested device (set from the DeviceScope at creation). For a
+  /// multi-device node (OpDef::multi_device) this is its first participant's
+  /// device; devices() lists all of them.
   const Device& device() const { return device_; }
   void set_device(const Device& d);
+  /// Where output i lives: device() for ordinary nodes, participant i's
+  /// device for multi-device nodes.
+  const Device& output_device(int i) const {
+    return output_devices_.empty() ? device_ : output_devices_.at(static_cast<size_t>(i));
+  }
+  /// The participants' devices of a multi-device node (empty otherwise).
+  const std::vector<Device>& devices() const { return output_devices_; }
 
   /// "node 'a/b' (op Add)".
   std::string describe() const;
@@ -94,6 +105,7 @@ class Node {
   std::vector<Node*> control_inputs_;
   AttrMap attrs_;
   Device device_;
+  std::vector<Device> output_devices_;  // multi-device nodes: one per participant
   std::vector<DType> output_dtypes_;
   std::vector<Shape> output_shapes_;
 };
@@ -109,7 +121,10 @@ class Graph {
   /// empty) is prefixed by the current name scope and made unique. Runs
   /// shape/dtype inference; throws spire::Error naming the op, the node and
   /// the input shapes on a mismatch, for an unknown op, for an input from
-  /// another graph, or when the graph is finalized.
+  /// another graph, or when the graph is finalized (and then leaves the graph
+  /// unchanged). Inputs from another device are read through Copy nodes;
+  /// a multi-device op's input i is copied to participant i's device when
+  /// it lives elsewhere.
   Node* add_node(const std::string& op_type, const std::vector<Output>& inputs,
                  const AttrMap& attrs = {}, const std::string& name = "",
                  const std::vector<Node*>& control_inputs = {});

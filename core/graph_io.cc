@@ -3,6 +3,8 @@
 // every value (NaN and infinities included) round-trips exactly.
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
+
 #include "core/graph.h"
 #include "core/op_registry.h"
 
@@ -61,20 +63,56 @@ json attr_to_json(const AttrValue& a) {
   return j;
 }
 
+// An integer from JSON without undefined behaviour: nlohmann's get<int64_t>()
+// converts a floating-point or out-of-range number with a C++ cast, which is
+// undefined for values that do not fit. Only integral numbers that fit pass.
+int64_t json_int(const json& v, const char* what) {
+  if (v.is_number_integer()) {
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+      throw_error("graph JSON: ", what, " ", v.dump(), " does not fit in a 64-bit integer");
+    return v.get<int64_t>();
+  }
+  throw_error("graph JSON: ", what, " must be an integer, got ", v.dump().substr(0, 64));
+}
+
+std::vector<int64_t> json_ints(const json& v, const char* what) {
+  if (!v.is_array()) throw_error("graph JSON: ", what, " must be a list of integers");
+  std::vector<int64_t> out;
+  out.reserve(v.size());
+  for (const json& e : v) out.push_back(json_int(e, what));
+  return out;
+}
+
+Shape json_shape(const json& v, const char* what) {
+  std::vector<int64_t> dims = json_ints(v, what);
+  for (int64_t d : dims)
+    if (d < -1) throw_error("graph JSON: ", what, " has dimension ", d, " (expected >= 0, or -1 for unknown)");
+  return Shape(std::move(dims));
+}
+
 AttrValue attr_from_json(const json& j) {
   std::string type = j.at("type").get<std::string>();
   const json& v = j.at("value");
-  if (type == "int") return AttrValue(v.get<int64_t>());
+  if (type == "int") return AttrValue(json_int(v, "int attribute"));
   if (type == "float") return AttrValue(v.is_null() ? std::nan("") : v.get<double>());
   if (type == "bool") return AttrValue(v.get<bool>());
   if (type == "string") return AttrValue(v.get<std::string>());
-  if (type == "ints") return AttrValue(v.get<std::vector<int64_t>>());
+  if (type == "ints") return AttrValue(json_ints(v, "ints attribute"));
   if (type == "floats") return AttrValue(v.get<std::vector<double>>());
+  if (type == "strings") return AttrValue(v.get<std::vector<std::string>>());
   if (type == "dtype") return AttrValue(dtype_from_name(v.get<std::string>()));
-  if (type == "shape") return AttrValue(Shape(v.get<std::vector<int64_t>>()));
+  if (type == "shape") return AttrValue(json_shape(v, "shape attribute"));
   if (type == "tensor") {
-    Tensor t(dtype_from_name(v.at("dtype").get<std::string>()),
-             Shape(v.at("shape").get<std::vector<int64_t>>()));
+    Shape shape = json_shape(v.at("shape"), "tensor shape");
+    SPIRE_CHECK(shape.is_fully_defined(), "graph JSON: a tensor attribute needs a fully defined shape, got ",
+                shape.to_string());
+    const std::string& hex = v.at("hex").get_ref<const std::string&>();
+    DType dtype = dtype_from_name(v.at("dtype").get<std::string>());
+    // Check the size against the data before allocating (a huge shape must not allocate).
+    SPIRE_CHECK(shape.num_bytes(dtype_size(dtype)) * 2 == hex.size(),
+                "graph JSON: tensor data has ", hex.size() / 2, " bytes, but ", dtype_name(dtype),
+                shape.to_string(), " needs ", shape.num_bytes(dtype_size(dtype)), " bytes");
+    Tensor t(dtype, shape);
     from_hex(v.at("hex").get<std::string>(), t.raw_data(), t.nbytes());
     return AttrValue(t);
   }
@@ -121,7 +159,7 @@ std::unique_ptr<Graph> Graph::from_json(const std::string& text) {
   try {
     SPIRE_CHECK(g.value("format", "") == "spire-graph",
                 "graph JSON: missing or wrong \"format\" (expected \"spire-graph\")");
-    graph->seed_ = g.value("seed", int64_t{0});
+    graph->seed_ = g.contains("seed") ? json_int(g.at("seed"), "seed") : 0;
     const json& nodes = g.at("nodes");
     for (const json& jn : nodes) {
       std::string name = jn.at("name").get<std::string>();

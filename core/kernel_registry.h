@@ -12,18 +12,25 @@
 #include <tuple>
 #include <vector>
 
+#include <memory>
+#include <typeindex>
+
 #include "core/graph.h"
+#include "core/run_context.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "core/variable_resource.h"
 
 namespace spire {
 
 /// Per-session state that stateful kernels use; implemented by Session.
+/// Every member is safe to call from several threads at once.
 class SessionState {
  public:
   virtual ~SessionState() = default;
-  /// The value slot of a Variable node (undefined until first assigned).
-  virtual Tensor& variable(const Node* var) = 0;
+  /// The resource holding a variable node's value (undefined until first
+  /// assigned). Read with read(); update under update().
+  virtual VariableResource& variable(const Node* var) = 0;
   /// Reserves `count` random numbers in the stream of random node `n` and
   /// returns the stream offset of the first (successive runs draw fresh,
   /// reproducible numbers).
@@ -32,6 +39,31 @@ class SessionState {
   /// on the first call (under the session's lock, so concurrent runs upload
   /// it once), then returned as is.
   virtual Tensor constant_cache(const Node* n, const std::function<Tensor()>& make) = 0;
+
+  /// The session's resource of type T under `key` (communicators,
+  /// collective state): created by `make` on first use when none is set
+  /// (null when absent and `make` is empty). One object per (T, key) per
+  /// session; concurrent callers get the same object.
+  template <typename T>
+  std::shared_ptr<T> resource(const std::string& key,
+                              const std::function<std::shared_ptr<T>()>& make = {}) {
+    std::function<std::shared_ptr<void>()> erased;
+    if (make) erased = [&make]() -> std::shared_ptr<void> { return make(); };
+    return std::static_pointer_cast<T>(resource_slot(std::type_index(typeid(T)), key, erased, nullptr));
+  }
+  /// Sets (replaces) the session's resource of type T under `key`.
+  template <typename T>
+  void set_resource(const std::string& key, std::shared_ptr<T> value) {
+    std::shared_ptr<void> erased = std::move(value);
+    resource_slot(std::type_index(typeid(T)), key, {}, &erased);
+  }
+
+ protected:
+  /// The (type, key) slot: returns the current object, creating it with
+  /// `make` when empty; with `replace`, stores *replace first.
+  virtual std::shared_ptr<void> resource_slot(std::type_index type, const std::string& key,
+                                              const std::function<std::shared_ptr<void>()>& make,
+                                              const std::shared_ptr<void>* replace) = 0;
 };
 
 /// Copy-on-write rule of variable updates (AssignAdd, the fused optimizer
@@ -40,7 +72,9 @@ class SessionState {
 /// kernel runs) refers to it. Any other holder (a fetched value, another
 /// variable assigned from it, an executor slot kept for a later reader, an
 /// alias among the other inputs) makes the update write a new buffer, so a
-/// value once read never changes.
+/// value once read never changes. Call it only while holding the
+/// variable's lock (VariableResource::update or lock_all): then no new
+/// holder can appear between this check and the write.
 inline bool may_update_in_place(const Tensor& slot, const Tensor& own_input) {
   const long expected = own_input.shares_buffer_with(slot) ? 2 : 1;
   return slot.buffer_use_count() == expected;
@@ -82,6 +116,16 @@ class KernelContext {
   bool allow_tf32() const { return allow_tf32_; }
   void set_allow_tf32(bool on) { allow_tf32_ = on; }
 
+  /// For a multi-device node (OpDef::multi_device): the participants this
+  /// call runs, each reading input p and writing output p (one participant
+  /// per call when lanes run in parallel; all of them in one call in
+  /// sequential mode). Empty for ordinary nodes.
+  const std::vector<int>& participants() const { return *participants_; }
+  void set_participants(const std::vector<int>* p) { participants_ = p ? p : &kNoParticipants; }
+  /// The run this kernel belongs to (id, cancellation, wait timeout).
+  const RunContext& run() const { return *run_; }
+  void set_run(const RunContext* run) { run_ = run ? run : &kNoRun; }
+
   /// The session's CPU thread pool (null when the kernel runs without one).
   ThreadPool* thread_pool() const { return thread_pool_; }
   /// Threads a parallel_for may use (1 without a pool).
@@ -116,6 +160,10 @@ class KernelContext {
   void* device_context_;
   ThreadPool* thread_pool_;
   bool allow_tf32_ = false;
+  static inline const std::vector<int> kNoParticipants{};
+  static inline const RunContext kNoRun{};
+  const std::vector<int>* participants_ = &kNoParticipants;
+  const RunContext* run_ = &kNoRun;
 };
 
 using KernelFn = std::function<void(KernelContext&)>;

@@ -137,6 +137,29 @@ OpDefBuilder& OpDefBuilder::colocate_with_input(int i) {
   return *this;
 }
 
+OpDefBuilder& OpDefBuilder::is_variable() {
+  def_->is_variable_ = true;
+  def_->stateful_ = true;
+  def_->ref_output_ = true;
+  return *this;
+}
+
+OpDefBuilder& OpDefBuilder::is_placeholder() {
+  def_->is_placeholder_ = true;
+  return *this;
+}
+
+OpDefBuilder& OpDefBuilder::is_copy() {
+  def_->is_copy_ = true;
+  return *this;
+}
+
+OpDefBuilder& OpDefBuilder::multi_device() {
+  def_->multi_device_ = true;
+  def_->attr_defaults_["devices"] = AttrValue(std::vector<std::string>{});
+  return *this;
+}
+
 OpDefBuilder& OpDefBuilder::doc(const std::string& text) {
   def_->doc_ = text;
   return *this;

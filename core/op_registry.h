@@ -128,12 +128,27 @@ class OpDef {
   bool ref_output() const { return ref_output_; }
   const KernelDTypeRule& kernel_dtype_rule() const { return kernel_dtype_rule_; }
   const std::string& doc() const { return doc_; }
-  /// Explicitly CPU-only: a node of this op requested on another device is
-  /// placed on the CPU (the only fallback the placer makes).
+  /// Explicitly CPU-only: a node of this op requested on an accelerator is
+  /// placed on cpu:0 (the only fallback the placer makes; a request for
+  /// another CPU device is kept).
   bool cpu_only() const { return cpu_only_; }
   /// Index of the input whose producer's device this op's nodes take (ops
   /// that write a variable run where the variable lives), or -1.
   int colocate_input() const { return colocate_input_; }
+  /// The op is a variable: its value lives in the Session as a
+  /// VariableResource (read by reference, written by the update ops).
+  bool is_variable() const { return is_variable_; }
+  /// The op is a placeholder: a run must feed it.
+  bool is_placeholder() const { return is_placeholder_; }
+  /// The op copies its input to its own device (the graph inserts it
+  /// between devices; the executor hands it its input where it lives).
+  bool is_copy() const { return is_copy_; }
+  /// The op spans several devices (collectives): participant i reads
+  /// input i and writes output i on the device listed i-th in the node's
+  /// "devices" attr (by default its inputs' devices). The executor runs one
+  /// step per participant, each on its device's lane; the graph never puts
+  /// such a node on a single device.
+  bool multi_device() const { return multi_device_; }
 
  private:
   friend class OpDefBuilder;
@@ -153,6 +168,10 @@ class OpDef {
   std::string doc_;
   bool cpu_only_ = false;
   int colocate_input_ = -1;
+  bool is_variable_ = false;
+  bool is_placeholder_ = false;
+  bool is_copy_ = false;
+  bool multi_device_ = false;
 };
 
 /// Fluent builder used by SPIRE_REGISTER_OP.
@@ -176,6 +195,13 @@ class OpDefBuilder {
   OpDefBuilder& doc(const std::string& text);
   OpDefBuilder& cpu_only();
   OpDefBuilder& colocate_with_input(int i);
+  /// Marks a variable op (implies stateful() and ref_output()).
+  OpDefBuilder& is_variable();
+  OpDefBuilder& is_placeholder();
+  OpDefBuilder& is_copy();
+  /// Marks a multi-device op (see OpDef::multi_device); adds the
+  /// "devices" attr (a list of device names, default: the inputs' devices).
+  OpDefBuilder& multi_device();
   std::unique_ptr<OpDef> build() { return std::move(def_); }
 
  private:

@@ -4,35 +4,57 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "core/device_backend.h"
+#include <thread>
+
+#include "core/executor.h"
 #include "core/op_registry.h"
 
 namespace spire {
 
-struct Session::Plan {
-  struct Step {
-    Node* node = nullptr;
-    const KernelFn* kernel = nullptr;
-    Device device;
-    void* device_context = nullptr;  // the backend's per-device context (null on CPU)
-    const DeviceBackend* backend = nullptr;  // null on CPU
-    bool transfer_inputs = true;     // false for Copy, whose kernel moves its input itself
-    std::vector<int> input_slots;
-    std::vector<const Node*> ref_inputs;  // per input: the state node read at run time, or null
-    int first_output_slot = 0;
-    std::vector<int> release;  // slots whose last reader is this step
-  };
-  std::vector<Step> steps;
-  int num_slots = 0;
-  int max_inputs = 0;
-  std::vector<int> fetch_slots;
-  std::map<Output, int> feed_slots;
-};
+namespace {
+
+std::vector<std::unique_ptr<ThreadPool>> make_cpu_pools(const SessionOptions& o) {
+  SPIRE_CHECK(o.num_cpu_devices >= 1 && o.num_cpu_devices <= kMaxCpuDevices,
+              "SessionOptions::num_cpu_devices must be in [1, ", kMaxCpuDevices, "], got ",
+              o.num_cpu_devices);
+  SPIRE_CHECK(o.num_threads >= 0, "SessionOptions::num_threads must be >= 0 (0 = hardware "
+              "concurrency), got ", o.num_threads);
+  std::vector<int> split = o.cpu_device_threads;
+  if (split.empty()) {
+    int total = o.num_threads == 0
+                    ? static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))
+                    : o.num_threads;
+    for (int d = 0; d < o.num_cpu_devices; ++d)
+      split.push_back(std::max(1, total / o.num_cpu_devices + (d < total % o.num_cpu_devices ? 1 : 0)));
+  }
+  SPIRE_CHECK(static_cast<int>(split.size()) == o.num_cpu_devices,
+              "SessionOptions::cpu_device_threads has ", split.size(), " entries for ",
+              o.num_cpu_devices, " CPU devices");
+  std::vector<std::unique_ptr<ThreadPool>> pools;
+  for (int t : split) {
+    SPIRE_CHECK(t >= 1, "SessionOptions::cpu_device_threads: every CPU device needs at least 1 "
+                "thread, got ", t);
+    pools.push_back(std::make_unique<ThreadPool>(t));
+  }
+  return pools;
+}
+
+}  // namespace
 
 Session::Session(Graph& graph, SessionOptions options)
-    : graph_(graph), options_(options),
-      thread_pool_(std::make_unique<ThreadPool>(options.num_threads)) {}
+    : graph_(graph), options_(std::move(options)), cpu_pools_(make_cpu_pools(options_)),
+      lane_threads_(std::make_unique<LaneThreads>()) {}
+
 Session::~Session() = default;
+
+int Session::lane_thread_count() const { return lane_threads_->num_workers(); }
+
+ThreadPool& Session::thread_pool(int cpu_index) const {
+  SPIRE_CHECK(cpu_index >= 0 && cpu_index < static_cast<int>(cpu_pools_.size()),
+              "Session::thread_pool: no CPU device cpu:", cpu_index, " (the session has ",
+              cpu_pools_.size(), ")");
+  return *cpu_pools_[static_cast<size_t>(cpu_index)];
+}
 
 void Session::add_hook(SessionRunHook* hook) {
   SPIRE_CHECK(hook, "Session::add_hook: null hook");
@@ -45,9 +67,18 @@ void Session::remove_hook(SessionRunHook* hook) {
 
 // ---- state -----------------------------------------------------------------
 
-Tensor& Session::variable(const Node* var) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return variables_[var];
+const VariableResource* Session::find_variable(const Node* var) const {
+  std::shared_lock<std::shared_mutex> lock(var_mu_);
+  auto it = variables_.find(var);
+  return it == variables_.end() ? nullptr : it->second.get();
+}
+
+VariableResource& Session::variable(const Node* var) {
+  if (const VariableResource* r = find_variable(var)) return *const_cast<VariableResource*>(r);
+  std::unique_lock<std::shared_mutex> lock(var_mu_);
+  auto& slot = variables_[var];
+  if (!slot) slot = std::make_unique<VariableResource>();
+  return *slot;
 }
 
 uint64_t Session::advance_rng(const Node* n, uint64_t count) {
@@ -65,28 +96,41 @@ Tensor Session::constant_cache(const Node* n, const std::function<Tensor()>& mak
   return slot;
 }
 
-Tensor Session::variable_value(const Node* var) const {
+std::shared_ptr<void> Session::resource_slot(std::type_index type, const std::string& key,
+                                             const std::function<std::shared_ptr<void>()>& make,
+                                             const std::shared_ptr<void>* replace) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = variables_.find(var);
-  return it == variables_.end() ? Tensor() : it->second;
+  auto& slot = resources_[{type, key}];
+  if (replace) slot = *replace;
+  if (!slot && make) slot = make();
+  return slot;
 }
 
-bool Session::is_initialized(const Node* var) const { return variable_value(var).defined(); }
+Tensor Session::variable_value(const Node* var) const {
+  const VariableResource* r = find_variable(var);
+  return r ? r->read().clone() : Tensor();
+}
+
+bool Session::is_initialized(const Node* var) const {
+  const VariableResource* r = find_variable(var);
+  return r && r->read().defined();
+}
 
 void Session::set_variable_value(const Node* var, const Tensor& value) {
   SPIRE_CHECK(var && var->graph() == &graph_, "Session::set_variable_value: node is not in this session's graph");
-  SPIRE_CHECK(var->op_type() == "Variable", "Session::set_variable_value: ", var->describe(),
+  SPIRE_CHECK(var->op_def().is_variable(), "Session::set_variable_value: ", var->describe(),
               " is not a variable");
   SPIRE_CHECK(value.defined() && value.dtype() == var->output_dtype(0) &&
                   var->output_shape(0).is_compatible_with(value.shape()),
               "Session::set_variable_value: variable '", var->name(), "' is ",
               dtype_name(var->output_dtype(0)), var->output_shape(0).to_string(), ", got ",
               value.defined() ? value.type_string() : std::string("<undefined>"));
-  std::lock_guard<std::mutex> lock(mu_);
-  variables_[var] = value.to(var->device()).clone();
+  Tensor own = value.to(var->device());
+  if (own.shares_buffer_with(value)) own = value.clone();
+  variable(var).update().value() = std::move(own);
 }
 
-// ---- planning --------------------------------------------------------------
+// ---- planning and running ------------------------------------------------------
 
 namespace {
 
@@ -107,7 +151,7 @@ std::string plan_key(const std::vector<Output>& fetches, const std::vector<Node*
 
 }  // namespace
 
-std::shared_ptr<Session::Plan> Session::get_plan(const std::vector<Output>& fetches,
+std::shared_ptr<ExecutionPlan> Session::get_plan(const std::vector<Output>& fetches,
                                                  const std::vector<Node*>& targets,
                                                  const FeedDict& feeds) {
   std::string key = plan_key(fetches, targets, feeds);
@@ -120,233 +164,26 @@ std::shared_ptr<Session::Plan> Session::get_plan(const std::vector<Output>& fetc
     auto it = plans_.find(key);
     if (it != plans_.end()) return it->second;
   }
-  auto plan = compile(fetches, targets, feeds);
+  ExecutorEnv env = executor_env();
+  auto plan = ExecutionPlan::compile(graph_, fetches, targets, feeds, env);
   std::lock_guard<std::mutex> lock(mu_);
   plans_[key] = plan;
   return plan;
 }
 
-std::shared_ptr<Session::Plan> Session::compile(const std::vector<Output>& fetches,
-                                                const std::vector<Node*>& targets,
-                                                const FeedDict& feeds) {
-  std::map<Output, int> fed;  // fed output -> feed slot (assigned below)
-  for (const auto& kv : feeds) fed[kv.first] = -1;
-
-  // Depth-first search from fetches/targets to find needed nodes in
-  // topological order; colors detect cycles.
-  enum Color : uint8_t { kWhite, kGray, kBlack };
-  std::vector<Color> color(static_cast<size_t>(graph_.num_nodes()), kWhite);
-  std::vector<Node*> order;
-  std::vector<Node*> roots;
-  for (const auto& f : fetches)
-    if (!fed.count(f)) roots.push_back(f.node);
-  for (Node* t : targets) roots.push_back(t);
-
-  for (Node* root : roots) {
-    if (color[static_cast<size_t>(root->id())] != kWhite) continue;
-    // Iterative DFS: stack of (node, next dependency index).
-    std::vector<std::pair<Node*, size_t>> stack{{root, 0}};
-    color[static_cast<size_t>(root->id())] = kGray;
-    while (!stack.empty()) {
-      auto& [n, next] = stack.back();
-      size_t ndeps = n->inputs().size() + n->control_inputs().size();
-      if (next == ndeps) {
-        color[static_cast<size_t>(n->id())] = kBlack;
-        order.push_back(n);
-        stack.pop_back();
-        continue;
-      }
-      size_t k = next++;
-      Node* dep;
-      if (k < n->inputs().size()) {
-        const Output& in = n->inputs()[k];
-        if (fed.count(in)) continue;
-        dep = in.node;
-      } else {
-        dep = n->control_inputs()[k - n->inputs().size()];
-      }
-      Color c = color[static_cast<size_t>(dep->id())];
-      if (c == kBlack) continue;
-      if (c == kGray) {
-        std::ostringstream os;
-        bool on = false;
-        for (auto& fr : stack) {
-          if (fr.first == dep) on = true;
-          if (on) os << "'" << fr.first->name() << "' -> ";
-        }
-        os << "'" << dep->name() << "'";
-        throw_error("Session::run: the graph has a cycle: ", os.str());
-      }
-      color[static_cast<size_t>(dep->id())] = kGray;
-      stack.push_back({dep, 0});
-    }
-  }
-
-  auto plan = std::make_shared<Plan>();
-  std::unordered_map<const Node*, int> first_slot;
-  int slots = 0;
-  for (auto& kv : fed) kv.second = slots++;
-  for (Node* n : order) {
-    if (n->op_type() == "Placeholder")
-      throw_error("Session::run: placeholder '", n->name(), "' (", dtype_name(n->output_dtype(0)),
-                  n->output_shape(0).to_string(), ") must be fed");
-    first_slot[n] = slots;
-    slots += n->num_outputs();
-  }
-  plan->num_slots = slots;
-  plan->feed_slots = fed;
-
-  auto slot_of = [&](const Output& o) -> int {
-    auto f = fed.find(o);
-    if (f != fed.end()) return f->second;
-    return first_slot.at(o.node) + o.index;
-  };
-
-  std::vector<int> last_reader(static_cast<size_t>(slots), -1);
-  for (Node* n : order) {
-    Plan::Step step;
-    step.node = n;
-    step.device = n->device();
-    DType kdt = kernel_dtype(*n);
-    step.kernel = KernelRegistry::global().find(n->op_type(), step.device.type, kdt);
-    if (!step.kernel)
-      throw_error("Session::run: no kernel registered for op ", n->op_type(), " on ",
-                  step.device.to_string(), " for dtype ", dtype_name(kdt), " (node '", n->name(),
-                  "'; inputs: ", n->describe_inputs(), ")");
-    if (!step.device.is_cpu()) {
-      const DeviceBackend* backend = find_device_backend(step.device.type);
-      if (backend == nullptr || !backend->context)
-        throw_error("Session::run: node '", n->name(), "' (op ", n->op_type(), ") is placed on ",
-                    step.device.to_string(), ", but this build of Spire has no backend for it "
-                    "(configure with SPIRE_CUDA=ON)");
-      step.device_context = backend->context(step.device.index);
-      step.backend = backend;
-    }
-    step.transfer_inputs = n->op_type() != "Copy";
-    for (const auto& in : n->inputs()) {
-      int s = slot_of(in);
-      step.input_slots.push_back(s);
-      bool ref = !fed.count(in) && in.node->op_def().ref_output();
-      step.ref_inputs.push_back(ref ? in.node : nullptr);
-      // A reference read takes the session's current value, not the slot, so
-      // it does not keep the Variable node's output alive (which would stop
-      // updates from writing in place).
-      if (!ref) last_reader[static_cast<size_t>(s)] = static_cast<int>(plan->steps.size());
-    }
-    step.first_output_slot = first_slot[n];
-    plan->max_inputs = std::max(plan->max_inputs, n->num_inputs());
-    plan->steps.push_back(std::move(step));
-  }
-  std::vector<bool> fetched(static_cast<size_t>(slots), false);
-  for (const auto& f : fetches) {
-    int s = slot_of(f);
-    plan->fetch_slots.push_back(s);
-    fetched[static_cast<size_t>(s)] = true;
-  }
-  // Release each slot after its last reader, or right after its producer
-  // when nothing reads it; fetched slots are kept.
-  for (size_t i = 0; i < plan->steps.size(); ++i) {
-    auto& st = plan->steps[i];
-    for (int o = 0; o < st.node->num_outputs(); ++o) {
-      int s = st.first_output_slot + o;
-      if (last_reader[static_cast<size_t>(s)] < 0 && !fetched[static_cast<size_t>(s)])
-        st.release.push_back(s);
-    }
-  }
-  for (int s = 0; s < slots; ++s) {
-    int r = last_reader[static_cast<size_t>(s)];
-    if (r >= 0 && !fetched[static_cast<size_t>(s)]) plan->steps[static_cast<size_t>(r)].release.push_back(s);
-  }
-  return plan;
+ExecutorEnv Session::executor_env() {
+  ExecutorEnv env;
+  env.state = this;
+  env.options = &options_;
+  env.variable = [this](const Node* n) { return &variable(n); };
+  env.cpu_pools = &cpu_pools_;
+  env.lane_threads = lane_threads_.get();
+  return env;
 }
 
-// ---- execution -------------------------------------------------------------
-
-std::vector<Tensor> Session::execute(const Plan& plan, const std::vector<Output>& fetches,
-                                     const FeedDict& feeds) {
-  std::vector<Tensor> values(static_cast<size_t>(plan.num_slots));
-  // A fed value moves to the device of the output it replaces (through
-  // pinned memory for a GPU), once, whatever the number of readers.
-  for (const auto& [out, t] : feeds)
-    values[static_cast<size_t>(plan.feed_slots.at(out))] = t.to(out.node->device());
-
-  std::vector<Tensor> inputs(static_cast<size_t>(plan.max_inputs));
-  Device current = Device::cpu();  // the accelerator made current last (CPU: none yet)
-  for (const auto& step : plan.steps) {
-    Node* n = step.node;
-    if (step.backend && step.device != current) {
-      if (step.backend->make_current) step.backend->make_current(step.device.index);
-      current = step.device;
-    }
-    const int nin = static_cast<int>(step.input_slots.size());
-    for (int i = 0; i < nin; ++i) {
-      const Node* ref = step.ref_inputs[static_cast<size_t>(i)];
-      Tensor ref_value;
-      if (ref) ref_value = variable(ref);
-      Tensor& v = ref ? ref_value
-                      : values[static_cast<size_t>(step.input_slots[static_cast<size_t>(i)])];
-      if (!v.defined()) {
-        if (!n->op_def().allows_undefined_input(i)) {
-          const Output& src = n->input(i);
-          if (src.node->op_type() == "Variable")
-            throw_error("Session::run: variable '", src.node->name(),
-                        "' is uninitialized (read by node '", n->name(),
-                        "'); run its initializer first");
-          throw_error("Session::run: input ", i, " of node '", n->name(), "' is undefined");
-        }
-        inputs[static_cast<size_t>(i)] = Tensor();
-      } else if (step.transfer_inputs && v.device() != step.device) {
-        inputs[static_cast<size_t>(i)] = v.to(step.device);
-      } else {
-        inputs[static_cast<size_t>(i)] = v;
-      }
-    }
-    Tensor* outs = values.data() + step.first_output_slot;
-    KernelContext ctx(*n, step.device, inputs.data(), outs, this, step.device_context,
-                      step.device.type == DeviceType::CPU ? thread_pool_.get() : nullptr);
-    ctx.set_allow_tf32(options_.allow_tf32);
-    try {
-      (*step.kernel)(ctx);
-    } catch (const Error& e) {
-      std::string msg = e.what();
-      if (msg.find("'" + n->name() + "'") == std::string::npos)
-        msg = str_cat("node '", n->name(), "' (op ", n->op_type(), "): ", msg);
-      throw Error(msg);
-    } catch (const std::exception& e) {
-      throw_error("node '", n->name(), "' (op ", n->op_type(), "): ", e.what());
-    }
-    if (options_.check_outputs) {
-      for (int o = 0; o < n->num_outputs(); ++o) {
-        const Tensor& t = outs[o];
-        if (!t.defined()) {
-          if (n->op_type() == "Variable") continue;  // uninitialized: checked by readers
-          throw_error("internal error: kernel of ", n->describe(), " left output ", o, " undefined");
-        }
-        if (t.device() != step.device && n->op_type() != "Variable")
-          throw_error("internal error: kernel of ", n->describe(), " on ", step.device.to_string(),
-                      " returned output ", o, " on ", t.device().to_string());
-        if (t.dtype() != n->output_dtype(o) || !n->output_shape(o).is_compatible_with(t.shape()))
-          throw_error("node '", n->name(), "' (op ", n->op_type(), "): output ", o, " is ",
-                      t.type_string(), " but was inferred as ", dtype_name(n->output_dtype(o)),
-                      n->output_shape(o).to_string(), "; inputs: ", ctx.describe_runtime_inputs());
-      }
-    }
-    for (int i = 0; i < nin; ++i) inputs[static_cast<size_t>(i)] = Tensor();
-    for (int s : step.release) values[static_cast<size_t>(s)] = Tensor();
-  }
-
-  std::vector<Tensor> results;
-  results.reserve(fetches.size());
-  for (size_t i = 0; i < fetches.size(); ++i) {
-    Tensor& v = values[static_cast<size_t>(plan.fetch_slots[i])];
-    if (!v.defined()) {
-      if (fetches[i].node->op_type() == "Variable")
-        throw_error("Session::run: variable '", fetches[i].node->name(), "' is uninitialized");
-      throw_error("Session::run: fetch '", fetches[i].name(), "' has no value");
-    }
-    results.push_back(v.to(Device::cpu()));
-  }
-  return results;
+std::string Session::plan_text(const std::vector<Output>& fetches, const FeedDict& feeds,
+                               const std::vector<Node*>& targets) {
+  return get_plan(fetches, targets, feeds)->to_text();
 }
 
 std::vector<Tensor> Session::run_without_hooks(const std::vector<Output>& fetches,
@@ -376,7 +213,8 @@ std::vector<Tensor> Session::run_without_hooks(const std::vector<Output>& fetche
                   "', which expects ", dtype_name(out.dtype()), out.shape().to_string());
   }
   auto plan = get_plan(fetches, targets, feeds);
-  return execute(*plan, fetches, feeds);
+  ExecutorEnv env = executor_env();
+  return plan->run(fetches, feeds, next_run_id_.fetch_add(1), env);
 }
 
 std::vector<Tensor> Session::run(const std::vector<Output>& fetches, const FeedDict& feeds,

@@ -1,14 +1,20 @@
 // Session: runs a graph. run(fetches, feeds, targets) executes only the
-// subgraph the fetches and targets need, in topological order, freeing each
-// intermediate after its last consumer. Variables and random streams keep
-// their state in the Session across runs. SessionRunHooks registered on the
-// session add fetches before each run and read them after (trainer callbacks
-// build on this).
+// subgraph the fetches and targets need, freeing each intermediate after its
+// last consumer. The subgraph is planned into one lane per device (see
+// core/executor.h): each lane runs its device's steps in a fixed
+// topological order on its own host thread, so towers on different devices
+// run at the same time. Variables (as locked VariableResources), random
+// streams and keyed resources (communicators) keep their state in the
+// Session across runs; several threads may call run() at once. SessionRunHooks
+// registered on the session add fetches before each run and read them after
+// (trainer callbacks build on this).
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -66,17 +72,41 @@ struct SessionOptions {
   /// Check each kernel's output against the node's inferred dtype and shape
   /// (cheap; catches kernel bugs early).
   bool check_outputs = true;
-  /// Threads the CPU kernels of this session may use (the session owns a
-  /// ThreadPool of this size; the calling thread counts as one). 1 runs every
-  /// kernel on the calling thread; 0 = std::thread::hardware_concurrency().
+  /// Threads the CPU kernels of this session may use in all, split evenly
+  /// among the CPU devices (each at least 1; a device's ThreadPool counts
+  /// its lane thread as one). 1 runs every kernel on its lane's thread;
+  /// 0 = std::thread::hardware_concurrency().
   int num_threads = 1;
+  /// Logical CPU devices cpu:0 .. cpu:N-1 (TensorFlow's device_count
+  /// {"CPU": N}). Each has its own lane, thread pool, allocator and memory
+  /// statistics, so N CPU devices behave like N GPUs. A node placed on a
+  /// CPU device the session lacks is an error.
+  int num_cpu_devices = 1;
+  /// Kernel threads per CPU device (size num_cpu_devices), overriding the
+  /// even split of num_threads when not empty.
+  std::vector<int> cpu_device_threads;
+  /// Runs every step on the calling thread in one fixed order (a
+  /// multi-device node runs all its participants in one call) instead of
+  /// one lane per device in parallel. Results are bit-identical to the
+  /// parallel mode's.
+  bool sequential = false;
+  /// Longest a single wait of a run may block (a lane waiting for another
+  /// lane's value, a collective waiting for its participants) before the
+  /// run fails with a spire::Error naming what it waited for. <= 0: no limit.
+  double timeout_seconds = 600;
   /// Let GEMMs and convolutions on GPUs use TF32 tensor cores for f32
   /// (faster, about 10 mantissa bits); off by default, as in PyTorch.
   bool allow_tf32 = false;
 };
 
+class ExecutionPlan;
+class LaneThreads;
+struct ExecutorEnv;
+
 class Session : private SessionState {
  public:
+  /// Throws spire::Error for bad options (no CPU device, a thread split of
+  /// the wrong size).
   explicit Session(Graph& graph, SessionOptions options = {});
   ~Session() override;
   Session(const Session&) = delete;
@@ -101,42 +131,68 @@ class Session : private SessionState {
   void add_hook(SessionRunHook* hook);
   void remove_hook(SessionRunHook* hook);
   /// True when a hook asked to stop in the last run().
-  bool stop_requested() const { return stop_requested_; }
+  bool stop_requested() const { return stop_requested_.load(); }
 
   Graph& graph() const { return graph_; }
-  /// The CPU thread pool the kernels use (SessionOptions::num_threads).
-  ThreadPool& thread_pool() const { return *thread_pool_; }
+  const SessionOptions& options() const { return options_; }
+  /// The kernel thread pool of CPU device `cpu_index` (its share of
+  /// SessionOptions::num_threads).
+  ThreadPool& thread_pool(int cpu_index = 0) const;
 
-  /// The current value of a Variable node (undefined when uninitialized).
+  /// A copy of a Variable node's current value (undefined when
+  /// uninitialized); writing into it never changes the session.
   Tensor variable_value(const Node* var) const;
-  /// Sets a Variable node's value directly (checked against its dtype/shape).
+  /// Sets a Variable node's value directly (checked against its dtype/shape;
+  /// the session keeps its own copy).
   void set_variable_value(const Node* var, const Tensor& value);
   bool is_initialized(const Node* var) const;
 
+  /// The lanes of the plan a run with these fetches, feeds and targets
+  /// would use: one line per lane, "<device>: <node>, <node>[participant], ..."
+  /// (for tests and debugging).
+  std::string plan_text(const std::vector<Output>& fetches, const FeedDict& feeds = {},
+                        const std::vector<Node*>& targets = {});
+
+  /// Lane worker threads started so far (reused across runs; the caller's
+  /// thread runs each run's first lane).
+  int lane_thread_count() const;
+
+  /// The session's keyed resources (communicators, collective state; see
+  /// SessionState::resource).
+  using SessionState::resource;
+  using SessionState::set_resource;
+
  private:
-  struct Plan;
-  Tensor& variable(const Node* var) override;
+  VariableResource& variable(const Node* var) override;
   uint64_t advance_rng(const Node* n, uint64_t count) override;
   Tensor constant_cache(const Node* n, const std::function<Tensor()>& make) override;
-  std::shared_ptr<Plan> get_plan(const std::vector<Output>& fetches,
-                                 const std::vector<Node*>& targets, const FeedDict& feeds);
-  std::shared_ptr<Plan> compile(const std::vector<Output>& fetches,
-                                const std::vector<Node*>& targets, const FeedDict& feeds);
-  std::vector<Tensor> execute(const Plan& plan, const std::vector<Output>& fetches,
-                              const FeedDict& feeds);
+  std::shared_ptr<void> resource_slot(std::type_index type, const std::string& key,
+                                      const std::function<std::shared_ptr<void>()>& make,
+                                      const std::shared_ptr<void>* replace) override;
+  std::shared_ptr<ExecutionPlan> get_plan(const std::vector<Output>& fetches,
+                                          const std::vector<Node*>& targets,
+                                          const FeedDict& feeds);
+  const VariableResource* find_variable(const Node* var) const;
+  ExecutorEnv executor_env();
 
   Graph& graph_;
   SessionOptions options_;
   std::vector<SessionRunHook*> hooks_;
-  bool stop_requested_ = false;
+  std::atomic<bool> stop_requested_{false};
+  std::atomic<uint64_t> next_run_id_{1};
 
-  mutable std::mutex mu_;  // guards plans_, variables_, rng_
-  std::map<std::string, std::shared_ptr<Plan>> plans_;
+  mutable std::mutex mu_;  // guards plans_, rng_, constants_, resources_
+  std::map<std::string, std::shared_ptr<ExecutionPlan>> plans_;
   uint64_t plans_version_ = 0;
-  std::unordered_map<const Node*, Tensor> variables_;
   std::unordered_map<const Node*, uint64_t> rng_;
   std::unordered_map<const Node*, Tensor> constants_;  // device copies of Const values
-  std::unique_ptr<ThreadPool> thread_pool_;
+  std::map<std::pair<std::type_index, std::string>, std::shared_ptr<void>> resources_;
+
+  mutable std::shared_mutex var_mu_;  // guards the map (each resource locks itself)
+  std::unordered_map<const Node*, std::unique_ptr<VariableResource>> variables_;
+
+  std::vector<std::unique_ptr<ThreadPool>> cpu_pools_;  // one per CPU device
+  std::unique_ptr<LaneThreads> lane_threads_;
 };
 
 }  // namespace spire

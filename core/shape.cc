@@ -13,11 +13,23 @@ bool Shape::is_fully_defined() const {
 
 int64_t Shape::num_elements() const {
   int64_t n = 1;
-  for (int64_t d : dims_) {
+  for (int64_t d : dims_)
     if (d < 0) return -1;
-    n *= d;
-  }
+  for (int64_t d : dims_)
+    if (__builtin_mul_overflow(n, d, &n))
+      throw_error("shape ", to_string(), " has more elements than fit in a 64-bit integer");
   return n;
+}
+
+uint64_t Shape::num_bytes(size_t element_size) const {
+  int64_t n = num_elements();
+  SPIRE_CHECK(n >= 0, "shape ", to_string(), " is not fully defined: it has no byte size");
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(n), static_cast<uint64_t>(element_size), &bytes) ||
+      bytes > static_cast<uint64_t>(INT64_MAX))
+    throw_error("shape ", to_string(), " with ", element_size, "-byte elements needs more bytes ",
+                "than fit in a 64-bit integer");
+  return bytes;
 }
 
 bool Shape::is_compatible_with(const Shape& concrete) const {

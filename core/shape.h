@@ -28,7 +28,11 @@ class Shape {
   /// True when no dimension is unknown (-1).
   bool is_fully_defined() const;
   /// Product of the dimensions (1 for a scalar); -1 when not fully defined.
+  /// Throws spire::Error when the product overflows int64.
   int64_t num_elements() const;
+  /// Bytes of a tensor of this (fully defined) shape with elements of
+  /// `element_size` bytes; throws spire::Error on overflow or a partial shape.
+  uint64_t num_bytes(size_t element_size) const;
   /// True when `concrete` (a fully defined shape) fits this possibly partial shape.
   bool is_compatible_with(const Shape& concrete) const;
   /// "[2, ?, 3]".

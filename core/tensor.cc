@@ -17,7 +17,9 @@ Tensor::Tensor(DType dtype, const Shape& shape, Device device)
   SPIRE_CHECK(shape.is_fully_defined(), "Tensor: cannot allocate a tensor of partial shape ",
               shape.to_string());
   num_elements_ = shape.num_elements();
-  buffer_ = std::make_shared<Buffer>(get_allocator(device), nbytes());
+  // Checked: a shape whose byte size overflows is an error, not a small buffer.
+  buffer_ = std::make_shared<Buffer>(get_allocator(device),
+                                     static_cast<size_t>(shape.num_bytes(dtype_size(dtype))));
 }
 
 Tensor Tensor::full(DType dtype, const Shape& shape, double value) {

@@ -110,4 +110,110 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const RangeFn& fn) {
   if (job.error) std::rethrow_exception(job.error);
 }
 
+// ---- LaneThreads -------------------------------------------------------------
+
+struct LaneThreads::Batch {
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t remaining = 0;  // guarded by mu
+  std::exception_ptr error;  // guarded by mu
+  void finish(std::exception_ptr e) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (e && !error) error = e;
+    --remaining;
+    cv.notify_all();  // under the lock: the batch may be destroyed once it is released
+  }
+};
+
+struct LaneThreads::Worker {
+  std::thread thread;
+  std::condition_variable cv;
+  const std::function<void()>* task = nullptr;  // guarded by LaneThreads::mu_
+  Batch* batch = nullptr;                       // guarded by LaneThreads::mu_
+  bool stop = false;                            // guarded by LaneThreads::mu_
+};
+
+LaneThreads::LaneThreads() = default;
+
+LaneThreads::~LaneThreads() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& w : workers_) {
+      w->stop = true;
+      w->cv.notify_one();
+    }
+  }
+  for (auto& w : workers_) w->thread.join();
+}
+
+int LaneThreads::num_workers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(workers_.size());
+}
+
+void LaneThreads::worker_loop(Worker* w) {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    w->cv.wait(lock, [&] { return w->stop || w->task != nullptr; });
+    if (w->task == nullptr) return;  // stopping
+    const std::function<void()>* task = w->task;
+    Batch* batch = w->batch;
+    lock.unlock();
+    std::exception_ptr error;
+    try {
+      (*task)();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    w->task = nullptr;
+    w->batch = nullptr;
+    idle_.push_back(w);  // idle before the batch ends, so the next batch finds it
+    lock.unlock();
+    batch->finish(error);
+    lock.lock();
+  }
+}
+
+void LaneThreads::run(const std::vector<std::function<void()>>& tasks) {
+  if (tasks.empty()) return;
+  Batch batch;
+  batch.remaining = tasks.size() - 1;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Start the missing workers before handing out any task: if starting a
+    // thread fails, nothing of this batch runs and the error reaches the caller.
+    while (idle_.size() < tasks.size() - 1) {
+      workers_.push_back(std::make_unique<Worker>());
+      Worker* w = workers_.back().get();
+      try {
+        w->thread = std::thread([this, w] { worker_loop(w); });
+      } catch (const std::exception& e) {
+        workers_.pop_back();
+        throw_error("could not start a lane thread (", workers_.size(), " running): ", e.what());
+      }
+      idle_.push_back(w);
+    }
+    for (size_t i = 1; i < tasks.size(); ++i) {
+      Worker* w = idle_.back();
+      idle_.pop_back();
+      w->task = &tasks[i];
+      w->batch = &batch;
+      w->cv.notify_one();
+    }
+  }
+  std::exception_ptr first;
+  try {
+    tasks[0]();
+  } catch (...) {
+    first = std::current_exception();
+  }
+  std::unique_lock<std::mutex> lock(batch.mu);
+  // No timeout here: every wait inside a lane is bounded (see RunContext),
+  // so each task returns.
+  batch.cv.wait(lock, [&] { return batch.remaining == 0; });
+  if (first) std::rethrow_exception(first);
+  if (batch.error) std::rethrow_exception(batch.error);
+}
+
 }  // namespace spire

@@ -1,6 +1,8 @@
 // ThreadPool: a fixed set of worker threads that runs parallel_for loops for
-// the CPU kernels. A Session owns one (SessionOptions::num_threads) and hands
-// it to kernels through KernelContext; there is no process-wide pool.
+// the CPU kernels. A Session owns one per CPU device (its share of
+// SessionOptions::num_threads) and hands it to kernels through
+// KernelContext; there is no process-wide pool. LaneThreads (below) runs
+// the executor's lanes, one host thread each.
 //
 // parallel_for(n, grain, fn) splits [0, n) into at most num_threads()
 // contiguous chunks of at least `grain` indices (boundaries depend only on n,
@@ -18,6 +20,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -64,6 +67,35 @@ class ThreadPool {
   int active_ = 0;                   // guarded by mu_; workers inside job_
   bool stop_ = false;                // guarded by mu_
   std::atomic<bool> busy_{false};    // a loop is running (nested calls run inline)
+};
+
+/// Runs batches of tasks at the same time, each on its own thread (the
+/// executor's lanes, one per device): run(tasks) runs tasks[0] on the
+/// calling thread and every other task on an idle worker, starting workers
+/// on demand and reusing them in later batches, and returns when every task
+/// has finished. Concurrent run() calls get disjoint workers, so the tasks
+/// of a batch may wait for each other without deadlock. A task's exception
+/// is rethrown by run() (the first one, after all tasks finished).
+class LaneThreads {
+ public:
+  LaneThreads();
+  /// Joins the workers (no run() may be in progress).
+  ~LaneThreads();
+  LaneThreads(const LaneThreads&) = delete;
+  LaneThreads& operator=(const LaneThreads&) = delete;
+
+  void run(const std::vector<std::function<void()>>& tasks);
+  /// Workers started so far.
+  int num_workers() const;
+
+ private:
+  struct Batch;
+  struct Worker;
+  void worker_loop(Worker* w);
+
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<Worker>> workers_;  // guarded by mu_
+  std::vector<Worker*> idle_;                     // guarded by mu_
 };
 
 }  // namespace spire

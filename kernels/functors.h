@@ -28,6 +28,18 @@ struct Mul {
 struct Div {
   template <typename T> SPIRE_HD T operator()(T a, T b) const { return a / b; }
 };
+/// Integer division (truncating) with a defined result where C++ has none:
+/// INT_MIN / -1 wraps to INT_MIN (two's complement, as NumPy), and a zero
+/// divisor gives 0 (the CPU kernel rejects zero divisors before it runs; a
+/// GPU kernel cannot raise, so 0 is what it writes).
+struct IntegerDiv {
+  template <typename T> SPIRE_HD T operator()(T a, T b) const {
+    using U = std::make_unsigned_t<T>;
+    if (b == T(0)) return T(0);
+    if (b == T(-1)) return static_cast<T>(U(0) - static_cast<U>(a));
+    return a / b;
+  }
+};
 struct Pow {
   template <typename T> SPIRE_HD T operator()(T a, T b) const { using std::pow; return pow(a, b); }
 };
@@ -94,15 +106,18 @@ struct Square {
   template <typename T> SPIRE_HD T operator()(T a) const { return a * a; }
 };
 struct Sign {
+  // NaN stays NaN (a != a only for NaN), as in TensorFlow.
   template <typename T> SPIRE_HD T operator()(T a) const {
-    return a > T(0) ? T(1) : (a < T(0) ? T(-1) : T(0));
+    return a > T(0) ? T(1) : (a < T(0) ? T(-1) : (a != a ? a : T(0)));
   }
 };
 struct Erf {
   template <typename T> SPIRE_HD T operator()(T a) const { using std::erf; return erf(a); }
 };
 struct Relu {
-  template <typename T> SPIRE_HD T operator()(T a) const { return a > T(0) ? a : T(0); }
+  // NaN stays NaN, as in TensorFlow (a diverging run must not look healthy);
+  // Relu's gradient, g * sign(relu(x)), then keeps NaN too.
+  template <typename T> SPIRE_HD T operator()(T a) const { return (a > T(0) || a != a) ? a : T(0); }
 };
 struct Sigmoid {
   template <typename T> SPIRE_HD T operator()(T a) const {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/kernel_registry.h"
+#include "core/op_registry.h"
 #include "kernels/functors.h"
 
 namespace spire::functors {
@@ -179,6 +180,8 @@ struct FusedApplyLayout {
 /// read the current values from *slots, write targets, then commit().
 struct FusedApplyBinding {
   FusedApplyLayout layout;
+  /// Every variable of the update, locked (in address order) from binding to commit.
+  std::vector<std::unique_lock<std::mutex>> locks;
   std::vector<Tensor*> slots;
   std::vector<Tensor> targets;
   std::vector<int64_t> sizes;  // elements per variable
@@ -208,14 +211,22 @@ inline FusedApplyBinding bind_fused_apply(KernelContext& ctx, int num_slots, int
   b.slots.resize(static_cast<size_t>(states * L.n));
   b.targets.resize(b.slots.size());
   b.sizes.resize(static_cast<size_t>(L.n));
+  // Lock every variable first (exclusive for the whole update).
+  std::vector<VariableResource*> resources(b.slots.size());
+  for (int i = 0; i < L.n; ++i)
+    for (int s = 0; s < states; ++s) {
+      const Node* v = ctx.node().input(L.state(s, i)).node;
+      if (!v->op_def().is_variable())
+        ctx.fail("input ", L.state(s, i), " must be a variable, got ", v->describe());
+      resources[static_cast<size_t>(s * L.n + i)] = &ctx.state().variable(v);
+    }
+  b.locks = VariableResource::lock_all(resources);
   for (int i = 0; i < L.n; ++i) {
     const Node* var = ctx.node().input(L.var(i)).node;
     const Shape& shape = ctx.node().input(L.var(i)).shape();
     for (int s = 0; s < states; ++s) {
       const Node* v = ctx.node().input(L.state(s, i)).node;
-      if (v->op_type() != "Variable")
-        ctx.fail("input ", L.state(s, i), " must be a variable, got ", v->describe());
-      Tensor& slot = ctx.state().variable(v);
+      Tensor& slot = resources[static_cast<size_t>(s * L.n + i)]->value_locked();
       if (!slot.defined()) ctx.fail("variable '", v->name(), "' is uninitialized");
       if (slot.shape() != shape || slot.dtype() != ctx.input(L.var(i)).dtype())
         ctx.fail("variable '", v->name(), "' holds ", slot.type_string(), ", expected ",

@@ -1,6 +1,8 @@
 // The device-independent state kernels (see state_common.h).
 #include "kernels/state_common.h"
 
+#include "core/op_registry.h"
+
 namespace spire::kernels {
 namespace {
 
@@ -8,17 +10,21 @@ void placeholder_kernel(KernelContext& ctx) {
   ctx.fail("placeholder '", ctx.node().name(), "' must be fed");
 }
 
-void variable_kernel(KernelContext& ctx) { ctx.set_output(0, ctx.state().variable(&ctx.node())); }
+void variable_kernel(KernelContext& ctx) {
+  ctx.set_output(0, ctx.state().variable(&ctx.node()).read());
+}
 
 void assign_kernel(KernelContext& ctx) {
-  Tensor& slot = var_slot(ctx);
+  VariableResource& var = var_resource(ctx);
   const Tensor& value = ctx.input(1);
   const Shape& vs = ctx.node().input(0).shape();
   if (value.shape() != vs)
     ctx.fail("cannot assign ", value.type_string(), " to variable '",
              ctx.node().input(0).node->name(), "' of shape ", vs.to_string());
-  slot = value;  // shares the buffer; updates copy when it is shared
-  ctx.set_output(0, slot);
+  // Shares the buffer (never the caller's: the executor copies fed values);
+  // later updates copy while anyone else holds it.
+  var.update().value() = value;
+  ctx.set_output(0, value);
 }
 
 void identity_kernel(KernelContext& ctx) { ctx.set_output(0, ctx.input(0)); }
@@ -32,14 +38,15 @@ void no_op_kernel(KernelContext&) {}
 
 }  // namespace
 
-Tensor& var_slot(KernelContext& ctx) {
+VariableResource& var_resource(KernelContext& ctx) {
   const Node* var = ctx.node().input(0).node;
-  if (var->op_type() != "Variable") ctx.fail("input 0 must be a variable, got ", var->describe());
+  if (!var->op_def().is_variable()) ctx.fail("input 0 must be a variable, got ", var->describe());
   return ctx.state().variable(var);
 }
 
-Tensor& checked_update_slot(KernelContext& ctx) {
-  Tensor& slot = var_slot(ctx);
+VariableResource::Update checked_update(KernelContext& ctx) {
+  VariableResource::Update u = var_resource(ctx).update();
+  const Tensor& slot = u.value();
   if (!slot.defined())
     ctx.fail("variable '", ctx.node().input(0).node->name(), "' is uninitialized");
   const Tensor& d = ctx.input(1);
@@ -47,7 +54,7 @@ Tensor& checked_update_slot(KernelContext& ctx) {
   if (!broadcast_shapes(slot.shape(), d.shape(), &check) || check != slot.shape())
     ctx.fail("cannot update variable of shape ", slot.shape().to_string(), " with ",
              d.type_string());
-  return slot;
+  return u;
 }
 
 void register_common_state_kernels(DeviceType device) {

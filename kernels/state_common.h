@@ -17,13 +17,14 @@ namespace spire::kernels {
 /// variable dtypes (f32, f64, i32, i64, bool) and NoOp for f32, on `device`.
 void register_common_state_kernels(DeviceType device);
 
-/// The value slot of the variable that feeds input 0 of ctx's node (fails unless that
-/// input is a Variable).
-Tensor& var_slot(KernelContext& ctx);
+/// The resource of the variable that feeds input 0 of ctx's node (fails unless that
+/// input is a variable).
+VariableResource& var_resource(KernelContext& ctx);
 
-/// The slot of an AssignAdd/AssignSub node's variable after checking that it is
-/// initialized and that input 1 broadcasts to its shape.
-Tensor& checked_update_slot(KernelContext& ctx);
+/// Exclusive access to an AssignAdd/AssignSub node's variable, after checking that it is
+/// initialized and that input 1 broadcasts to its shape. Hold it while deciding
+/// copy-on-write and writing.
+VariableResource::Update checked_update(KernelContext& ctx);
 
 /// AssignAdd / AssignSub: calls f(T{}) for input 1's dtype T (the numeric dtypes; bool
 /// variables fail).

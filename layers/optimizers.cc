@@ -10,6 +10,7 @@
 
 #include "autograd/gradients.h"
 #include "core/error.h"
+#include "core/op_registry.h"
 #include "core/ops.h"
 #include "layers/initializers.h"
 
@@ -22,7 +23,7 @@ std::string describe_output(const Output& o) {
   return str_cat("'", o.name(), "' (", dtype_name(o.dtype()), o.shape().to_string(), ")");
 }
 
-bool is_variable(const Output& o) { return o.valid() && o.node->op_type() == "Variable"; }
+bool is_variable(const Output& o) { return o.valid() && o.node->op_def().is_variable(); }
 
 void check_lr(const Output& lr, const std::string& opt) {
   SPIRE_CHECK(lr.valid(), "Optimizer '", opt, "': the learning rate is an invalid Output");

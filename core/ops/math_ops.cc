@@ -158,7 +158,8 @@ SPIRE_REGISTER_OP("Erf").input("x").shape_fn(float_unary_shape)
 SPIRE_REGISTER_OP("Relu").input("x").shape_fn(numeric_unary_shape)
     .grad([](GradContext& c) -> Grads {
       // The mask x > 0, computed as sign(relu(x)) from the output: one op instead of
-      // zeros_like + greater + cast (relu(NaN) = 0 and sign(0) = 0, so it is the same mask).
+      // zeros_like + greater + cast. relu(NaN) = NaN and sign(NaN) = NaN, so a NaN input
+      // gives a NaN gradient (TensorFlow's behaviour: a diverging run stays visible).
       return {mul(c.grad(), sign(c.output()))};
     });
 

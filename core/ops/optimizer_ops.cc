@@ -64,7 +64,7 @@ Node* fused_apply(const char* op, const std::vector<Output>& vars,
   const size_t n = vars.size();
   SPIRE_CHECK(grads.size() == n, op, ": ", n, " variables but ", grads.size(), " gradients");
   auto check_var = [&](const Output& v, const char* what) {
-    SPIRE_CHECK(v.valid() && v.node->op_type() == "Variable", op, ": the ", what,
+    SPIRE_CHECK(v.valid() && v.node->op_def().is_variable(), op, ": the ", what,
                 " must be a variable, got ",
                 v.valid() ? v.node->describe() : std::string("<invalid>"));
   };

@@ -30,13 +30,14 @@ void variable_input_check(InferContext& c, const char* what) {
 
 Output state_update(const char* op, const Output& var, const Output& value,
                     const std::string& name) {
-  SPIRE_CHECK(var.valid() && var.node->op_type() == "Variable", op, ": the first argument must be ",
+  SPIRE_CHECK(var.valid() && var.node->op_def().is_variable(), op, ": the first argument must be ",
               "a variable, got ", var.valid() ? var.node->describe() : std::string("<invalid>"));
   return add_op(op, {var, value}, {}, name)->output(0);
 }
 }  // namespace
 
 SPIRE_REGISTER_OP("Placeholder")
+    .is_placeholder()
     .required_attr("dtype")
     .required_attr("shape")
     .shape_fn([](InferContext& c) { c.set_output(0, c.attr<DType>("dtype"), c.attr<Shape>("shape")); })
@@ -63,8 +64,7 @@ SPIRE_REGISTER_OP("Variable")
       c.set_output(0, c.attr<DType>("dtype"), s);
     })
     .no_gradient()  // variables are the leaves gradients are taken with respect to
-    .stateful()
-    .ref_output()
+    .is_variable()
     .kernel_dtype_from_attr("dtype")
     .doc("A tensor whose value is kept by the Session across runs.");
 
@@ -103,12 +103,13 @@ SPIRE_REGISTER_OP("Identity")
     .doc("Returns x.");
 
 SPIRE_REGISTER_OP("Copy")
+    .is_copy()
     .input("x")
     .shape_fn(same_as_input0)
     .grad([](GradContext& c) -> std::vector<Output> {
       // The gradient travels back to the device the value came from.
       Graph& g = c.graph();
-      DeviceScope back(g, c.input(0).node->device());
+      DeviceScope back(g, c.input(0).device());
       return {g.add_node("Copy", {c.grad()}, {}, c.node()->name() + "_grad")->output(0)};
     })
     .doc("Copies x to this node's device. The graph inserts it where a node reads a tensor "

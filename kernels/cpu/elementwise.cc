@@ -77,7 +77,7 @@ void integer_div_kernel(KernelContext& ctx) {
   const T* py = y.data<T>();
   for (int64_t i = 0; i < y.num_elements(); ++i)
     if (py[i] == 0) ctx.fail("integer division by zero");
-  binary_kernel<T>(ctx, functors::Div{});
+  binary_kernel<T>(ctx, functors::IntegerDiv{});
 }
 
 template <typename T>

@@ -2,6 +2,8 @@
 // AssignAdd/AssignSub update (copy-on-write: a variable's buffer is updated in place only
 // when no other tensor shares it). Placeholder, Variable, Assign, Identity, StopGradient,
 // NoOp and Copy (to the CPU) are the device-independent kernels of kernels/state_common.h.
+#include <algorithm>
+
 #include "core/kernel_registry.h"
 #include "kernels/cpu/broadcast.h"
 #include "kernels/state_common.h"
@@ -9,14 +11,22 @@
 namespace spire::cpu {
 namespace {
 
+// On cpu:0 the output shares the graph's constant (fetches copy it, and updates
+// copy-on-write); on another CPU device it is copied there once per session.
 void const_kernel(KernelContext& ctx) {
-  Tensor v = ctx.attr<Tensor>("value");
-  ctx.set_output(0, v.to(ctx.device()));
+  if (ctx.device() == Device::cpu()) {
+    ctx.set_output(0, ctx.attr<Tensor>("value"));
+    return;
+  }
+  ctx.set_output(0, ctx.state().constant_cache(&ctx.node(), [&] {
+    return ctx.attr<Tensor>("value").to(ctx.device());
+  }));
 }
 
 template <typename T, bool kAdd>
 void assign_update(KernelContext& ctx) {
-  Tensor& slot = kernels::checked_update_slot(ctx);
+  VariableResource::Update update = kernels::checked_update(ctx);
+  Tensor& slot = update.value();
   const Tensor& d = ctx.input(1);
   // Copy-on-write: in place only when no one but the slot and this input holds the buffer.
   Tensor target = may_update_in_place(slot, ctx.input(0)) ? slot : slot.clone();
@@ -40,7 +50,11 @@ void assign_update_kernel(KernelContext& ctx) {
 
 template <int kValue>
 void fill_like_kernel(KernelContext& ctx) {
-  ctx.set_output(0, Tensor::full(ctx.input(0).dtype(), ctx.input(0).shape(), kValue));
+  Tensor& t = ctx.allocate_output(0, ctx.input(0).dtype(), ctx.input(0).shape());
+  visit_dtype(t.dtype(), ctx.node().op_type().c_str(), [&](auto zero) {
+    using T = decltype(zero);
+    std::fill_n(t.data<T>(), t.num_elements(), static_cast<T>(kValue));
+  });
 }
 
 }  // namespace

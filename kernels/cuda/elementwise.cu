@@ -209,19 +209,13 @@ struct CudaLaunch {
 
 // ---- ops registered per device -----------------------------------------------------
 
-/// Integer division. The CPU kernel rejects a zero divisor; a GPU kernel
-/// cannot raise a data-dependent error, so (as TensorFlow's GPU kernels
-/// leave it unspecified) this writes 0 for every element whose divisor is 0.
-struct IntegerDivOrZero {
-  template <typename T>
-  SPIRE_HD T operator()(T a, T b) const {
-    return b == T(0) ? T(0) : functors::Div{}(a, b);
-  }
-};
-
+/// Integer division (functors::IntegerDiv). The CPU kernel rejects a zero
+/// divisor; a GPU kernel cannot raise a data-dependent error, so (as
+/// TensorFlow's GPU kernels leave it unspecified) this writes 0 for every
+/// element whose divisor is 0.
 template <typename T>
 void integer_div_kernel(KernelContext& ctx) {
-  binary_op<T>(ctx, IntegerDivOrZero{});
+  binary_op<T>(ctx, functors::IntegerDiv{});
 }
 
 template <typename T>

@@ -43,7 +43,8 @@ __global__ void update_kernel(UpdateInfo info, int64_t n, const T* d, T* v) {
 
 template <typename T, bool kAdd>
 void assign_update(KernelContext& ctx) {
-  Tensor& slot = kernels::checked_update_slot(ctx);
+  VariableResource::Update update = kernels::checked_update(ctx);
+  Tensor& slot = update.value();
   const Tensor& d = ctx.input(1);
   if (slot.rank() > kMaxDims) ctx.fail("CUDA AssignAdd/AssignSub support rank <= ", kMaxDims);
   UpdateInfo info{};

@@ -60,7 +60,9 @@ void check_case(const GradCase& c) {
   ASSERT_FALSE(float_outs.empty());
   std::vector<Output> grads = gradients(float_outs, phs, wconst);
 
-  Session s(g);
+  SessionOptions options;
+  options.num_cpu_devices = c.cpu_devices;
+  Session s(g, options);
   FeedDict feeds;
   for (size_t i = 0; i < phs.size(); ++i) feeds.push_back({phs[i], ins[i]});
   std::vector<Output> valid_grads;
@@ -99,7 +101,7 @@ void check_case(const GradCase& c) {
     gs.push_back(gr);
   }
   std::vector<Output> hs = gradients(gs, phs, vconst);
-  Session s2(g);
+  Session s2(g, options);
   for (size_t i = 0; i < phs.size(); ++i) {
     Tensor analytic;
     if (hs[i].valid()) analytic = s2.run({hs[i]}, feeds)[0];

@@ -7,6 +7,7 @@ namespace spire::testing {
 namespace {
 
 SPIRE_REGISTER_OP("TestNoGrad")
+    .cpu_only()  // test-only: CPU kernels only
     .input("x")
     .shape_fn([](InferContext& c) { c.set_output(0, c.input_dtype(0), c.input_shape(0)); });
 SPIRE_STATIC_INIT(test_no_grad_kernel) {

@@ -11,6 +11,7 @@ namespace {
 // A test-only op that counts its executions, to observe which nodes run.
 std::atomic<int> g_count_runs{0};
 SPIRE_REGISTER_OP("TestCountRuns")
+    .cpu_only()  // test-only: CPU kernels only
     .input("x")
     .shape_fn([](InferContext& c) { c.set_output(0, c.input_dtype(0), c.input_shape(0)); })
     .no_gradient();
@@ -24,6 +25,7 @@ static const bool count_runs_forward_registered [[maybe_unused]] = register_forw
 
 // A test-only op registered without any kernel.
 SPIRE_REGISTER_OP("TestNoKernel")
+    .cpu_only()  // test-only: CPU kernels only
     .input("x")
     .shape_fn([](InferContext& c) { c.set_output(0, c.input_dtype(0), c.input_shape(0)); })
     .no_gradient();

@@ -29,6 +29,10 @@ struct GradCase {
   bool second_order = false;
   /// Finite-difference step.
   double eps = 1e-6;
+  /// CPU devices the case's session has (cases of multi-device ops place
+  /// their participants on cpu:0 .. cpu:N-1 themselves; such cases run on
+  /// the CPU only, not in the GPU parity test).
+  int cpu_devices = 1;
 };
 
 std::vector<GradCase>& grad_cases();

@@ -165,23 +165,39 @@ SPIRE_FORWARD_TEST(NoOp, ControlDependenciesScope) {
 
 // An update nobody else watches writes the variable's buffer in place; one
 // whose old value is held (here: fetched) writes a new buffer instead.
+uint64_t cpu_allocs() { return cpu_allocator()->memory_stats().num_allocs; }
+
 TEST(StateOps, AssignAddWritesInPlaceUnlessTheValueIsHeld) {
   Graph g;
   DefaultGraphGuard guard(g);
   Output v = ops::variable({1000}, DType::F32, "v");
   Output init = ops::assign(v, ops::constant(Tensor::zeros(DType::F32, {1000})));
   Output add = ops::assign_add(v, ops::scalar(1.0, DType::F32));
+  // A reader of v whose value is still held (fetched) when the update runs.
+  Output snap = ops::identity(v, "snap");
+  Output add_after_snap;
+  {
+    ControlDependencies deps(g, {snap.node});
+    add_after_snap = ops::assign_add(v, ops::scalar(1.0, DType::F32));
+  }
   Session s(g);
   s.run({}, {}, {init.node});
   s.run({}, {}, {add.node});  // the first update copies the buffer shared with the constant
-  const void* before = s.variable_value(v.node).raw_data();
+  uint64_t before = cpu_allocs();
   s.run({}, {}, {add.node});
-  EXPECT_EQ(s.variable_value(v.node).raw_data(), before) << "the update copied the buffer";
-  Tensor held = s.run({v})[0];
+  EXPECT_EQ(cpu_allocs(), before) << "the update copied a buffer nobody else holds";
+  // Fetched values are copies: holding one does not stop in-place updates.
+  Tensor fetched = s.run({v})[0];
+  before = cpu_allocs();
   s.run({}, {}, {add.node});
-  EXPECT_NE(s.variable_value(v.node).raw_data(), held.raw_data());
-  EXPECT_EQ(held.data<float>()[0], 2.0f);
-  EXPECT_EQ(s.variable_value(v.node).data<float>()[0], 3.0f);
+  EXPECT_EQ(cpu_allocs(), before);
+  EXPECT_EQ(fetched.data<float>()[0], 2.0f);
+  // A value read earlier in the same run is still held: the update copies.
+  before = cpu_allocs();
+  auto r = s.run({snap}, {}, {add_after_snap.node});
+  EXPECT_EQ(r[0].data<float>()[0], 3.0f);
+  EXPECT_EQ(s.variable_value(v.node).data<float>()[0], 4.0f);
+  EXPECT_GE(cpu_allocs(), before + 1) << "the update wrote into a value held by a reader";
 }
 
 }  // namespace

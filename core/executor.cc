@@ -1,0 +1,542 @@
+// The Session's executor (see core/executor.h).
+#include "core/executor.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <sstream>
+#include <unordered_map>
+
+#include "core/device_backend.h"
+#include "core/op_registry.h"
+
+namespace spire {
+
+// ---- planning --------------------------------------------------------------
+
+namespace {
+
+// Depth-first search from the fetches and targets: the needed nodes in a
+// topological order (inputs before consumers), cutting at fed outputs.
+std::vector<Node*> topological_order(Graph& graph, const std::vector<Output>& fetches,
+                                     const std::vector<Node*>& targets,
+                                     const std::map<Output, int>& fed) {
+  enum Color : uint8_t { kWhite, kGray, kBlack };
+  std::vector<Color> color(static_cast<size_t>(graph.num_nodes()), kWhite);
+  std::vector<Node*> order;
+  std::vector<Node*> roots;
+  for (const auto& f : fetches)
+    if (!fed.count(f)) roots.push_back(f.node);
+  for (Node* t : targets) roots.push_back(t);
+
+  for (Node* root : roots) {
+    if (color[static_cast<size_t>(root->id())] != kWhite) continue;
+    // Iterative DFS: stack of (node, next dependency index).
+    std::vector<std::pair<Node*, size_t>> stack{{root, 0}};
+    color[static_cast<size_t>(root->id())] = kGray;
+    while (!stack.empty()) {
+      auto& [n, next] = stack.back();
+      size_t ndeps = n->inputs().size() + n->control_inputs().size();
+      if (next == ndeps) {
+        color[static_cast<size_t>(n->id())] = kBlack;
+        order.push_back(n);
+        stack.pop_back();
+        continue;
+      }
+      size_t k = next++;
+      Node* dep;
+      if (k < n->inputs().size()) {
+        const Output& in = n->inputs()[k];
+        if (fed.count(in)) continue;
+        dep = in.node;
+      } else {
+        dep = n->control_inputs()[k - n->inputs().size()];
+      }
+      Color c = color[static_cast<size_t>(dep->id())];
+      if (c == kBlack) continue;
+      if (c == kGray) {
+        std::ostringstream os;
+        bool on = false;
+        for (auto& fr : stack) {
+          if (fr.first == dep) on = true;
+          if (on) os << "'" << fr.first->name() << "' -> ";
+        }
+        os << "'" << dep->name() << "'";
+        throw_error("Session::run: the graph has a cycle: ", os.str());
+      }
+      color[static_cast<size_t>(dep->id())] = kGray;
+      stack.push_back({dep, 0});
+    }
+  }
+  return order;
+}
+
+// Fails unless the session has `device` (CPU devices come from the options;
+// accelerators from their backend).
+void check_device(const Node& n, const Device& device, const SessionOptions& opt) {
+  if (device.is_cpu()) {
+    if (device.index >= opt.num_cpu_devices)
+      throw_error("Session::run: ", n.describe(), " is placed on ", device.to_string(),
+                  ", but the session has ", opt.num_cpu_devices, " CPU device",
+                  opt.num_cpu_devices == 1 ? "" : "s", " (SessionOptions::num_cpu_devices)");
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<ExecutionPlan> ExecutionPlan::compile(Graph& graph,
+                                                      const std::vector<Output>& fetches,
+                                                      const std::vector<Node*>& targets,
+                                                      const FeedDict& feeds,
+                                                      const ExecutorEnv& env) {
+  const SessionOptions& opt = *env.options;
+  std::map<Output, int> fed;  // fed output -> feed slot (assigned below)
+  for (const auto& kv : feeds) fed[kv.first] = -1;
+  std::vector<Node*> order = topological_order(graph, fetches, targets, fed);
+
+  auto plan = std::shared_ptr<ExecutionPlan>(new ExecutionPlan());
+  ExecutionPlan& p = *plan;
+  std::unordered_map<const Node*, int> first_slot;
+  int slots = 0;
+  for (auto& kv : fed) kv.second = slots++;
+  for (Node* n : order) {
+    if (n->op_def().is_placeholder())
+      throw_error("Session::run: placeholder '", n->name(), "' (", dtype_name(n->output_dtype(0)),
+                  n->output_shape(0).to_string(), ") must be fed");
+    first_slot[n] = slots;
+    slots += n->num_outputs();
+  }
+  p.num_slots_ = slots;
+  p.feed_slots_ = fed;
+  auto slot_of = [&](const Output& o) -> int {
+    auto f = fed.find(o);
+    if (f != fed.end()) return f->second;
+    return first_slot.at(o.node) + o.index;
+  };
+
+  // Steps: one per node, or one per participant of a multi-device node
+  // (all participants in one step in sequential mode).
+  std::unordered_map<const Node*, std::vector<int>> steps_of;
+  for (Node* n : order) {
+    const bool multi = n->op_def().multi_device();
+    std::vector<std::vector<int>> groups;
+    if (multi) {
+      const int np = static_cast<int>(n->devices().size());
+      for (int q = 0; q < np; ++q) check_device(*n, n->devices()[static_cast<size_t>(q)], opt);
+      for (int q = 1; q < np; ++q)
+        if (n->devices()[static_cast<size_t>(q)].type != n->devices()[0].type)
+          throw_error("Session::run: ", n->describe(), " has participants on ",
+                      n->devices()[0].to_string(), " and ", n->devices()[static_cast<size_t>(q)].to_string(),
+                      ": the participants of a collective must be devices of one type");
+      if (opt.sequential) {
+        groups.emplace_back();
+        for (int q = 0; q < np; ++q) groups.back().push_back(q);
+      } else {
+        for (int q = 0; q < np; ++q) groups.push_back({q});
+      }
+    } else {
+      check_device(*n, n->device(), opt);
+      groups.emplace_back();
+    }
+    for (const auto& group : groups) {
+      Step st;
+      st.node = n;
+      st.device = multi ? n->devices()[static_cast<size_t>(group[0])] : n->device();
+      DType kdt = kernel_dtype(*n);
+      st.kernel = KernelRegistry::global().find(n->op_type(), st.device.type, kdt);
+      if (!st.kernel)
+        throw_error("Session::run: no kernel registered for op ", n->op_type(), " on ",
+                    st.device.to_string(), " for dtype ", dtype_name(kdt), " (node '", n->name(),
+                    "'; inputs: ", n->describe_inputs(), ")");
+      if (st.device.is_cpu()) {
+        st.pool = (*env.cpu_pools)[static_cast<size_t>(st.device.index)].get();
+      } else {
+        const DeviceBackend* backend = find_device_backend(st.device.type);
+        if (backend == nullptr || !backend->context)
+          throw_error("Session::run: node '", n->name(), "' (op ", n->op_type(), ") is placed on ",
+                      st.device.to_string(), ", but this build of Spire has no backend for it "
+                      "(configure with SPIRE_CUDA=ON)");
+        try {
+          st.device_context = backend->context(st.device.index);
+        } catch (const Error& e) {
+          throw_error("Session::run: ", n->describe(), " is placed on ", st.device.to_string(),
+                      ": ", e.what());
+        }
+        st.backend = backend;
+      }
+      st.transfer_inputs = !n->op_def().is_copy();
+      for (int i = 0; i < n->num_inputs(); ++i) {
+        const Output& in = n->inputs()[static_cast<size_t>(i)];
+        if (multi && std::find(group.begin(), group.end(), i) == group.end()) {
+          st.input_slots.push_back(-1);  // another participant's input
+          st.ref_inputs.push_back(nullptr);
+          continue;
+        }
+        st.input_slots.push_back(slot_of(in));
+        // A reference read takes the variable's current value when the step
+        // runs, not the Variable node's slot (so it keeps that slot's buffer
+        // from pinning the variable, and updates may write in place).
+        bool ref = !fed.count(in) && in.node->op_def().ref_output();
+        st.ref_inputs.push_back(ref ? env.variable(in.node) : nullptr);
+      }
+      if (multi) {
+        st.outputs = group;
+        st.participants = group;
+      } else {
+        for (int o = 0; o < n->num_outputs(); ++o) st.outputs.push_back(o);
+      }
+      st.first_output_slot = first_slot[n];
+      p.max_inputs_ = std::max(p.max_inputs_, n->num_inputs());
+      steps_of[n].push_back(static_cast<int>(p.steps_.size()));
+      p.steps_.push_back(std::move(st));
+    }
+  }
+
+  // Lanes: one per device in device order (one lane for everything in
+  // sequential mode); each keeps the global order.
+  if (opt.sequential) {
+    if (!p.steps_.empty()) {
+      p.lane_devices_.push_back(Device::cpu());
+      p.lanes_.emplace_back();
+      for (size_t k = 0; k < p.steps_.size(); ++k) p.lanes_[0].push_back(static_cast<int>(k));
+    }
+  } else {
+    std::map<Device, int> lane_of;
+    for (const auto& st : p.steps_) lane_of[st.device] = 0;
+    for (auto& kv : lane_of) {
+      kv.second = static_cast<int>(p.lane_devices_.size());
+      p.lane_devices_.push_back(kv.first);
+    }
+    p.lanes_.resize(p.lane_devices_.size());
+    for (size_t k = 0; k < p.steps_.size(); ++k) {
+      Step& st = p.steps_[k];
+      st.lane = lane_of.at(st.device);
+      p.lanes_[static_cast<size_t>(st.lane)].push_back(static_cast<int>(k));
+    }
+  }
+
+  // Producers and readers of every slot.
+  std::vector<int> producer(static_cast<size_t>(slots), -1);
+  for (size_t k = 0; k < p.steps_.size(); ++k) {
+    const Step& st = p.steps_[k];
+    for (int o : st.outputs) producer[static_cast<size_t>(st.first_output_slot + o)] = static_cast<int>(k);
+  }
+  std::vector<std::vector<int>> readers(static_cast<size_t>(slots));
+  for (size_t k = 0; k < p.steps_.size(); ++k) {
+    const Step& st = p.steps_[k];
+    for (size_t i = 0; i < st.input_slots.size(); ++i) {
+      int s = st.input_slots[i];
+      if (s < 0 || st.ref_inputs[i]) continue;
+      auto& r = readers[static_cast<size_t>(s)];
+      if (r.empty() || r.back() != static_cast<int>(k)) r.push_back(static_cast<int>(k));
+    }
+  }
+
+  // Cross-lane dependencies: values (references included, to keep the
+  // sequential order's semantics) and control inputs made in another lane.
+  for (size_t k = 0; k < p.steps_.size(); ++k) {
+    Step& st = p.steps_[k];
+    std::vector<int> deps;
+    for (int s : st.input_slots)
+      if (s >= 0 && producer[static_cast<size_t>(s)] >= 0) deps.push_back(producer[static_cast<size_t>(s)]);
+    for (Node* c : st.node->control_inputs())
+      for (int d : steps_of[c]) deps.push_back(d);
+    std::sort(deps.begin(), deps.end());
+    deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
+    for (int d : deps) {
+      if (p.steps_[static_cast<size_t>(d)].lane == st.lane) continue;
+      st.waits.push_back(d);
+      p.steps_[static_cast<size_t>(d)].signals = true;
+      p.has_signals_ = true;
+    }
+  }
+
+  // Fetches are kept; every other slot is freed after its last reader.
+  std::vector<bool> fetched(static_cast<size_t>(slots), false);
+  for (const auto& f : fetches) {
+    int s = slot_of(f);
+    p.fetch_slots_.push_back(s);
+    fetched[static_cast<size_t>(s)] = true;
+  }
+  p.reader_counts_.assign(static_cast<size_t>(slots), 0);
+  for (int s = 0; s < slots; ++s) {
+    if (fetched[static_cast<size_t>(s)]) continue;
+    const auto& r = readers[static_cast<size_t>(s)];
+    const int prod = producer[static_cast<size_t>(s)];
+    if (r.empty()) {
+      if (prod >= 0) p.steps_[static_cast<size_t>(prod)].release.push_back(s);
+      continue;
+    }
+    const int lane = p.steps_[static_cast<size_t>(r[0])].lane;
+    bool one_lane = prod < 0 || p.steps_[static_cast<size_t>(prod)].lane == lane;
+    for (int k : r) one_lane = one_lane && p.steps_[static_cast<size_t>(k)].lane == lane;
+    if (one_lane) {
+      p.steps_[static_cast<size_t>(r.back())].release.push_back(s);
+    } else {
+      p.reader_counts_[static_cast<size_t>(s)] = static_cast<int>(r.size());
+      p.has_counted_slots_ = true;
+      for (int k : r) p.steps_[static_cast<size_t>(k)].count_down.push_back(s);
+    }
+  }
+  return plan;
+}
+
+std::vector<Device> ExecutionPlan::lane_devices() const { return lane_devices_; }
+
+std::string ExecutionPlan::to_text() const {
+  std::ostringstream os;
+  for (size_t l = 0; l < lanes_.size(); ++l) {
+    os << lane_devices_[l].to_string() << ":";
+    for (size_t j = 0; j < lanes_[l].size(); ++j) {
+      const Step& st = steps_[static_cast<size_t>(lanes_[l][j])];
+      os << (j ? ", " : " ") << st.node->name();
+      if (!st.participants.empty()) {
+        os << '[';
+        for (size_t q = 0; q < st.participants.size(); ++q) os << (q ? "," : "") << st.participants[q];
+        os << ']';
+      }
+    }
+    os << '\n';
+  }
+  return os.str();
+}
+
+// ---- execution -------------------------------------------------------------
+
+struct ExecutionPlan::RunState {
+  const ExecutorEnv* env = nullptr;
+  std::vector<Tensor> values;
+  std::unique_ptr<std::atomic<int>[]> counts;  // per slot read by several lanes
+  std::unique_ptr<std::atomic<bool>[]> done;   // per step that other lanes wait for
+  std::vector<void*> events;                   // per step: its GPU event (set before done)
+  std::vector<const DeviceBackend*> event_backends;
+  std::mutex mu;  // with cv: lanes waiting for other lanes' steps
+  std::condition_variable cv;
+  CancellationToken cancellation;
+  RunContext run;
+  std::mutex error_mu;
+  std::exception_ptr error;  // guarded by error_mu: the first real failure
+  bool error_is_cancellation = false;
+
+  ~RunState() {
+    for (size_t k = 0; k < events.size(); ++k)
+      if (events[k] && event_backends[k] && event_backends[k]->release_event)
+        event_backends[k]->release_event(events[k]);
+  }
+
+  // Keeps the first failure; a cancellation only when nothing else failed.
+  void fail(std::exception_ptr e) {
+    bool cancelled = false;
+    try {
+      std::rethrow_exception(e);
+    } catch (const Cancelled&) {
+      cancelled = true;
+    } catch (...) {
+    }
+    {
+      std::lock_guard<std::mutex> lock(error_mu);
+      if (!error || (error_is_cancellation && !cancelled)) {
+        error = e;
+        error_is_cancellation = cancelled;
+      }
+    }
+    cancellation.cancel();
+    { std::lock_guard<std::mutex> lock(mu); }
+    cv.notify_all();
+  }
+};
+
+void ExecutionPlan::wait_for(const Step& st, int producer, RunState& rs) const {
+  const Step& from = steps_[static_cast<size_t>(producer)];
+  if (!rs.done[producer].load(std::memory_order_acquire)) {
+    std::unique_lock<std::mutex> lock(rs.mu);
+    try {
+      wait_until(lock, rs.cv, rs.run,
+                 [&] { return rs.done[producer].load(std::memory_order_acquire); },
+                 [&] {
+                   return str_cat(from.node->describe(), " on ", from.device.to_string());
+                 });
+    } catch (const Cancelled&) {
+      throw;
+    } catch (const Error& e) {
+      throw_error(st.node->describe(), " on ", st.device.to_string(), ": ", e.what());
+    }
+  }
+  void* event = rs.events[static_cast<size_t>(producer)];
+  if (event == nullptr) return;
+  // The producer's device work may still be queued: a GPU consumer's queue
+  // waits for its event; a CPU consumer waits on the host.
+  if (st.backend && st.backend == from.backend && st.backend->wait_event)
+    st.backend->wait_event(st.device.index, event);
+  else if (from.backend->synchronize_event)
+    from.backend->synchronize_event(event);
+}
+
+void ExecutionPlan::run_step(const Step& st, int index, RunState& rs,
+                             std::vector<Tensor>& inputs) const {
+  (void)index;
+  Node* n = st.node;
+  const int nin = n->num_inputs();
+  for (int i = 0; i < nin; ++i) {
+    const int s = st.input_slots[static_cast<size_t>(i)];
+    Tensor& in = inputs[static_cast<size_t>(i)];
+    if (s < 0) {
+      in = Tensor();
+      continue;
+    }
+    VariableResource* ref = st.ref_inputs[static_cast<size_t>(i)];
+    in = ref ? ref->read() : rs.values[static_cast<size_t>(s)];
+    if (!in.defined()) {
+      if (!n->op_def().allows_undefined_input(i)) {
+        const Output& src = n->input(i);
+        if (src.node->op_def().is_variable())
+          throw_error("Session::run: variable '", src.node->name(),
+                      "' is uninitialized (read by node '", n->name(),
+                      "'); run its initializer first");
+        throw_error("Session::run: input ", i, " of node '", n->name(), "' is undefined");
+      }
+      continue;
+    }
+    const Device& want = n->devices().empty() ? st.device : n->devices()[static_cast<size_t>(i)];
+    if (st.transfer_inputs && in.device() != want) in = in.to(want);
+  }
+  Tensor* outs = rs.values.data() + st.first_output_slot;
+  KernelContext ctx(*n, st.device, inputs.data(), outs, rs.env->state, st.device_context, st.pool);
+  ctx.set_allow_tf32(rs.env->options->allow_tf32);
+  ctx.set_participants(&st.participants);
+  ctx.set_run(&rs.run);
+  try {
+    (*st.kernel)(ctx);
+  } catch (const Cancelled&) {
+    throw;
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    if (msg.find("'" + n->name() + "'") == std::string::npos)
+      msg = str_cat("node '", n->name(), "' (op ", n->op_type(), "): ", msg);
+    throw Error(msg);
+  } catch (const std::exception& e) {
+    throw_error("node '", n->name(), "' (op ", n->op_type(), "): ", e.what());
+  }
+  if (rs.env->options->check_outputs) {
+    const bool is_var = n->op_def().is_variable();
+    for (int o : st.outputs) {
+      const Tensor& t = outs[o];
+      if (!t.defined()) {
+        if (is_var) continue;  // uninitialized: checked by readers
+        throw_error("internal error: kernel of ", n->describe(), " left output ", o, " undefined");
+      }
+      if (t.device() != n->output_device(o) && !is_var)
+        throw_error("internal error: kernel of ", n->describe(), " on ",
+                    n->output_device(o).to_string(), " returned output ", o, " on ",
+                    t.device().to_string());
+      if (t.dtype() != n->output_dtype(o) || !n->output_shape(o).is_compatible_with(t.shape()))
+        throw_error("node '", n->name(), "' (op ", n->op_type(), "): output ", o, " is ",
+                    t.type_string(), " but was inferred as ", dtype_name(n->output_dtype(o)),
+                    n->output_shape(o).to_string(), "; inputs: ", ctx.describe_runtime_inputs());
+    }
+  }
+  for (int i = 0; i < nin; ++i) inputs[static_cast<size_t>(i)] = Tensor();
+  for (int s : st.release) rs.values[static_cast<size_t>(s)] = Tensor();
+  for (int s : st.count_down)
+    if (rs.counts[s].fetch_sub(1, std::memory_order_acq_rel) == 1) rs.values[static_cast<size_t>(s)] = Tensor();
+}
+
+void ExecutionPlan::run_lane(int lane, RunState& rs) const {
+  std::vector<Tensor> inputs(static_cast<size_t>(max_inputs_));
+  Device current = Device::cpu();  // the accelerator made current last (none yet)
+  for (int k : lanes_[static_cast<size_t>(lane)]) {
+    const Step& st = steps_[static_cast<size_t>(k)];
+    if (rs.cancellation.cancelled()) throw Cancelled("cancelled: another lane failed");
+    for (int w : st.waits) wait_for(st, w, rs);
+    if (st.backend && st.device != current) {
+      if (st.backend->make_current) st.backend->make_current(st.device.index);
+      current = st.device;
+    }
+    run_step(st, k, rs, inputs);
+    if (st.signals) {
+      if (st.backend && st.backend->record_event) {
+        rs.events[static_cast<size_t>(k)] = st.backend->record_event(st.device.index);
+        rs.event_backends[static_cast<size_t>(k)] = st.backend;
+      }
+      rs.done[k].store(true, std::memory_order_release);
+      { std::lock_guard<std::mutex> lock(rs.mu); }
+      rs.cv.notify_all();
+    }
+  }
+}
+
+std::vector<Tensor> ExecutionPlan::run(const std::vector<Output>& fetches, const FeedDict& feeds,
+                                       uint64_t run_id, const ExecutorEnv& env) const {
+  RunState rs;
+  rs.env = &env;
+  rs.values.resize(static_cast<size_t>(num_slots_));
+  rs.run.id = run_id;
+  rs.run.cancellation = &rs.cancellation;
+  if (env.options->timeout_seconds > 0)
+    rs.run.timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(std::min(env.options->timeout_seconds, 1e9) * 1000.0));
+  // A fed value moves to the device of the output it replaces once,
+  // whatever the number of readers. It is always a copy: nothing in the
+  // session (a variable assigned from it, a fetched value) may keep the
+  // caller's buffer.
+  for (const auto& [out, t] : feeds) {
+    Tensor v = t.to(out.device());
+    if (v.shares_buffer_with(t)) v = t.clone();
+    rs.values[static_cast<size_t>(feed_slots_.at(out))] = std::move(v);
+  }
+  if (has_counted_slots_) {
+    rs.counts.reset(new std::atomic<int>[static_cast<size_t>(num_slots_)]);
+    for (int s = 0; s < num_slots_; ++s) rs.counts[s].store(reader_counts_[static_cast<size_t>(s)]);
+  }
+  if (has_signals_) {
+    rs.done.reset(new std::atomic<bool>[steps_.size()]);
+    for (size_t k = 0; k < steps_.size(); ++k) rs.done[k].store(false);
+    rs.events.assign(steps_.size(), nullptr);
+    rs.event_backends.assign(steps_.size(), nullptr);
+  }
+
+  if (lanes_.size() == 1) {
+    run_lane(0, rs);
+  } else if (lanes_.size() > 1) {
+    std::vector<std::function<void()>> tasks;
+    for (size_t l = 0; l < lanes_.size(); ++l)
+      tasks.push_back([this, l, &rs] {
+        try {
+          run_lane(static_cast<int>(l), rs);
+        } catch (...) {
+          rs.fail(std::current_exception());
+        }
+      });
+    env.lane_threads->run(tasks);
+    if (rs.error) std::rethrow_exception(rs.error);
+  }
+
+  // Fetched values go to the CPU. A value someone else still holds (a
+  // variable, a constant, another fetch of the same slot) is copied, so a
+  // fetched tensor never aliases session state.
+  std::vector<Tensor> results;
+  results.reserve(fetches.size());
+  std::unordered_map<int, size_t> fetched_from;
+  for (size_t i = 0; i < fetches.size(); ++i) {
+    const int s = fetch_slots_[i];
+    auto seen = fetched_from.find(s);
+    if (seen != fetched_from.end()) {
+      results.push_back(results[seen->second].clone());
+      continue;
+    }
+    Tensor v = std::move(rs.values[static_cast<size_t>(s)]);
+    if (!v.defined()) {
+      if (fetches[i].node->op_def().is_variable())
+        throw_error("Session::run: variable '", fetches[i].node->name(), "' is uninitialized");
+      throw_error("Session::run: fetch '", fetches[i].name(), "' has no value");
+    }
+    Tensor out = v.to(Device::cpu());
+    v = Tensor();
+    if (out.buffer_use_count() > 1) out = out.clone();
+    fetched_from[s] = results.size();
+    results.push_back(std::move(out));
+  }
+  return results;
+}
+
+}  // namespace spire

@@ -1,0 +1,110 @@
+// The Session's executor (internal to core). ExecutionPlan::compile turns
+// the subgraph a run needs into steps and lanes:
+//
+// - Steps follow one topological order of the subgraph (a depth-first
+//   search from the fetches and targets). A node is one step on its device;
+//   a multi-device node (OpDef::multi_device, e.g. AllReduce) is one step
+//   per participant, each on its participant's device.
+// - Lanes: one per device, holding that device's steps in the global order.
+//   Each lane runs on its own host thread (the caller runs the first; the
+//   others run on the session's LaneThreads), so steps of different devices
+//   run at the same time while the order within a device stays fixed.
+// - Cross-lane edges (a value or control dependency produced in another
+//   lane) wait for the producer's completion flag; a producer on a GPU also
+//   records a CUDA event that the consumer's stream waits for (or the host,
+//   for a CPU consumer): never a device-wide synchronize. Because every lane
+//   follows the same global order, waits can never form a cycle, and the
+//   participants of a collective always meet.
+// - Values live in slots. A slot read only in its producer's lane is freed
+//   after its last reader there; a slot read by several lanes is counted
+//   down by its readers and freed by the last.
+// - Errors: the first failing step records its error (naming node and op)
+//   and cancels the run; every other lane's waits (also inside collectives)
+//   then stop, all lanes return, and run() throws that one error.
+// - Sequential mode (SessionOptions::sequential) puts every step in one lane
+//   on the caller's thread and runs each multi-device node as one step with
+//   all participants; results are bit-identical to the parallel mode.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/graph.h"
+#include "core/kernel_registry.h"
+#include "core/session.h"
+
+namespace spire {
+
+struct DeviceBackend;
+
+/// What the Session lends its executor.
+struct ExecutorEnv {
+  SessionState* state = nullptr;
+  const SessionOptions* options = nullptr;
+  /// The resource of a variable node (created when missing).
+  std::function<VariableResource*(const Node*)> variable;
+  /// One kernel thread pool per CPU device.
+  const std::vector<std::unique_ptr<ThreadPool>>* cpu_pools = nullptr;
+  LaneThreads* lane_threads = nullptr;
+};
+
+class ExecutionPlan {
+ public:
+  /// Plans a run; throws spire::Error for a cycle, an unfed placeholder, a
+  /// node without kernel, or a node on a device the session does not have.
+  static std::shared_ptr<ExecutionPlan> compile(Graph& graph, const std::vector<Output>& fetches,
+                                                const std::vector<Node*>& targets,
+                                                const FeedDict& feeds, const ExecutorEnv& env);
+
+  /// Executes the plan. `feeds` must have the keys the plan was compiled
+  /// for. Returns the fetched values on the CPU, never aliasing session
+  /// state or the caller's fed tensors.
+  std::vector<Tensor> run(const std::vector<Output>& fetches, const FeedDict& feeds,
+                          uint64_t run_id, const ExecutorEnv& env) const;
+
+  /// The devices of the lanes, in lane order.
+  std::vector<Device> lane_devices() const;
+  /// One line per lane: "cpu:1: a, b, allreduce[1], ..." (for tests and debugging).
+  std::string to_text() const;
+
+ private:
+  struct Step {
+    Node* node = nullptr;
+    const KernelFn* kernel = nullptr;
+    Device device;
+    void* device_context = nullptr;          // the backend's per-device context (null on CPU)
+    const DeviceBackend* backend = nullptr;  // null on CPU
+    ThreadPool* pool = nullptr;              // CPU steps: the device's kernel pool
+    int lane = 0;
+    bool transfer_inputs = true;  // false for Copy, whose kernel moves its input itself
+    std::vector<int> input_slots;                // per node input; -1: not read by this step
+    std::vector<VariableResource*> ref_inputs;   // per node input: the variable read at run time
+    int first_output_slot = 0;
+    std::vector<int> outputs;       // output indices this step defines
+    std::vector<int> participants;  // multi-device steps: the participants this step runs
+    std::vector<int> waits;         // steps of other lanes that must finish first
+    bool signals = false;           // steps of other lanes wait for this one
+    std::vector<int> release;       // slots freed after this step (read in one lane only)
+    std::vector<int> count_down;    // slots read by several lanes: counted down after this step
+  };
+  struct RunState;
+
+  void run_lane(int lane, RunState& rs) const;
+  void run_step(const Step& st, int index, RunState& rs, std::vector<Tensor>& inputs) const;
+  void wait_for(const Step& st, int producer, RunState& rs) const;
+
+  std::vector<Step> steps_;
+  std::vector<std::vector<int>> lanes_;  // step indices per lane, in global order
+  std::vector<Device> lane_devices_;
+  int num_slots_ = 0;
+  int max_inputs_ = 0;
+  std::vector<int> fetch_slots_;
+  std::map<Output, int> feed_slots_;
+  std::vector<int> reader_counts_;  // per slot: readers to count down (0: freed statically)
+  bool has_counted_slots_ = false;
+  bool has_signals_ = false;
+};
+
+}  // namespace spire

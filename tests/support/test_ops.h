@@ -1,0 +1,19 @@
+// Test-only ops for executor and collective tests (CPU kernels only, so
+// they are cpu_only()): TestRendezvous returns its input once `count` such
+// nodes of one group have started in the same run (two of them on two lanes
+// only finish when the lanes run at the same time; it fails after 20 s),
+// TestFail fails with "boom" after a delay, TestSleep returns its input
+// after sleeping.
+#pragma once
+
+#include "spire.h"
+
+namespace spire::testing {
+
+Output rendezvous(const Output& x, int count, const std::string& group = "g");
+/// A node named "failing" (unique-suffixed) that fails after `delay_ms`.
+Output fail_op(const Output& x, int delay_ms = 0);
+/// A node named "sleepy" that returns x after `ms` milliseconds.
+Output sleep_op(const Output& x, int ms);
+
+}  // namespace spire::testing
