@@ -1,6 +1,7 @@
 // Umbrella header of Spire: include this to get the whole public API
 // (tensors, graphs, ops, sessions, autodiff, variables and scopes, towers,
-// layers and optimizers, device queries such as device_count).
+// layers and optimizers, device queries such as device_count, and the
+// collectives of dist/: communicators and the collective graph ops).
 #pragma once
 
 #include "autograd/gradients.h"
@@ -15,6 +16,9 @@
 #include "core/session.h"
 #include "core/shape.h"
 #include "core/tensor.h"
+#include "dist/collective_ops.h"
+#include "dist/communicator.h"
+#include "dist/in_process_ring.h"
 #include "layers/initializers.h"
 #include "layers/layers.h"
 #include "layers/optimizers.h"

@@ -1,0 +1,343 @@
+// Collective ops (see dist/collective_ops.h): registrations, builders,
+// gradients, and their kernels. The kernels are host code shared by every
+// device type: they allocate each participant's output on its device and
+// hand the participants to the node's Communicator, which does the device
+// work (CPU loops, CUDA kernels or NCCL).
+#include "dist/collective_ops.h"
+
+#include "core/kernel_registry.h"
+#include "core/op_registry.h"
+#include "core/ops.h"
+#include "dist/in_process_ring.h"
+#if defined(SPIRE_WITH_NCCL)
+#include "dist/nccl_communicator.h"
+#endif
+
+namespace spire::dist {
+
+namespace {
+
+using Grads = std::vector<Output>;
+
+// ---- shape inference ------------------------------------------------------------
+
+int group_size(const InferContext& c) {
+  int g = static_cast<int>(c.attr<int64_t>("group_size"));
+  if (g < 0) c.fail("group_size must be >= 0 (0: the number of inputs), got ", g);
+  if (g == 0) g = c.num_inputs();
+  if (g < c.num_inputs())
+    c.fail("group_size ", g, " is smaller than the ", c.num_inputs(), " local participants");
+  return g;
+}
+
+// All inputs: one numeric dtype and one (merged) shape.
+Shape common_shape(InferContext& c, bool allow_bool) {
+  for (int i = 0; i < c.num_inputs(); ++i) {
+    c.expect_same_dtype(0, i);
+    if (!allow_bool) c.expect_dtype(i, {DType::F32, DType::F64, DType::I32, DType::I64});
+  }
+  Shape s = c.input_shape(0);
+  for (int i = 1; i < c.num_inputs(); ++i) {
+    const Shape& t = c.input_shape(i);
+    if (t.rank() != s.rank())
+      c.fail("every participant needs the same shape: input 0 is ", s.to_string(), ", input ", i,
+             " is ", t.to_string());
+    for (int d = 0; d < s.rank(); ++d) {
+      if (s[d] < 0) s.set_dim(d, t[d]);
+      else if (t[d] >= 0 && t[d] != s[d])
+        c.fail("every participant needs the same shape: input 0 is ", c.input_shape(0).to_string(),
+               ", input ", i, " is ", t.to_string());
+    }
+  }
+  return s;
+}
+
+void reduction_attr_check(InferContext& c) {
+  parse_reduce_op(c.attr<std::string>("reduction"), c.where());
+}
+
+void all_reduce_shape(InferContext& c) {
+  reduction_attr_check(c);
+  group_size(c);
+  Shape s = common_shape(c, false);
+  for (int i = 0; i < c.num_inputs(); ++i) c.set_output(i, c.input_dtype(0), s);
+}
+
+void broadcast_shape(InferContext& c) {
+  const int g = group_size(c);
+  const int64_t root = c.attr<int64_t>("root");
+  if (root < 0 || root >= g) c.fail("root ", root, " is not a participant (", g, " participants)");
+  Shape s = common_shape(c, true);
+  for (int i = 0; i < c.num_inputs(); ++i) c.set_output(i, c.input_dtype(0), s);
+}
+
+void all_gather_shape(InferContext& c) {
+  const int g = group_size(c);
+  Shape s = common_shape(c, true);
+  if (s.rank() < 1) c.fail("AllGather concatenates along axis 0: inputs need rank >= 1");
+  if (s[0] >= 0) s.set_dim(0, s[0] * g);
+  for (int i = 0; i < c.num_inputs(); ++i) c.set_output(i, c.input_dtype(0), s);
+}
+
+void reduce_scatter_shape(InferContext& c) {
+  reduction_attr_check(c);
+  const int g = group_size(c);
+  Shape s = common_shape(c, false);
+  if (s.rank() < 1) c.fail("ReduceScatter splits along axis 0: inputs need rank >= 1");
+  if (s[0] >= 0) {
+    if (s[0] % g != 0)
+      c.fail("dimension 0 (", s[0], ") must be a multiple of the group size ", g);
+    s.set_dim(0, s[0] / g);
+  }
+  for (int i = 0; i < c.num_inputs(); ++i) c.set_output(i, c.input_dtype(0), s);
+}
+
+// ---- gradients ------------------------------------------------------------------
+
+// Options that rebuild a collective like `n` (same devices, communicator, group).
+CollectiveOptions like(const Node* n, const std::string& suffix) {
+  CollectiveOptions o;
+  o.communicator = n->attr<std::string>("communicator");
+  o.group_size = static_cast<int>(n->attr<int64_t>("group_size"));
+  o.devices = n->devices();
+  o.name = n->name() + suffix;
+  return o;
+}
+
+std::vector<Output> output_grads(GradContext& c) {
+  Grads dy;
+  for (int i = 0; i < c.node()->num_outputs(); ++i) dy.push_back(c.grad(i));
+  return dy;
+}
+
+ReduceOp differentiable_reduction(GradContext& c) {
+  ReduceOp op = parse_reduce_op(c.attr<std::string>("reduction"), c.node()->describe());
+  if (op == ReduceOp::kMax || op == ReduceOp::kMin)
+    throw_error("gradients: ", c.node()->describe(), " reduces with ", reduce_op_name(op),
+                ", which has no gradient (only sum and mean do)");
+  return op;
+}
+
+Grads all_reduce_grad(GradContext& c) {
+  // y_i = op_j x_j for every i, so dL/dx_j = op_i dy_i (sum, or mean).
+  return all_reduce(output_grads(c), differentiable_reduction(c), like(c.node(), "_grad"));
+}
+
+Grads broadcast_grad(GradContext& c) {
+  // y_i = x_root for every i: the root's input gets the sum of all output
+  // gradients (a reduction to the root); the other inputs get zeros.
+  const Node* n = c.node();
+  const int root = static_cast<int>(n->attr<int64_t>("root"));
+  const int g = static_cast<int>(n->attr<int64_t>("group_size"));
+  if (g != 0 && g != n->num_inputs())
+    throw_error("gradients: ", n->describe(), " spans ", g, " participants in several processes; "
+                "its gradient needs every participant in this process");
+  Grads summed = all_reduce(output_grads(c), ReduceOp::kSum, like(n, "_grad"));
+  Grads dx;
+  for (int i = 0; i < n->num_inputs(); ++i) {
+    DeviceScope there(c.graph(), n->devices()[static_cast<size_t>(i)]);
+    dx.push_back(i == root ? summed[static_cast<size_t>(i)] : ops::zeros_like(c.input(i)));
+  }
+  return dx;
+}
+
+Grads all_gather_grad(GradContext& c) {
+  // y_i = concat_j x_j: dL/dx_j = sum_i (block j of dy_i).
+  return reduce_scatter(output_grads(c), ReduceOp::kSum, like(c.node(), "_grad"));
+}
+
+Grads reduce_scatter_grad(GradContext& c) {
+  // y_j = op_i (block j of x_i): dL/dx_i = concat_j dy_j (over the group size for mean).
+  ReduceOp op = differentiable_reduction(c);
+  Grads dx = all_gather(output_grads(c), like(c.node(), "_grad"));
+  if (op == ReduceOp::kMean) {
+    const int g = static_cast<int>(c.node()->attr<int64_t>("group_size"));
+    const double scale = 1.0 / (g == 0 ? c.node()->num_inputs() : g);
+    for (size_t i = 0; i < dx.size(); ++i) {
+      DeviceScope there(c.graph(), dx[i].device());
+      dx[i] = ops::mul(dx[i], ops::scalar_like(scale, dx[i]));
+    }
+  }
+  return dx;
+}
+
+#define SPIRE_COLLECTIVE_ATTRS                        \
+  multi_device()                                     \
+      .variadic_input("x", 1)                        \
+      .attr("communicator", std::string())           \
+      .attr("group_size", int64_t{0})
+
+SPIRE_REGISTER_OP("AllReduce")
+    .SPIRE_COLLECTIVE_ATTRS
+    .attr("reduction", std::string("sum"))
+    .shape_fn(all_reduce_shape)
+    .grad(all_reduce_grad)
+    .doc("Participant i's output is the reduction (sum, mean, max, min) of every participant's "
+         "input; one participant per input, on the input's device (multi-device node).");
+
+SPIRE_REGISTER_OP("Broadcast")
+    .SPIRE_COLLECTIVE_ATTRS
+    .attr("root", int64_t{0})
+    .shape_fn(broadcast_shape)
+    .grad(broadcast_grad)
+    .doc("Every participant's output is participant `root`'s input.");
+
+SPIRE_REGISTER_OP("AllGather")
+    .SPIRE_COLLECTIVE_ATTRS
+    .shape_fn(all_gather_shape)
+    .grad(all_gather_grad)
+    .doc("Every participant's output is all inputs concatenated along axis 0 in participant order.");
+
+SPIRE_REGISTER_OP("ReduceScatter")
+    .SPIRE_COLLECTIVE_ATTRS
+    .attr("reduction", std::string("sum"))
+    .shape_fn(reduce_scatter_shape)
+    .grad(reduce_scatter_grad)
+    .doc("Participant i's output is block i (along axis 0) of the reduction of all inputs.");
+
+#undef SPIRE_COLLECTIVE_ATTRS
+
+std::vector<Output> build(const char* op, const std::vector<Output>& xs, AttrMap attrs,
+                          const CollectiveOptions& o) {
+  SPIRE_CHECK(!xs.empty() && xs[0].valid(), "dist::", op, ": needs at least one input");
+  attrs["communicator"] = o.communicator;
+  attrs["group_size"] = int64_t{o.group_size};
+  if (!o.devices.empty()) {
+    std::vector<std::string> names;
+    for (const auto& d : o.devices) names.push_back(d.to_string());
+    attrs["devices"] = names;
+  }
+  Node* n = xs[0].graph()->add_node(op, xs, attrs, o.name.empty() ? op : o.name);
+  std::vector<Output> outs;
+  for (int i = 0; i < n->num_outputs(); ++i) outs.push_back(n->output(i));
+  return outs;
+}
+
+// ---- kernels --------------------------------------------------------------------
+
+enum class Kind { kAllReduce, kBroadcast, kAllGather, kReduceScatter };
+
+std::string device_list(const std::vector<Device>& ds) {
+  std::string s;
+  for (size_t i = 0; i < ds.size(); ++i) s += (i ? "," : "") + ds[i].to_string();
+  return s;
+}
+
+// The node's communicator (see the header's comment), checked against the node.
+std::shared_ptr<Communicator> communicator_for(KernelContext& ctx) {
+  const Node& n = ctx.node();
+  const std::string name = ctx.attr<std::string>("communicator");
+  const std::vector<Device>& devices = n.devices();
+  std::shared_ptr<Communicator> comm;
+  if (name.empty() || name == "ring") {
+    comm = ctx.state().resource<Communicator>("spire.ring:" + device_list(devices), [&] {
+      return std::make_shared<InProcessRing>(devices);
+    });
+  } else if (name == "nccl") {
+#if defined(SPIRE_WITH_NCCL)
+    comm = ctx.state().resource<Communicator>("spire.nccl:" + device_list(devices), [&] {
+      return std::make_shared<NcclCommunicator>(devices);
+    });
+#else
+    ctx.fail("communicator \"nccl\" needs a build with NCCL (configure with SPIRE_CUDA=ON where "
+             "NCCL is installed)");
+#endif
+  } else {
+    comm = ctx.state().resource<Communicator>(name);
+    if (!comm)
+      ctx.fail("no communicator named '", name, "' in this session (store one with "
+               "Session::set_resource<dist::Communicator>)");
+  }
+  if (comm->devices() != devices)
+    ctx.fail("communicator ", comm->name(), " connects devices {", device_list(comm->devices()),
+             "} but the node's participants are on {", device_list(devices), "}");
+  const int64_t g = ctx.attr<int64_t>("group_size");
+  const int64_t want = g == 0 ? static_cast<int64_t>(devices.size()) : g;
+  if (comm->size() != want)
+    ctx.fail("communicator ", comm->name(), " has ", comm->size(), " participants but the node's "
+             "group_size is ", want);
+  return comm;
+}
+
+template <Kind kKind>
+void collective_kernel(KernelContext& ctx) {
+  const Node& n = ctx.node();
+  std::shared_ptr<Communicator> comm = communicator_for(ctx);
+  const int g = comm->size();
+  std::vector<Participant> parts;
+  for (int p : ctx.participants()) {
+    const Tensor& in = ctx.input(p);
+    Shape out_shape = in.shape();
+    if (kKind == Kind::kAllGather) out_shape.set_dim(0, in.dim(0) * g);
+    if (kKind == Kind::kReduceScatter) {
+      if (in.dim(0) % g != 0)
+        ctx.fail("participant ", p, "'s input ", in.type_string(), ": dimension 0 must be a "
+                 "multiple of the group size ", g);
+      out_shape.set_dim(0, in.dim(0) / g);
+    }
+    Tensor out(in.dtype(), out_shape, n.devices()[static_cast<size_t>(p)]);
+    parts.push_back({p, in, out});
+  }
+  CollectiveCall call;
+  call.key = {&ctx.state(), ctx.run().id, static_cast<uint64_t>(n.id())};
+  call.name = n.name();
+  call.run = &ctx.run();
+  switch (kKind) {
+    case Kind::kAllReduce:
+      comm->allreduce(call, parts, parse_reduce_op(ctx.attr<std::string>("reduction"), n.describe()));
+      break;
+    case Kind::kBroadcast:
+      comm->broadcast(call, parts, static_cast<int>(ctx.attr<int64_t>("root")));
+      break;
+    case Kind::kAllGather:
+      comm->allgather(call, parts);
+      break;
+    case Kind::kReduceScatter:
+      comm->reduce_scatter(call, parts,
+                           parse_reduce_op(ctx.attr<std::string>("reduction"), n.describe()));
+      break;
+  }
+  for (auto& p : parts) ctx.set_output(p.local, p.output);
+}
+
+void register_collective_kernels(DeviceType device) {
+  auto& r = KernelRegistry::global();
+  for (DType dt : {DType::F32, DType::F64, DType::I32, DType::I64}) {
+    r.add("AllReduce", device, dt, collective_kernel<Kind::kAllReduce>);
+    r.add("ReduceScatter", device, dt, collective_kernel<Kind::kReduceScatter>);
+  }
+  for (DType dt : {DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool}) {
+    r.add("Broadcast", device, dt, collective_kernel<Kind::kBroadcast>);
+    r.add("AllGather", device, dt, collective_kernel<Kind::kAllGather>);
+  }
+}
+
+}  // namespace
+
+SPIRE_STATIC_INIT(collective_kernels) {
+  register_collective_kernels(DeviceType::CPU);
+#if defined(SPIRE_WITH_CUDA)
+  register_collective_kernels(DeviceType::CUDA);
+#endif
+}
+
+std::vector<Output> all_reduce(const std::vector<Output>& xs, ReduceOp op,
+                               const CollectiveOptions& options) {
+  return build("AllReduce", xs, {{"reduction", std::string(reduce_op_name(op))}}, options);
+}
+
+std::vector<Output> broadcast(const std::vector<Output>& xs, int root,
+                              const CollectiveOptions& options) {
+  return build("Broadcast", xs, {{"root", int64_t{root}}}, options);
+}
+
+std::vector<Output> all_gather(const std::vector<Output>& xs, const CollectiveOptions& options) {
+  return build("AllGather", xs, {}, options);
+}
+
+std::vector<Output> reduce_scatter(const std::vector<Output>& xs, ReduceOp op,
+                                   const CollectiveOptions& options) {
+  return build("ReduceScatter", xs, {{"reduction", std::string(reduce_op_name(op))}}, options);
+}
+
+}  // namespace spire::dist

@@ -1,0 +1,54 @@
+// Collective graph ops: AllReduce, Broadcast, AllGather and ReduceScatter.
+// Each is one multi-device node (OpDef::multi_device): participant i reads
+// input i and writes output i on its own device (the inputs' devices by
+// default), so no Copy nodes are inserted for it; the executor runs each
+// participant on its device's lane, and the participants meet in the
+// node's Communicator. Every op has shape and dtype inference and a
+// gradient (allreduce-sum's is allreduce-sum, broadcast's a reduction to
+// the root, allgather's a reduce-scatter and the other way round).
+//
+// The communicator: the node's "communicator" attr names it. "" or "ring"
+// is Spire's in-process ring over the node's devices (a session resource
+// made on first use); "nccl" is NCCL over the node's GPUs (builds with
+// NCCL); any other name is a Communicator the program stored with
+// Session::set_resource<dist::Communicator>(name, ...), whose devices()
+// must be the node's devices in order. "group_size" (default: the number of
+// inputs) is the communicator's size() across processes.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/graph.h"
+#include "dist/communicator.h"
+
+namespace spire::dist {
+
+struct CollectiveOptions {
+  /// See the file comment ("" = Spire's ring over the inputs' devices).
+  std::string communicator;
+  /// Participants across all processes (0: the number of inputs).
+  int group_size = 0;
+  /// Participants' devices (empty: the inputs' devices); an input living
+  /// elsewhere is copied to its participant's device.
+  std::vector<Device> devices;
+  /// Node name (default: the op name).
+  std::string name;
+};
+
+/// AllReduce: output i = op over all inputs (same dtype and shape).
+std::vector<Output> all_reduce(const std::vector<Output>& xs, ReduceOp op = ReduceOp::kSum,
+                               const CollectiveOptions& options = {});
+/// Broadcast: output i = input `root` (global participant index); the other
+/// inputs give only shape, dtype and device.
+std::vector<Output> broadcast(const std::vector<Output>& xs, int root = 0,
+                              const CollectiveOptions& options = {});
+/// AllGather: output i = the inputs concatenated along axis 0, in
+/// participant order (inputs of equal shape, rank >= 1).
+std::vector<Output> all_gather(const std::vector<Output>& xs, const CollectiveOptions& options = {});
+/// ReduceScatter: output i = block i (along axis 0) of op over the inputs;
+/// dimension 0 must divide by the group size.
+std::vector<Output> reduce_scatter(const std::vector<Output>& xs, ReduceOp op = ReduceOp::kSum,
+                                   const CollectiveOptions& options = {});
+
+}  // namespace spire::dist

@@ -1,0 +1,114 @@
+// Communicator: the interface every collective backend implements (Spire's
+// own ring between the devices of one process, NCCL for the GPUs of one
+// process, and the MPI backends of later issues), in the spirit of PyTorch's
+// ProcessGroup. A communicator connects `size()` participants: its local
+// participants are `devices()` of this process (rank() of num_ranks()); a
+// participant's global index is rank() * devices().size() + local index.
+//
+// A collective is called by every participant with the same CollectiveCall
+// (its key identifies the instance: participants of the same instance meet
+// by key). A call serves either one local participant (each lane of the
+// executor calls for its own device, from its own thread) or all local
+// participants at once (a group call: sequential mode, or one thread driving
+// several devices, as NCCL's group calls). Results are bit-identical on every
+// participant and from run to run (each element is reduced once, in a fixed
+// order, then copied), and every wait honours the call's RunContext:
+// cancellation and timeout, never a hang. Participants that disagree on the
+// collective (kind, reduction, dtype, element count, root) all fail with a
+// spire::Error naming the first difference.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/run_context.h"
+#include "core/tensor.h"
+
+namespace spire::dist {
+
+/// How values of the participants combine.
+enum class ReduceOp { kSum, kMean, kMax, kMin };
+
+/// "sum", "mean", "max", "min".
+const char* reduce_op_name(ReduceOp op);
+/// Parses "sum", "mean" (also "average"/"avg"), "max", "min"; throws
+/// spire::Error naming `what` otherwise.
+ReduceOp parse_reduce_op(const std::string& name, const std::string& what);
+
+/// What identifies one collective instance (equal on all its participants).
+struct CollectiveKey {
+  const void* scope = nullptr;  ///< e.g. the session
+  uint64_t run = 0;             ///< e.g. the run id
+  uint64_t op = 0;              ///< e.g. the node id
+  bool operator<(const CollectiveKey& o) const {
+    if (scope != o.scope) return scope < o.scope;
+    if (run != o.run) return run < o.run;
+    return op < o.op;
+  }
+  bool operator==(const CollectiveKey& o) const {
+    return scope == o.scope && run == o.run && op == o.op;
+  }
+};
+
+/// One collective call as a communicator sees it.
+struct CollectiveCall {
+  CollectiveKey key;
+  /// For error messages (the graph node's name).
+  std::string name;
+  /// Cancellation and timeout of every wait (null: no cancellation, no limit).
+  const RunContext* run = nullptr;
+};
+
+/// One local participant's buffers in a call. `output` is allocated by the
+/// caller on the participant's device with the result's size (it may be
+/// `input` itself for an in-place allreduce or broadcast).
+struct Participant {
+  int local = 0;
+  Tensor input;
+  Tensor output;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  /// "ring(cpu,cpu:1)", "nccl(cuda:0,cuda:1)".
+  virtual std::string name() const = 0;
+  /// This process's participants' devices, in local index order.
+  virtual const std::vector<Device>& devices() const = 0;
+  /// This process's rank and the number of processes.
+  virtual int rank() const { return 0; }
+  virtual int num_ranks() const { return 1; }
+  /// Participants in all processes.
+  int size() const { return num_ranks() * static_cast<int>(devices().size()); }
+  /// Global index of local participant `local`.
+  int global_index(int local) const {
+    return rank() * static_cast<int>(devices().size()) + local;
+  }
+
+  /// output = op over every participant's input (same element count on all).
+  virtual void allreduce(const CollectiveCall& call, std::vector<Participant>& parts,
+                         ReduceOp op) = 0;
+  /// output = the input of global participant `root` (same element count on all).
+  virtual void broadcast(const CollectiveCall& call, std::vector<Participant>& parts,
+                         int root) = 0;
+  /// output (size() x n elements) = the n-element inputs of all participants
+  /// in global order.
+  virtual void allgather(const CollectiveCall& call, std::vector<Participant>& parts) = 0;
+  /// output (n elements) = block `global index` of op over the inputs
+  /// (size() x n elements each).
+  virtual void reduce_scatter(const CollectiveCall& call, std::vector<Participant>& parts,
+                              ReduceOp op) = 0;
+  /// Returns once every participant has called (parts' tensors unused).
+  virtual void barrier(const CollectiveCall& call, std::vector<Participant>& parts) = 0;
+};
+
+/// Checks `parts` of a call against `comm` (local indices in range, no
+/// duplicates, tensors on the participants' devices); throws spire::Error
+/// naming the call otherwise.
+void check_participants(const Communicator& comm, const CollectiveCall& call,
+                        const std::vector<Participant>& parts);
+
+}  // namespace spire::dist
