@@ -1,6 +1,7 @@
 // Geometry of a 2-D convolution (see conv_geometry.h).
 #include "kernels/conv_geometry.h"
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,38 @@ ConvGeometry conv_backprop_geometry(KernelContext& ctx) {
   if (dy.shape() != want)
     ctx.fail("dy has shape ", dy.shape().to_string(), ", expected ", want.to_string());
   return g;
+}
+
+std::string cudnn_limit_violation(const ConvGeometry& g, int64_t extra_h, int64_t extra_w) {
+  constexpr int64_t kMax = INT32_MAX;
+  const struct {
+    const char* what;
+    int64_t value;
+  } scalars[] = {{"batch", g.n},        {"input height", g.h + extra_h}, {"input width", g.w + extra_w},
+                 {"channels", g.c},     {"filter height", g.kh},         {"filter width", g.kw},
+                 {"filters", g.o},      {"output height", g.oh},         {"output width", g.ow},
+                 {"stride", g.sh},      {"stride", g.sw},                {"dilation", g.dh},
+                 {"dilation", g.dw},    {"padding", g.pt},               {"padding", g.pl}};
+  for (const auto& s : scalars)
+    if (s.value > kMax)
+      return str_cat("cuDNN takes 32-bit sizes: the ", s.what, " ", s.value, " does not fit");
+  auto elements = [](std::initializer_list<int64_t> dims) {
+    int64_t n = 1;
+    for (int64_t d : dims)
+      if (__builtin_mul_overflow(n, d, &n)) return INT64_MAX;
+    return n;
+  };
+  const struct {
+    const char* what;
+    int64_t n;
+  } tensors[] = {{"input", elements({g.n, g.h + extra_h, g.w + extra_w, g.c})},
+                 {"filter", elements({g.kh, g.kw, g.c, g.o})},
+                 {"output", elements({g.n, g.oh, g.ow, g.o})}};
+  for (const auto& t : tensors)
+    if (t.n > kMax)
+      return str_cat("cuDNN addresses each tensor with 32-bit offsets: the ", t.what, " has ",
+                     t.n, " elements (at most ", kMax, ")");
+  return {};
 }
 
 }  // namespace spire::kernels

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "core/kernel_registry.h"
 
@@ -31,5 +32,11 @@ ConvGeometry conv_geometry(KernelContext& ctx, const Shape& in, const Shape& f);
 /// or a tensor shaped like it) and input 1's shape (the filter or one shaped like it), after
 /// checking that input 2 (dy) has its output shape [n, oh, ow, o]; fails through ctx.
 ConvGeometry conv_backprop_geometry(KernelContext& ctx);
+
+/// cuDNN's legacy descriptors take int dimensions and address each tensor with int
+/// offsets: the reason `g` (with `extra_h` / `extra_w` zero rows / columns appended to the
+/// input, as the CUDA kernels pad asymmetric SAME) exceeds them, or "" when it fits. The
+/// CUDA kernels fail with this message instead of truncating sizes to int.
+std::string cudnn_limit_violation(const ConvGeometry& g, int64_t extra_h, int64_t extra_w);
 
 }  // namespace spire::kernels

@@ -84,7 +84,7 @@ SessionCreator new_session_creator(SessionOptions options) {
 
 // ---- Trainer -----------------------------------------------------------------
 
-Trainer::Trainer() : graph_(std::make_unique<Graph>()) {}
+Trainer::Trainer() : graph_(std::make_shared<Graph>()) {}
 Trainer::~Trainer() {
   if (session_ && hook_) session_->remove_hook(hook_.get());
 }
@@ -126,7 +126,7 @@ void Trainer::setup_callbacks(const std::vector<CallbackPtr>& callbacks,
 void Trainer::initialize(SessionCreator creator, std::shared_ptr<SessionInit> init) {
   SPIRE_CHECK(setup_done_, "Trainer::initialize: call setup_callbacks first");
   if (!creator) creator = new_session_creator();
-  session_ = creator(*graph_);
+  session_ = std::shared_ptr<Session>(creator(*graph_));
   SPIRE_CHECK(session_, "Trainer::initialize: the session creator returned null");
   if (init) {
     if (is_chief_) {
@@ -197,6 +197,11 @@ void Trainer::train(const std::vector<CallbackPtr>& callbacks,
 
 PlainSession Trainer::sess() const { return PlainSession(session()); }
 HookedSession Trainer::hooked_sess() const { return HookedSession(session()); }
+std::shared_ptr<Session> Trainer::shared_session() const {
+  SPIRE_CHECK(session_, "Trainer: the session is created by initialize()");
+  return session_;
+}
+
 Session& Trainer::session() const {
   SPIRE_CHECK(session_, "Trainer: the session is created by initialize()");
   return *session_;
@@ -254,13 +259,19 @@ std::function<std::vector<Tensor>(const std::vector<Tensor>&)> TowerTrainer::get
     SPIRE_CHECK(found, "get_predictor: '", n, "' is not an input of the tower function");
   }
   for (const auto& n : output_names) outs.push_back(handle->get_tensor(n));
-  Session* s = &session();
-  return [s, ins, outs](const std::vector<Tensor>& values) {
+  // The predictor owns shares of the graph and the session (declared in that
+  // order, so the session, which refers to the graph, goes first).
+  struct Held {
+    std::shared_ptr<Graph> graph;
+    std::shared_ptr<Session> session;
+  };
+  auto held = std::make_shared<Held>(Held{shared_graph(), shared_session()});
+  return [held, ins, outs](const std::vector<Tensor>& values) {
     SPIRE_CHECK(values.size() == ins.size(), "predictor: expected ", ins.size(), " inputs, got ",
                 values.size());
     FeedDict feeds;
     for (size_t i = 0; i < ins.size(); ++i) feeds.push_back({ins[i], values[i]});
-    return s->run_without_hooks(outs, feeds);
+    return held->session->run_without_hooks(outs, feeds);
   };
 }
 

@@ -120,6 +120,13 @@ class Trainer {
   PlainSession sess() const;
   HookedSession hooked_sess() const;
   Session& session() const;
+
+ protected:
+  /// Shares of the graph and session (for objects that must keep them alive).
+  std::shared_ptr<Graph> shared_graph() const { return graph_; }
+  std::shared_ptr<Session> shared_session() const;
+
+ public:
   Monitors& monitors() const;
 
   /// The op run_step runs (set by setup_graph; may be replaced).
@@ -129,13 +136,15 @@ class Trainer {
   bool is_chief_ = true;
 
  private:
-  std::unique_ptr<Graph> graph_;
+  // Shared with predictors, which keep the graph and session they run alive
+  // (a predictor may outlive its trainer).
+  std::shared_ptr<Graph> graph_;
   std::string logdir_;
   TrainLoop loop_;
   std::vector<CallbackPtr> callbacks_;
   std::shared_ptr<Callbacks> group_;
   std::shared_ptr<Monitors> monitors_;
-  std::unique_ptr<Session> session_;
+  std::shared_ptr<Session> session_;
   std::unique_ptr<SessionRunHook> hook_;
   bool setup_done_ = false;
   class StepCounter;
@@ -152,7 +161,10 @@ class TowerTrainer : public Trainer {
   const std::vector<std::shared_ptr<TowerHandle>>& towers() const;
   /// A callable running an inference tower ("InferenceTower") on the
   /// trainer's session: inputs by signature name, outputs by tensor name
-  /// relative to the tower.
+  /// relative to the tower. It may run on another thread while training
+  /// goes on (it reads consistent snapshots of the variables), and it owns
+  /// a share of the graph and session, so it stays valid after the trainer
+  /// is gone.
   std::function<std::vector<Tensor>(const std::vector<Tensor>&)> get_predictor(
       const std::vector<std::string>& input_names, const std::vector<std::string>& output_names);
 

@@ -219,11 +219,14 @@ int64_t extra_after(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t 
 }
 
 // The shared geometry; cuDNN pads both sides by pt / pl and the input is extended by eh / ew.
-ConvGeom conv_geom(const kernels::ConvGeometry& base) {
+// Fails through ctx when a size does not fit cuDNN's 32-bit descriptors.
+ConvGeom conv_geom(KernelContext& ctx, const kernels::ConvGeometry& base) {
   ConvGeom g;
   static_cast<kernels::ConvGeometry&>(g) = base;
   g.eh = g.oh > 0 ? extra_after(g.h, g.oh, g.kh, g.sh, g.dh, g.pt) : 0;
   g.ew = g.ow > 0 ? extra_after(g.w, g.ow, g.kw, g.sw, g.dw, g.pl) : 0;
+  const std::string why = kernels::cudnn_limit_violation(g, g.eh, g.ew);
+  if (!why.empty()) ctx.fail(why);
   return g;
 }
 
@@ -268,6 +271,7 @@ struct ConvDesc {
   ConvDesc& operator=(const ConvDesc&) = delete;
 };
 
+// Sizes were checked against int's range by conv_geom.
 int as_int(int64_t v) { return static_cast<int>(v); }
 
 // The descriptors of a problem: x is the (extended) input, y the output, w the filter.
@@ -489,7 +493,7 @@ template <typename T>
 void conv2d_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& f = ctx.input(1);
-  ConvGeom g = conv_geom(kernels::conv_geometry(ctx, x.shape(), f.shape()));
+  ConvGeom g = conv_geom(ctx, kernels::conv_geometry(ctx, x.shape(), f.shape()));
   Tensor& y = ctx.allocate_output(0, Shape{g.n, g.oh, g.ow, g.o});
   if (y.num_elements() == 0) return;
   CudaContext& cc = context(ctx);
@@ -511,7 +515,7 @@ void conv2d_backprop_input_kernel(KernelContext& ctx) {
   const Tensor& like = ctx.input(0);
   const Tensor& f = ctx.input(1);
   const Tensor& dy = ctx.input(2);
-  ConvGeom g = conv_geom(kernels::conv_backprop_geometry(ctx));
+  ConvGeom g = conv_geom(ctx, kernels::conv_backprop_geometry(ctx));
   Tensor& dx = ctx.allocate_output(0, like.shape());
   if (dx.num_elements() == 0) return;
   CudaContext& cc = context(ctx);
@@ -534,7 +538,7 @@ void conv2d_backprop_filter_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& like = ctx.input(1);
   const Tensor& dy = ctx.input(2);
-  ConvGeom g = conv_geom(kernels::conv_backprop_geometry(ctx));
+  ConvGeom g = conv_geom(ctx, kernels::conv_backprop_geometry(ctx));
   Tensor& dw = ctx.allocate_output(0, like.shape());
   if (dw.num_elements() == 0) return;
   CudaContext& cc = context(ctx);

@@ -188,5 +188,24 @@ SPIRE_GRAD_CASE(copy_cpu, {"Copy", "cpu to cpu", {{2, 3}},
     return {ops::mul(g.add_node("Copy", {x[0]}, {}, "")->output(0), x[0])};
   }, nullptr, 2e-6, true});
 
+TEST(Placement, ANodeWhoseShapeInferenceFailsLeavesNoCopyNodes) {
+  Graph g;
+  DefaultGraphGuard guard(g);
+  Output a = ops::placeholder(DType::F32, {2, 3}, "a");
+  Output b;
+  {
+    DeviceScope d(g, Device::cpu(1));
+    b = ops::placeholder(DType::F32, {3, 4}, "b");
+  }
+  const int before = g.num_nodes();
+  expect_error([&] { ops::matmul(b, a); }, {"MatMul"});  // placed on cpu:0, reads b from cpu:1
+  EXPECT_EQ(g.num_nodes(), before) << g.to_text();
+  EXPECT_EQ(g.find_node("b/copy_to_cpu"), nullptr);
+  // A valid reader still gets (and shares) its copy.
+  Output ok = ops::matmul(a, b);
+  EXPECT_NE(g.find_node("b/copy_to_cpu"), nullptr);
+  (void)ok;
+}
+
 }  // namespace
 }  // namespace spire::testing

@@ -139,6 +139,37 @@ TEST(Graph, MalformedJsonIsRejected) {
   }, {"no node named 'missing'"});
 }
 
+// Found by fuzzing: numbers that do not fit an integer must be errors, not
+// undefined conversions (a huge floating-point dimension used to be cast).
+TEST(Graph, JsonNumbersThatAreNotIntegersAreRejected) {
+  auto node_with_shape = [](const std::string& dims) {
+    return "{\"format\":\"spire-graph\",\"nodes\":[{\"name\":\"p\",\"op\":\"Placeholder\","
+           "\"inputs\":[],\"control_inputs\":[],\"attrs\":{\"dtype\":{\"type\":\"dtype\","
+           "\"value\":\"f32\"},\"shape\":{\"type\":\"shape\",\"value\":[" + dims + "]}}}]}";
+  };
+  EXPECT_NO_THROW(Graph::from_json(node_with_shape("2,-1")));
+  expect_error([&] { Graph::from_json(node_with_shape("1e300")); }, {"graph JSON", "shape attribute must be an integer", "1e+300"});
+  expect_error([&] { Graph::from_json(node_with_shape("2.5")); }, {"must be an integer"});
+  expect_error([&] { Graph::from_json(node_with_shape("18446744073709551615")); }, {"does not fit in a 64-bit integer"});
+  expect_error([&] { Graph::from_json(node_with_shape("-7")); }, {"dimension -7"});
+  expect_error([&] { Graph::from_json(node_with_shape("\"x\"")); }, {"must be an integer"});
+  // Seeds, int attrs and tensor shapes go through the same checks.
+  expect_error([] { Graph::from_json("{\"format\":\"spire-graph\",\"seed\":1e99,\"nodes\":[]}"); }, {"seed must be an integer"});
+  const std::string tensor_node =
+      "{\"format\":\"spire-graph\",\"nodes\":[{\"name\":\"c\",\"op\":\"Const\",\"inputs\":[],"
+      "\"control_inputs\":[],\"attrs\":{\"value\":{\"type\":\"tensor\",\"value\":{\"dtype\":\"f32\","
+      "\"shape\":SHAPE,\"hex\":\"0000803f\"}}}}]}";
+  auto with = [&](const std::string& shape) {
+    std::string t = tensor_node;
+    t.replace(t.find("SHAPE"), 5, shape);
+    return t;
+  };
+  EXPECT_NO_THROW(Graph::from_json(with("[1]")));
+  expect_error([&] { Graph::from_json(with("[4294967296,4294967296,4294967296]")); }, {"more elements than fit"});
+  expect_error([&] { Graph::from_json(with("[3]")); }, {"tensor data has 4 bytes, but f32[3] needs 12"});
+  expect_error([&] { Graph::from_json(with("[1e20]")); }, {"must be an integer"});
+}
+
 }  // namespace
 }  // namespace spire::testing
 

@@ -44,6 +44,19 @@ TEST(Tensor, PoisonAndStrings) {
   EXPECT_EQ(s.to_string(2), "f32[2, 2] {1, 2, ...}");
 }
 
+TEST(Shape, SizesThatOverflowAreErrors) {
+  EXPECT_EQ(Shape({1 << 20, 1 << 20}).num_elements(), int64_t{1} << 40);
+  EXPECT_EQ(Shape({-1, 5}).num_elements(), -1);
+  EXPECT_EQ(Shape({0, INT64_MAX}).num_elements(), 0);
+  expect_error([] { Shape({int64_t{1} << 32, int64_t{1} << 32}).num_elements(); },
+               {"shape [4294967296, 4294967296] has more elements than fit in a 64-bit integer"});
+  EXPECT_EQ(Shape({3, 5}).num_bytes(8), 120u);
+  expect_error([] { Shape({int64_t{1} << 62}).num_bytes(4); }, {"needs more bytes than fit"});
+  expect_error([] { Shape({-1}).num_bytes(4); }, {"not fully defined"});
+  // A tensor of such a shape is an error, not a small buffer.
+  expect_error([] { Tensor t(DType::F64, Shape{int64_t{1} << 60, 2}); }, {"more bytes than fit"});
+}
+
 TEST(Shape, BroadcastRules) {
   Shape out;
   EXPECT_TRUE(broadcast_shapes({2, 1, 3}, {4, 1}, &out));

@@ -244,3 +244,73 @@ TEST(SimpleTrainer, TrainsAndPredicts) {
 
 }  // namespace
 }  // namespace spire::testing
+
+#include <atomic>
+#include <thread>
+
+namespace spire::testing {
+namespace {
+
+// Starts a thread in before_train that calls a predictor until after_train.
+class PredictWhileTraining : public Callback {
+ public:
+  std::function<std::vector<Tensor>(const std::vector<Tensor>&)> predict;
+  std::atomic<int> calls{0};
+  std::atomic<int> bad{0};
+  std::string error;
+
+ protected:
+  void _before_train() override {
+    predict = dynamic_cast<TowerTrainer&>(trainer()).get_predictor({"x"}, {"pred"});
+    thread_ = std::thread([this] {
+      try {
+        while (!stop_.load()) {
+          Tensor out = predict({Tensor::from_vector<double>({2, 1}, {0, 1})})[0];
+          const double b = out.data<double>()[0], wb = out.data<double>()[1];
+          if (!std::isfinite(b) || !std::isfinite(wb)) ++bad;
+          ++calls;
+        }
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    });
+  }
+  void _after_train() override {
+    stop_ = true;
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+TEST(SimpleTrainer, PredictorRunsOnAnotherThreadDuringTrainingAndOutlivesTheTrainer) {
+  std::function<std::vector<Tensor>(const std::vector<Tensor>&)> predict;
+  {
+    SimpleTrainer t;
+    std::vector<Datapoint> dps;
+    for (int i = 0; i < 4; ++i)
+      dps.push_back({Tensor::from_vector<double>({1, 1}, {double(i)}), Tensor::from_vector<double>({1}, {2.0 * i + 1})});
+    std::vector<InputDesc> sig = {{"x", DType::F64, {-1, 1}}, {"y", DType::F64, {-1}}};
+    auto cost_fn = [](const std::vector<Output>& in) {
+      Output pred = ops::reshape(FullyConnected("fc", in[0], 1), {-1}, "pred");
+      return ops::mean(ops::square(ops::sub(pred, in[1])), {}, false, "mse");
+    };
+    auto opt_fn = [] { return std::make_shared<GradientDescentOptimizer>(0.1); };
+    t.setup_graph(sig, std::make_shared<FeedInput>(std::make_shared<DataFromList>(dps, false)), cost_fn, opt_fn);
+    auto cb = std::make_shared<PredictWhileTraining>();
+    t.train({cb}, {}, new_session_creator(), nullptr, 4, 1, 150);
+    EXPECT_TRUE(cb->error.empty()) << cb->error;
+    EXPECT_GT(cb->calls.load(), 0);
+    EXPECT_EQ(cb->bad.load(), 0);
+    predict = cb->predict;
+  }
+  // The trainer is gone; the predictor still holds its graph and session.
+  Tensor out = predict({Tensor::from_vector<double>({2, 1}, {10, -1})})[0];
+  EXPECT_NEAR(out.data<double>()[0], 21, 0.05);
+  EXPECT_NEAR(out.data<double>()[1], -1, 0.05);
+}
+
+}  // namespace
+}  // namespace spire::testing

@@ -75,6 +75,20 @@ SPIRE_FORWARD_TEST(Div, IntegerDivisionByZeroThrows) {
                       ops::constant(vec({2}, {1, 0}, DType::I32)), "idiv");
   expect_error([&] { run1(z); }, {"idiv", "division by zero"});
 }
+SPIRE_FORWARD_TEST(Div, IntMinByMinusOneWrapsInsteadOfTrapping) {
+  // INT_MIN / -1 overflows: C++ leaves it undefined and x86 traps (SIGFPE); Spire wraps
+  // to INT_MIN as two's complement (NumPy's result), in i32 and i64.
+  Graph g;
+  DefaultGraphGuard guard(g);
+  Tensor a32 = Tensor::from_vector<int32_t>({3}, {INT32_MIN, INT32_MIN, 7});
+  Tensor b32 = Tensor::from_vector<int32_t>({3}, {-1, 1, -1});
+  Tensor r32 = run1(ops::div(ops::constant(a32), ops::constant(b32)));
+  EXPECT_EQ(r32.to_vector<int32_t>(), (std::vector<int32_t>{INT32_MIN, INT32_MIN, -7}));
+  Tensor a64 = Tensor::from_vector<int64_t>({2}, {INT64_MIN, -9});
+  Tensor b64 = Tensor::from_vector<int64_t>({2}, {-1, -1});
+  Tensor r64 = run1(ops::div(ops::constant(a64), ops::constant(b64)));
+  EXPECT_EQ(r64.to_vector<int64_t>(), (std::vector<int64_t>{INT64_MIN, 9}));
+}
 SPIRE_FORWARD_TEST(Pow, Values) {
   check_binary(ops::pow, vec({3}, {2, 9, 4}), vec({3}, {3, 0.5, -1}), {3}, {8, 3, 0.25});
 }
@@ -100,6 +114,34 @@ SPIRE_FORWARD_TEST(Rsqrt, Values) { check_unary(ops::rsqrt, {4, 0.25}, {0.5, 2})
 SPIRE_FORWARD_TEST(Abs, Values) { check_unary(ops::abs, {-3, 2, 0}, {3, 2, 0}); }
 SPIRE_FORWARD_TEST(Square, Values) { check_unary(ops::square, {-3, 2, 0.5}, {9, 4, 0.25}); }
 SPIRE_FORWARD_TEST(Sign, Values) { check_unary(ops::sign, {-3, 2, 0}, {-1, 1, 0}); }
+// NaN stays NaN in Relu, Sign and Relu's gradient (TensorFlow's behaviour), in f32 and f64.
+TEST(NaN, ReluSignAndReluGradientKeepNaN) {
+  for (DType dt : {DType::F32, DType::F64}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Graph g;
+    DefaultGraphGuard guard(g);
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    Output x = ops::placeholder(dt, {4}, "x");
+    Output r = ops::relu(x);
+    Output gx = gradient(ops::sum(r * 3.0), x);
+    Output sg = ops::sign(x);
+    auto v = run({r, gx, sg}, {{x, vec({4}, {nan, -1, 2, 0}, dt)}});
+    EXPECT_TRUE(std::isnan(v[0].element_as_double(0))) << "relu(NaN)";
+    EXPECT_EQ(v[0].element_as_double(1), 0);
+    EXPECT_EQ(v[0].element_as_double(2), 2);
+    EXPECT_TRUE(std::isnan(v[1].element_as_double(0))) << "relu'(NaN)";
+    EXPECT_EQ(v[1].element_as_double(1), 0);
+    EXPECT_EQ(v[1].element_as_double(2), 3);
+    EXPECT_TRUE(std::isnan(v[2].element_as_double(0))) << "sign(NaN)";
+    EXPECT_EQ(v[2].element_as_double(3), 0);
+    // A NaN arriving as the upstream gradient also stays.
+    Output gy = ops::placeholder(dt, {4}, "gy");
+    Output g2 = gradients({r}, {x}, {gy})[0];
+    Tensor gv = run({g2}, {{x, vec({4}, {1, -1, 2, 0}, dt)}, {gy, vec({4}, {nan, nan, 1, 1}, dt)}})[0];
+    EXPECT_TRUE(std::isnan(gv.element_as_double(0)));
+    EXPECT_TRUE(std::isnan(gv.element_as_double(1))) << "NaN * 0 is NaN";
+  }
+}
 SPIRE_FORWARD_TEST(Erf, Values) { check_unary(ops::erf, {0, 1, -0.5}, {0, 0.8427007929, -0.5204998778}); }
 SPIRE_FORWARD_TEST(Relu, Values) { check_unary(ops::relu, {-3, 2, 0}, {0, 2, 0}); }
 SPIRE_FORWARD_TEST(Sigmoid, Values) {
