@@ -384,8 +384,10 @@ void ExecutionPlan::run_step(const Step& st, int index, RunState& rs,
       in = Tensor();
       continue;
     }
-    VariableResource* ref = st.ref_inputs[static_cast<size_t>(i)];
-    in = ref ? ref->read() : rs.values[static_cast<size_t>(s)];
+    // (Copy-assignment into `in` reuses its shape's storage; a conditional
+    // expression would build a temporary Tensor first.)
+    if (VariableResource* ref = st.ref_inputs[static_cast<size_t>(i)]) in = ref->read();
+    else in = rs.values[static_cast<size_t>(s)];
     if (!in.defined()) {
       if (!n->op_def().allows_undefined_input(i)) {
         const Output& src = n->input(i);

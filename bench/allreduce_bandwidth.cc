@@ -1,0 +1,139 @@
+// Allreduce bus bandwidth of Spire's in-process ring on N CPU devices, as
+// nccl-tests defines it: algbw = S / t for S bytes per participant, busbw =
+// algbw x 2(N-1)/N (the bandwidth each link of an ideal ring would need).
+// The allreduce runs as a graph op in a Session (one lane per device, the
+// inputs resident in variables), the way training uses it. Each row also
+// prints a memcpy of S bytes on one thread, measured in the same run, as the
+// ceiling to compare with, and busbw / memcpy.
+//
+//   ./build/bench/allreduce_bandwidth [--devices 2,4,8] [--min 4K] [--max 256M] [--dtype f32]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "spire.h"
+
+using namespace spire;
+
+namespace {
+
+struct Options {
+  std::vector<int> devices{2, 4, 8};
+  int64_t min_bytes = 4 << 10;
+  int64_t max_bytes = int64_t{256} << 20;
+  double min_seconds = 0.2;  // per measurement
+};
+
+int64_t parse_size(const std::string& v) {
+  char* end = nullptr;
+  double x = std::strtod(v.c_str(), &end);
+  std::string unit(end);
+  double m = unit.empty() ? 1 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0 : unit == "G" ? 1073741824.0 : -1;
+  if (end == v.c_str() || m < 0 || x <= 0) throw Error("allreduce_bandwidth: bad size '" + v + "' (e.g. 4K, 256M)");
+  return static_cast<int64_t>(x * m);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::printf("usage: allreduce_bandwidth [--devices 2,4,8] [--min 4K] [--max 256M] [--seconds 0.2]\n");
+      std::exit(0);
+    }
+    if (i + 1 >= argc) throw Error("allreduce_bandwidth: '" + a + "' needs a value");
+    std::string v = argv[++i];
+    if (a == "--devices") {
+      o.devices.clear();
+      size_t s = 0;
+      while (s <= v.size()) {
+        size_t c = v.find(',', s);
+        if (c == std::string::npos) c = v.size();
+        o.devices.push_back(std::atoi(v.substr(s, c - s).c_str()));
+        if (o.devices.back() < 1) throw Error("allreduce_bandwidth: bad device count in '" + v + "'");
+        s = c + 1;
+      }
+    } else if (a == "--min") {
+      o.min_bytes = parse_size(v);
+    } else if (a == "--max") {
+      o.max_bytes = parse_size(v);
+    } else if (a == "--seconds") {
+      o.min_seconds = std::atof(v.c_str());
+    } else {
+      throw Error("allreduce_bandwidth: unknown argument '" + a + "'");
+    }
+  }
+  return o;
+}
+
+using Clock = std::chrono::steady_clock;
+
+// Median seconds per call of fn, with enough calls to fill min_seconds (at
+// least 3 timed windows after a warm-up call).
+template <typename Fn>
+double time_it(Fn fn, double min_seconds) {
+  fn();
+  auto t0 = Clock::now();
+  fn();
+  double one = std::chrono::duration<double>(Clock::now() - t0).count();
+  int reps = std::max(1, static_cast<int>(min_seconds / 3 / std::max(one, 1e-7)));
+  std::vector<double> windows;
+  for (int w = 0; w < 3; ++w) {
+    auto s = Clock::now();
+    for (int r = 0; r < reps; ++r) fn();
+    windows.push_back(std::chrono::duration<double>(Clock::now() - s).count() / reps);
+  }
+  std::sort(windows.begin(), windows.end());
+  return windows[1];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    Options o = parse(argc, argv);
+    std::printf("Spire in-process ring allreduce (sum, f32) on N CPU devices, one lane each;\n"
+                "busbw = algbw * 2(N-1)/N (nccl-tests); memcpy = one thread copying S bytes.\n\n");
+    std::printf("%3s %10s %10s %10s %10s %10s %8s\n", "N", "size", "time us", "algbw GB/s",
+                "busbw GB/s", "memcpy GB/s", "bus/cpy");
+    for (int n : o.devices) {
+      for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 4) {
+        const int64_t count = bytes / 4;
+        Graph g;
+        DefaultGraphGuard guard(g);
+        std::vector<Output> xs;
+        for (int k = 0; k < n; ++k) {
+          DeviceScope d(g, Device::cpu(k));
+          xs.push_back(ops::variable({count}, DType::F32, "x" + std::to_string(k)));
+        }
+        Node* ar = dist::all_reduce(xs)[0].node;
+        SessionOptions so;
+        so.num_cpu_devices = n;
+        so.num_threads = n;
+        Session s(g, so);
+        for (int k = 0; k < n; ++k) s.set_variable_value(xs[k].node, Tensor::full(DType::F32, {count}, k + 1));
+        const double t = time_it([&] { s.run_targets({ar}); }, o.min_seconds);
+        // The ceiling: one thread copying the same bytes.
+        std::vector<char> src(static_cast<size_t>(bytes), 1), dst(static_cast<size_t>(bytes));
+        const double tc = time_it([&] { std::memcpy(dst.data(), src.data(), src.size()); }, o.min_seconds / 2);
+        const double algbw = static_cast<double>(bytes) / t / 1e9;
+        const double busbw = algbw * 2.0 * (n - 1) / n;
+        const double cpy = static_cast<double>(bytes) / tc / 1e9;
+        char size[32];
+        if (bytes >= (1 << 20)) std::snprintf(size, sizeof size, "%lld MiB", static_cast<long long>(bytes >> 20));
+        else std::snprintf(size, sizeof size, "%lld KiB", static_cast<long long>(bytes >> 10));
+        std::printf("%3d %10s %10.1f %10.2f %10.2f %10.2f %8.2f\n", n, size, t * 1e6, algbw, busbw, cpy,
+                    busbw / cpy);
+        std::fflush(stdout);
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
