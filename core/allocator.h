@@ -53,6 +53,14 @@ class Allocator {
   virtual void empty_cache() {}
   /// Restarts peak_in_use from the current in_use.
   virtual void reset_peak() {}
+  /// Marks the block at `ptr` (as returned by allocate()) as used by
+  /// `stream` (the backend's opaque stream handle) besides the stream its
+  /// memory is ordered on: once freed, it is reused only after the work
+  /// queued on `stream` by then. No-op for allocators without streams.
+  virtual void record_stream(void* ptr, void* stream) {
+    (void)ptr;
+    (void)stream;
+  }
 
  protected:
   std::atomic<bool> poison_{false};

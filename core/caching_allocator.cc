@@ -1,5 +1,7 @@
 #include "core/caching_allocator.h"
 
+#include <algorithm>
+#include <set>
 #include <utility>
 
 #include "core/error.h"
@@ -17,6 +19,8 @@ CachingAllocator::CachingAllocator(RawMemory* raw, std::string device_name)
     : raw_(raw), device_name_(std::move(device_name)) {}
 
 CachingAllocator::~CachingAllocator() {
+  // Blocks waiting for other streams: wait for their events, then free them.
+  if (!pending_.empty()) process_events(true);
   // Free every segment: walk segment heads among free and live blocks.
   std::set<Block*> heads;
   auto collect = [&](Block* b) {
@@ -63,6 +67,7 @@ CachingAllocator::Block* CachingAllocator::new_segment(bool small, size_t size) 
                                     : (size + kSmallSegment - 1) / kSmallSegment * kSmallSegment;
   void* p = raw_->raw_allocate(seg);
   if (p == nullptr) {
+    if (!pending_.empty()) process_events(true);
     release_free_segments();
     p = raw_->raw_allocate(seg);
   }
@@ -82,7 +87,13 @@ void* CachingAllocator::allocate(size_t bytes) {
   size_t size = round_size(bytes);
   bool small = size <= kSmallLimit;
   std::lock_guard<std::mutex> lock(mu_);
+  if (!pending_.empty()) process_events(false);
   Block* b = caching_ ? find_free(small, size) : nullptr;
+  if (b == nullptr && !pending_.empty()) {
+    // Blocks still used by other streams: wait for them before asking the device.
+    process_events(true);
+    if (caching_) b = find_free(small, size);
+  }
   if (b == nullptr) b = new_segment(small, size);
   if (b == nullptr)
     throw_error("out of memory on ", device_name_, ": tried to allocate ", mib(size), " (", bytes,
@@ -121,8 +132,54 @@ void CachingAllocator::deallocate(void* ptr) {
     throw_error("CachingAllocator on ", device_name_, ": freeing a pointer it did not hand out");
   Block* b = it->second;
   live_.erase(it);
-  b->allocated = false;
   stats_.in_use -= b->size;
+  if (!b->stream_uses.empty()) {
+    // Other streams may still read or write it: free once their work queued by now is done.
+    for (void* stream : b->stream_uses) {
+      pending_.emplace_back(raw_->record_event(stream), b);
+      ++b->pending_events;
+    }
+    b->stream_uses.clear();
+    stats_.cached = stats_.reserved - stats_.in_use;
+    return;
+  }
+  free_block(b);
+  stats_.cached = stats_.reserved - stats_.in_use;
+}
+
+void CachingAllocator::record_stream(void* ptr, void* stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = live_.find(ptr);
+  if (it == live_.end())
+    throw_error("CachingAllocator on ", device_name_, ": record_stream on a pointer it did not hand out");
+  auto& uses = it->second->stream_uses;
+  if (std::find(uses.begin(), uses.end(), stream) == uses.end()) uses.push_back(stream);
+}
+
+size_t CachingAllocator::pending_blocks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::set<const Block*> blocks;
+  for (const auto& entry : pending_) blocks.insert(entry.second);
+  return blocks.size();
+}
+
+void CachingAllocator::process_events(bool wait) {
+  std::vector<std::pair<void*, Block*>> still;
+  for (auto& [event, b] : pending_) {
+    if (wait) raw_->wait_event(event);
+    else if (!raw_->event_done(event)) {
+      still.emplace_back(event, b);
+      continue;
+    }
+    raw_->release_event(event);
+    if (--b->pending_events == 0) free_block(b);
+  }
+  pending_.swap(still);
+  stats_.cached = stats_.reserved - stats_.in_use;
+}
+
+void CachingAllocator::free_block(Block* b) {
+  b->allocated = false;
   FreeList& fl = pool(b->small);
   // Merge with free neighbours of the same segment.
   if (b->prev && !b->prev->allocated) {
@@ -144,7 +201,6 @@ void CachingAllocator::deallocate(void* ptr) {
   }
   fl.insert(b);
   if (!caching_) release_free_segments();
-  stats_.cached = stats_.reserved - stats_.in_use;
 }
 
 void CachingAllocator::set_caching(bool on) {
@@ -177,6 +233,7 @@ size_t CachingAllocator::release_free_segments() {
 
 void CachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mu_);
+  if (!pending_.empty()) process_events(true);
   release_free_segments();
 }
 

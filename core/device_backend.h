@@ -42,6 +42,10 @@ struct DeviceBackend {
   std::function<void(void* event)> synchronize_event;
   /// Returns `event` to the pool (it may still be pending).
   std::function<void(void* event)> release_event;
+  /// When true, the executor synchronizes the device after every kernel, so
+  /// an asynchronous error is reported with the node that caused it (the
+  /// CUDA backend sets it from SPIRE_CUDA_SYNC_DEBUG=1).
+  bool synchronize_after_kernels = false;
 };
 
 /// Registers the backend of a device type (done once at load time).

@@ -409,6 +409,8 @@ void ExecutionPlan::run_step(const Step& st, int index, RunState& rs,
   ctx.set_run(&rs.run);
   try {
     (*st.kernel)(ctx);
+    // Debug mode: surface asynchronous device errors at the node that made them.
+    if (st.backend && st.backend->synchronize_after_kernels) st.backend->synchronize(st.device.index);
   } catch (const Cancelled&) {
     throw;
   } catch (const Error& e) {

@@ -90,6 +90,13 @@ class Tensor {
   Tensor clone() const;
   /// Copy to another device (or this tensor itself when already there).
   Tensor to(const Device& device) const;
+  /// Marks this tensor's memory as used by `stream` (a backend's opaque
+  /// stream handle, e.g. a communication stream), so that it is not reused
+  /// before that stream's work queued by the time it is freed (PyTorch's
+  /// Tensor.record_stream). No-op for CPU tensors.
+  void record_stream(void* stream) const {
+    if (buffer_ && buffer_->data()) buffer_->allocator()->record_stream(buffer_->data(), stream);
+  }
   /// Fills a CPU tensor's bytes with a NaN-like pattern (for tests that
   /// poison outputs before a kernel runs).
   void poison();

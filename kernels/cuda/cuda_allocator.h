@@ -1,6 +1,7 @@
 // The CUDA backend's memory: CachingDeviceAllocator (the Allocator of one
 // CUDA device: core's CachingAllocator policy over cudaMalloc/cudaFree, with
-// copies ordered on the device's stream) and PinnedStaging (page-locked host
+// copies ordered on the device's stream, and blocks other streams use kept
+// until their pooled events complete) and PinnedStaging (page-locked host
 // buffers through which feeds and fetches travel, reused once the copy that
 // used them has finished, tracked with CUDA events).
 #pragma once
@@ -32,11 +33,18 @@ class CachingDeviceAllocator final : public Allocator, private RawMemory {
   MemoryStats memory_stats() const override { return cache_.stats(); }
   void empty_cache() override;
   void reset_peak() override { cache_.reset_peak(); }
+  /// A block another stream (e.g. the communication stream) uses is reused
+  /// only after that stream's work queued by the time it is freed.
+  void record_stream(void* ptr, void* stream) override;
 
  private:
   void* raw_allocate(size_t bytes) override;
   void raw_free(void* ptr, size_t bytes) override;
   std::string describe() const override;
+  void* record_event(void* stream) override;
+  bool event_done(void* event) override;
+  void wait_event(void* event) override;
+  void release_event(void* event) override;
 
   CudaContext& ctx_;
   CachingAllocator cache_;

@@ -27,10 +27,45 @@ DeviceGuard::~DeviceGuard() {
 
 // ---- CudaContext -----------------------------------------------------------
 
+// ---- EventPool ---------------------------------------------------------------
+
+EventPool::~EventPool() {
+  for (auto& e : all_)
+    if (e->event) cudaEventDestroy(e->event);  // never throws at teardown
+}
+
+PooledEvent* EventPool::acquire() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!free_.empty()) {
+    PooledEvent* e = free_.back();
+    free_.pop_back();
+    return e;
+  }
+  auto e = std::make_unique<PooledEvent>();
+  e->device = device_;
+  DeviceGuard g(device_);
+  SPIRE_CUDA_CHECK(cudaEventCreateWithFlags(&e->event, cudaEventDisableTiming));
+  all_.push_back(std::move(e));
+  return all_.back().get();
+}
+
+void EventPool::release(PooledEvent* e) {
+  std::lock_guard<std::mutex> lock(mu_);
+  free_.push_back(e);
+}
+
+size_t EventPool::created() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return all_.size();
+}
+
+// ---- CudaContext -----------------------------------------------------------
+
 CudaContext::CudaContext(int device) : device_(device) {
   DeviceGuard g(device);
   SPIRE_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
   SPIRE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  events_ = std::make_unique<EventPool>(device);
   allocator_ = std::make_unique<CachingDeviceAllocator>(*this);
   staging_ = std::make_unique<PinnedStaging>(device);
 }
@@ -38,14 +73,26 @@ CudaContext::CudaContext(int device) : device_(device) {
 CudaContext::~CudaContext() {
   // Never throw from here: errors at teardown are ignored.
   cudaSetDevice(device_);
+  if (comm_stream_) cudaStreamSynchronize(comm_stream_);
   if (stream_) cudaStreamSynchronize(stream_);
   caches_.clear();
   staging_.reset();
   allocator_.reset();
+  events_.reset();
+  if (comm_stream_) cudaStreamDestroy(comm_stream_);
   if (cudnn_) cudnnDestroy(cudnn_);
   if (cublaslt_) cublasLtDestroy(cublaslt_);
   if (cublas_) cublasDestroy(cublas_);
   if (stream_) cudaStreamDestroy(stream_);
+}
+
+cudaStream_t CudaContext::comm_stream() {
+  std::lock_guard<std::mutex> lock(handle_mu_);
+  if (!comm_stream_) {
+    DeviceGuard g(device_);
+    SPIRE_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+  }
+  return comm_stream_;
 }
 
 cublasHandle_t CudaContext::cublas() {
@@ -118,30 +165,70 @@ DeviceTable& device_table() {
   return *t;
 }
 
+// Returns a pooled event to its pool when the scope ends (errors included).
+struct EventLease {
+  PooledEvent* e;
+  ~EventLease() { context_for(e->device).events().release(e); }
+};
+
 // An event-ordered copy between two devices: the destination stream waits
-// for the source's queued work, copies, and the source stream waits for the
-// copy before it may reuse the source block.
+// for the source's queued work, copies (directly where peer access is
+// enabled), and the source stream waits for the copy before it may reuse
+// the source block. The events come from the pools and go back at once: the
+// waits were queued, so re-recording them later is safe.
 void copy_between_devices(void* dst, int di, const void* src, int si, size_t bytes) {
   if (bytes == 0) return;
   CudaContext& s = context_for(si);
   CudaContext& d = context_for(di);
-  cudaEvent_t src_ready, copied;
+  enable_peer_access(di, si);
+  EventLease src_ready{s.events().acquire()}, copied{d.events().acquire()};
   {
     DeviceGuard g(si);
-    SPIRE_CUDA_CHECK(cudaEventCreateWithFlags(&src_ready, cudaEventDisableTiming));
-    SPIRE_CUDA_CHECK(cudaEventRecord(src_ready, s.stream()));
+    SPIRE_CUDA_CHECK(cudaEventRecord(src_ready.e->event, s.stream()));
   }
   DeviceGuard g(di);
-  SPIRE_CUDA_CHECK(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming));
-  SPIRE_CUDA_CHECK(cudaStreamWaitEvent(d.stream(), src_ready, 0));
+  SPIRE_CUDA_CHECK(cudaStreamWaitEvent(d.stream(), src_ready.e->event, 0));
   SPIRE_CUDA_CHECK(cudaMemcpyPeerAsync(dst, di, src, si, bytes, d.stream()));
-  SPIRE_CUDA_CHECK(cudaEventRecord(copied, d.stream()));
-  SPIRE_CUDA_CHECK(cudaStreamWaitEvent(s.stream(), copied, 0));
-  cudaEventDestroy(src_ready);  // destruction is deferred until the event completes
-  cudaEventDestroy(copied);
+  SPIRE_CUDA_CHECK(cudaEventRecord(copied.e->event, d.stream()));
+  SPIRE_CUDA_CHECK(cudaStreamWaitEvent(s.stream(), copied.e->event, 0));
+}
+
+struct PeerTable {
+  std::mutex mu;
+  std::map<std::pair<int, int>, bool> enabled;
+};
+
+PeerTable& peer_table() {
+  static PeerTable* t = new PeerTable;  // lives until exit, as the device table
+  return *t;
 }
 
 }  // namespace
+
+bool enable_peer_access(int from, int to) {
+  if (from == to) return true;
+  auto& t = peer_table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  auto it = t.enabled.find({from, to});
+  if (it != t.enabled.end()) return it->second;
+  int can = 0;
+  SPIRE_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, from, to));
+  bool ok = false;
+  if (can) {
+    DeviceGuard g(from);
+    cudaError_t err = cudaDeviceEnablePeerAccess(to, 0);
+    if (err == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();  // clear it: not a failure
+    else SPIRE_CUDA_CHECK(err);
+    ok = true;
+  }
+  t.enabled[{from, to}] = ok;
+  return ok;
+}
+
+bool sync_debug_enabled() {
+  const char* e = std::getenv("SPIRE_CUDA_SYNC_DEBUG");
+  return e != nullptr && *e != '\0' && std::string(e) != "0";
+}
 
 CudaContext& context_for(int index) {
   auto& t = device_table();
@@ -170,6 +257,29 @@ SPIRE_STATIC_INIT(cuda_device_backend) {
     if (cur != i) SPIRE_CUDA_CHECK(cudaSetDevice(i));
   };
   b.copy_between = copy_between_devices;
+  b.record_event = [](int i) -> void* {
+    CudaContext& c = context_for(i);
+    PooledEvent* e = c.events().acquire();
+    DeviceGuard g(i);
+    cudaError_t err = cudaEventRecord(e->event, c.stream());
+    if (err != cudaSuccess) {
+      c.events().release(e);
+      SPIRE_CUDA_CHECK(err);
+    }
+    return e;
+  };
+  b.wait_event = [](int i, void* e) {
+    DeviceGuard g(i);
+    SPIRE_CUDA_CHECK(cudaStreamWaitEvent(context_for(i).stream(), static_cast<PooledEvent*>(e)->event, 0));
+  };
+  b.synchronize_event = [](void* e) {
+    SPIRE_CUDA_CHECK(cudaEventSynchronize(static_cast<PooledEvent*>(e)->event));
+  };
+  b.release_event = [](void* e) {
+    auto* pe = static_cast<PooledEvent*>(e);
+    context_for(pe->device).events().release(pe);
+  };
+  b.synchronize_after_kernels = sync_debug_enabled();
   register_device_backend(DeviceType::CUDA, std::move(b));
   register_allocator_factory(DeviceType::CUDA,
                              [](int i) -> Allocator* { return &context_for(i).allocator(); });
@@ -206,6 +316,41 @@ void CachingDeviceAllocator::deallocate(void* ptr, size_t) {
   } catch (...) {
     // Reached from destructors; a foreign pointer is a bug, but never throw here.
   }
+}
+
+void CachingDeviceAllocator::record_stream(void* ptr, void* stream) {
+  if (ptr == nullptr || stream == nullptr || stream == ctx_.stream()) return;  // its own stream orders it
+  cache_.record_stream(ptr, stream);
+}
+
+void* CachingDeviceAllocator::record_event(void* stream) {
+  PooledEvent* e = ctx_.events().acquire();
+  DeviceGuard g(ctx_.device());
+  cudaError_t err = cudaEventRecord(e->event, static_cast<cudaStream_t>(stream));
+  if (err != cudaSuccess) {
+    ctx_.events().release(e);
+    SPIRE_CUDA_CHECK(err);
+  }
+  return e;
+}
+
+bool CachingDeviceAllocator::event_done(void* event) {
+  cudaError_t q = cudaEventQuery(static_cast<PooledEvent*>(event)->event);
+  if (q == cudaSuccess) return true;
+  if (q == cudaErrorNotReady) {
+    cudaGetLastError();  // not a failure (see PinnedStaging::free_chunk)
+    return false;
+  }
+  SPIRE_CUDA_CHECK(q);
+  return false;
+}
+
+void CachingDeviceAllocator::wait_event(void* event) {
+  SPIRE_CUDA_CHECK(cudaEventSynchronize(static_cast<PooledEvent*>(event)->event));
+}
+
+void CachingDeviceAllocator::release_event(void* event) {
+  ctx_.events().release(static_cast<PooledEvent*>(event));
 }
 
 void CachingDeviceAllocator::empty_cache() {

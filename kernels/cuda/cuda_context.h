@@ -6,9 +6,13 @@
 // kernel reaches it through KernelContext::device_context().
 //
 // Ordering: all work for a device (kernels, library calls, copies) goes on
-// the context's one stream, so the caching allocator may hand a freed block
-// to the next allocation at once (stream-ordered reuse). The host waits only
-// where it needs a value (a fetch, a copy to the host).
+// the context's compute stream, so the caching allocator may hand a freed
+// block to the next allocation at once (stream-ordered reuse). A second,
+// communication stream (comm_stream(), for NCCL) overlaps the compute
+// stream; the blocks it uses are marked with Tensor::record_stream, so the
+// allocator reuses them only after the communication finished. Events come
+// from a per-device pool. The host waits only where it needs a value (a
+// fetch, a copy to the host).
 #pragma once
 
 #include <any>
@@ -17,6 +21,7 @@
 #include <mutex>
 #include <typeindex>
 #include <unordered_map>
+#include <vector>
 
 #include "core/kernel_registry.h"
 #include "kernels/cuda/cuda_check.h"
@@ -26,6 +31,33 @@ namespace spire::cuda {
 class CachingDeviceAllocator;
 class PinnedStaging;
 
+/// A pooled CUDA event (timing disabled) and the device it belongs to.
+struct PooledEvent {
+  cudaEvent_t event = nullptr;
+  int device = 0;
+};
+
+/// The reusable CUDA events of one device: acquire() takes one from the
+/// pool (creating it when the pool is empty), release() gives it back.
+/// Re-recording a released event is safe once every wait on it was queued
+/// (a stream waits for the record current at the time of its wait call).
+class EventPool {
+ public:
+  explicit EventPool(int device) : device_(device) {}
+  ~EventPool();
+  EventPool(const EventPool&) = delete;
+  EventPool& operator=(const EventPool&) = delete;
+  PooledEvent* acquire();
+  void release(PooledEvent* e);
+  /// Events created so far (in use or pooled).
+  size_t created() const;
+
+ private:
+  int device_;
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<PooledEvent>> all_;
+  std::vector<PooledEvent*> free_;
+};
 class CudaContext {
  public:
   explicit CudaContext(int device);
@@ -36,6 +68,12 @@ class CudaContext {
   int device() const { return device_; }
   /// The stream every kernel of this device is launched on.
   cudaStream_t stream() const { return stream_; }
+  /// A second stream for communication (created on first use), so
+  /// collectives overlap compute; order it with events and mark the blocks
+  /// it uses with Tensor::record_stream.
+  cudaStream_t comm_stream();
+  /// This device's event pool.
+  EventPool& events() { return *events_; }
   /// cuBLAS handle bound to stream() (created on first use).
   cublasHandle_t cublas();
   /// cuBLASLt handle (created on first use).
@@ -67,6 +105,8 @@ class CudaContext {
   int device_;
   int sm_count_ = 0;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t comm_stream_ = nullptr;
+  std::unique_ptr<EventPool> events_;
   std::mutex handle_mu_;
   cublasHandle_t cublas_ = nullptr;
   cublasLtHandle_t cublaslt_ = nullptr;
@@ -81,6 +121,16 @@ class CudaContext {
 /// The context of CUDA device `index` (created on first use; throws when the
 /// device does not exist).
 CudaContext& context_for(int index);
+
+/// Enables peer access from device `from` to device `to` where the hardware
+/// allows it (once per ordered pair); returns whether `from` can read and
+/// write `to`'s memory directly. Copies between devices work either way.
+bool enable_peer_access(int from, int to);
+
+/// True when SPIRE_CUDA_SYNC_DEBUG is set (not "0"): the executor then
+/// synchronizes after every GPU kernel so an asynchronous error names the
+/// node that caused it (slow; for debugging).
+bool sync_debug_enabled();
 
 /// The CUDA context of a kernel running on a CUDA device.
 inline CudaContext& context(const KernelContext& ctx) {

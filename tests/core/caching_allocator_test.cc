@@ -38,6 +38,31 @@ class FakeDevice : public RawMemory {
     std::free(p);
   }
   std::string describe() const override { return "fake device full"; }
+  // Fake events: each records the stream it was recorded on; a test marks
+  // streams' work as finished with finish(stream).
+  struct Event {
+    void* stream;
+    uint64_t seq;
+  };
+  void* record_event(void* stream) override {
+    events_.push_back(std::make_unique<Event>(Event{stream, ++queued_[stream]}));
+    ++recorded_;
+    return events_.back().get();
+  }
+  bool event_done(void* e) override {
+    auto* ev = static_cast<Event*>(e);
+    return finished_[ev->stream] >= ev->seq;
+  }
+  void wait_event(void* e) override {
+    auto* ev = static_cast<Event*>(e);
+    finished_[ev->stream] = std::max(finished_[ev->stream], ev->seq);  // the host waits: it finishes
+    ++waits_;
+  }
+  void release_event(void*) override { ++released_; }
+  void finish(void* stream) { finished_[stream] = queued_[stream]; }
+  int recorded() const { return recorded_; }
+  int released() const { return released_; }
+  int waits() const { return waits_; }
   size_t used() const { return used_; }
   int allocs() const { return allocs_; }
 
@@ -46,6 +71,9 @@ class FakeDevice : public RawMemory {
   size_t used_ = 0;
   int allocs_ = 0;
   std::map<void*, size_t> live_;
+  std::vector<std::unique_ptr<Event>> events_;
+  std::map<void*, uint64_t> queued_, finished_;
+  int recorded_ = 0, released_ = 0, waits_ = 0;
 };
 
 constexpr size_t MiB = size_t{1} << 20;
@@ -60,6 +88,68 @@ TEST(CachingAllocator, ReusesAFreedBlockWithoutAskingTheDevice) {
   EXPECT_EQ(q, p);
   EXPECT_EQ(dev.allocs(), before);
   a.deallocate(q);
+}
+
+TEST(CachingAllocator, ABlockAnotherStreamUsesWaitsForThatStreamBeforeReuse) {
+  FakeDevice dev(1024 * MiB);
+  CachingAllocator a(&dev, "fake:0");
+  int comm_stream = 0, other_stream = 0;  // their addresses are the fake stream handles
+  void* p = a.allocate(3000);
+  a.record_stream(p, &comm_stream);
+  a.record_stream(p, &comm_stream);  // recorded once
+  a.deallocate(p);
+  EXPECT_EQ(dev.recorded(), 1);
+  EXPECT_EQ(a.pending_blocks(), 1u);
+  EXPECT_EQ(a.stats().in_use, 0u);
+  // The comm stream has not finished: the next request of that size gets other memory.
+  void* q = a.allocate(3000);
+  EXPECT_NE(q, p);
+  EXPECT_EQ(a.pending_blocks(), 1u);
+  dev.finish(&comm_stream);
+  void* r = a.allocate(3000);  // now the old block is free again
+  EXPECT_EQ(r, p);
+  EXPECT_EQ(a.pending_blocks(), 0u);
+  EXPECT_EQ(dev.released(), 1);
+  // Two streams: free only when both finished.
+  a.record_stream(r, &comm_stream);
+  a.record_stream(r, &other_stream);
+  a.deallocate(r);
+  dev.finish(&comm_stream);
+  void* s1 = a.allocate(3000);
+  EXPECT_NE(s1, p) << "reused before the second stream finished";
+  dev.finish(&other_stream);
+  void* s2 = a.allocate(3000);
+  EXPECT_EQ(s2, p);
+  // Work queued on the stream after the free does not hold the block back.
+  a.record_stream(s2, &comm_stream);
+  a.deallocate(s2);
+  dev.record_event(&comm_stream);  // later work on the comm stream
+  dev.finish(&comm_stream);
+  EXPECT_EQ(a.allocate(3000), p);
+  a.deallocate(p);
+  a.deallocate(q);
+  a.deallocate(s1);
+  EXPECT_EQ(a.stats().in_use, 0u);
+  EXPECT_THROW(a.record_stream(reinterpret_cast<void*>(0x1234), &comm_stream), Error);
+}
+
+TEST(CachingAllocator, PendingBlocksAreWaitedForWhenMemoryRunsOutAndAtTheEnd) {
+  FakeDevice dev(40 * MiB);
+  int stream = 0;
+  {
+    CachingAllocator a(&dev, "fake:0");
+    void* big = a.allocate(30 * MiB);
+    a.record_stream(big, &stream);
+    a.deallocate(big);
+    // Only the pending block's memory could serve this: the allocator waits for its event.
+    void* again = a.allocate(30 * MiB);
+    EXPECT_EQ(again, big);
+    EXPECT_EQ(dev.waits(), 1);
+    a.record_stream(again, &stream);
+    a.deallocate(again);
+    EXPECT_EQ(a.pending_blocks(), 1u);
+  }  // the destructor waits for it and returns every segment (FakeDevice checks)
+  EXPECT_EQ(dev.used(), 0u);
 }
 
 TEST(CachingAllocator, SmallRequestsShareASegmentAndMergeBack) {
