@@ -1,12 +1,15 @@
-// Allreduce bus bandwidth of Spire's in-process ring on N CPU devices, as
-// nccl-tests defines it: algbw = S / t for S bytes per participant, busbw =
-// algbw x 2(N-1)/N (the bandwidth each link of an ideal ring would need).
-// The allreduce runs as a graph op in a Session (one lane per device, the
-// inputs resident in variables), the way training uses it. Each row also
-// prints a memcpy of S bytes on one thread, measured in the same run, as the
-// ceiling to compare with, and busbw / memcpy.
+// Allreduce bus bandwidth of a communicator on N devices, as nccl-tests
+// defines it: algbw = S / t for S bytes per participant, busbw = algbw x
+// 2(N-1)/N (the bandwidth each link of an ideal ring would need). The
+// allreduce runs as a graph op in a Session (one lane per device, the inputs
+// resident in variables), the way training uses it. Each row also prints a
+// copy of S bytes measured in the same run as the ceiling to compare with
+// (CPU: memcpy on one thread; GPU: a device-to-device copy on cuda:0), and
+// busbw / copy.
 //
-//   ./build/bench/allreduce_bandwidth [--devices 2,4,8] [--min 4K] [--max 256M] [--dtype f32]
+//   ./build/bench/allreduce_bandwidth [--devices 2,4,8] [--min 4K] [--max 256M]
+//       [--device cpu|cuda] [--communicator ring|nccl]
+// bench/gpu_check.sh runs it on GPUs with Spire's ring and with NCCL.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -23,6 +26,8 @@ namespace {
 
 struct Options {
   std::vector<int> devices{2, 4, 8};
+  DeviceType type = DeviceType::CPU;
+  std::string communicator = "ring";
   int64_t min_bytes = 4 << 10;
   int64_t max_bytes = int64_t{256} << 20;
   double min_seconds = 0.2;  // per measurement
@@ -42,7 +47,8 @@ Options parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
-      std::printf("usage: allreduce_bandwidth [--devices 2,4,8] [--min 4K] [--max 256M] [--seconds 0.2]\n");
+      std::printf("usage: allreduce_bandwidth [--devices 2,4,8] [--min 4K] [--max 256M] [--seconds 0.2]\n"
+                  "                           [--device cpu|cuda] [--communicator ring|nccl]\n");
       std::exit(0);
     }
     if (i + 1 >= argc) throw Error("allreduce_bandwidth: '" + a + "' needs a value");
@@ -61,6 +67,11 @@ Options parse(int argc, char** argv) {
       o.min_bytes = parse_size(v);
     } else if (a == "--max") {
       o.max_bytes = parse_size(v);
+    } else if (a == "--device") {
+      o.type = Device::parse(v).type;
+    } else if (a == "--communicator") {
+      if (v != "ring" && v != "nccl") throw Error("allreduce_bandwidth: --communicator is ring or nccl");
+      o.communicator = v;
     } else if (a == "--seconds") {
       o.min_seconds = std::atof(v.c_str());
     } else {
@@ -96,30 +107,54 @@ double time_it(Fn fn, double min_seconds) {
 int main(int argc, char** argv) {
   try {
     Options o = parse(argc, argv);
-    std::printf("Spire in-process ring allreduce (sum, f32) on N CPU devices, one lane each;\n"
-                "busbw = algbw * 2(N-1)/N (nccl-tests); memcpy = one thread copying S bytes.\n\n");
+    const bool gpu = o.type == DeviceType::CUDA;
+    if (gpu && device_count(DeviceType::CUDA) == 0) {
+      std::printf("skipped: no CUDA device is visible (or this build has no CUDA backend)\n");
+      return 0;
+    }
+    std::printf("## allreduce_bandwidth table (%s, communicator %s)\n", gpu ? "GPUs" : "CPU devices",
+                o.communicator.c_str());
+    std::printf("allreduce (sum, f32) on N %s, one lane each; busbw = algbw * 2(N-1)/N (nccl-tests);\n"
+                "copy = %s copying S bytes, measured in the same run.\n\n",
+                gpu ? "GPUs" : "CPU devices", gpu ? "cuda:0" : "one thread (memcpy)");
     std::printf("%3s %10s %10s %10s %10s %10s %8s\n", "N", "size", "time us", "algbw GB/s",
-                "busbw GB/s", "memcpy GB/s", "bus/cpy");
+                "busbw GB/s", "copy GB/s", "bus/copy");
     for (int n : o.devices) {
       for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 4) {
         const int64_t count = bytes / 4;
         Graph g;
         DefaultGraphGuard guard(g);
         std::vector<Output> xs;
+        std::vector<Device> devs;
         for (int k = 0; k < n; ++k) {
-          DeviceScope d(g, Device::cpu(k));
+          devs.push_back(Device{o.type, k});
+          DeviceScope d(g, devs.back());
           xs.push_back(ops::variable({count}, DType::F32, "x" + std::to_string(k)));
         }
-        Node* ar = dist::all_reduce(xs)[0].node;
+        dist::CollectiveOptions co;
+        co.communicator = o.communicator;
+        Node* ar = dist::all_reduce(xs, dist::ReduceOp::kSum, co)[0].node;
         SessionOptions so;
-        so.num_cpu_devices = n;
-        so.num_threads = n;
+        so.num_cpu_devices = gpu ? 1 : n;
+        so.num_threads = gpu ? 1 : n;
         Session s(g, so);
         for (int k = 0; k < n; ++k) s.set_variable_value(xs[k].node, Tensor::full(DType::F32, {count}, k + 1));
-        const double t = time_it([&] { s.run_targets({ar}); }, o.min_seconds);
-        // The ceiling: one thread copying the same bytes.
-        std::vector<char> src(static_cast<size_t>(bytes), 1), dst(static_cast<size_t>(bytes));
-        const double tc = time_it([&] { std::memcpy(dst.data(), src.data(), src.size()); }, o.min_seconds / 2);
+        const double t = time_it([&] {
+          s.run_targets({ar});
+          for (const Device& d : devs) synchronize_device(d);  // GPU work is asynchronous
+        }, o.min_seconds);
+        // The ceiling: the same bytes copied once (one CPU thread, or on cuda:0).
+        double tc = 0;
+        if (gpu) {
+          Tensor a = Tensor::full(DType::F32, {count}, 1).to(devs[0]);
+          tc = time_it([&] {
+            Tensor b = a.clone();
+            synchronize_device(devs[0]);
+          }, o.min_seconds / 2);
+        } else {
+          std::vector<char> src(static_cast<size_t>(bytes), 1), dst(static_cast<size_t>(bytes));
+          tc = time_it([&] { std::memcpy(dst.data(), src.data(), src.size()); }, o.min_seconds / 2);
+        }
         const double algbw = static_cast<double>(bytes) / t / 1e9;
         const double busbw = algbw * 2.0 * (n - 1) / n;
         const double cpy = static_cast<double>(bytes) / tc / 1e9;

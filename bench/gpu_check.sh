@@ -6,7 +6,8 @@
 #   test      the GPU tests: spire_tests --gtest_filter="$GPU_TEST_FILTER"
 #   memcheck  the tests of $MEMCHECK_FILTER (kept short) once under
 #             compute-sanitizer --tool memcheck
-#   bench     build/.../bench/gpu_kernels and gpu_train_step
+#   bench     build/.../bench/gpu_kernels, gpu_train_step, and allreduce_bandwidth on the
+#             visible GPUs with Spire's ring and with NCCL (appended to gpu_train_step.txt)
 #   torch     bench/mnist_step_torch.py (the same training step in PyTorch)
 # then prints a summary and the benchmark tables, the kernel table last.
 #
@@ -352,7 +353,7 @@ do_build() {
   local targets=()
   if (( TESTS_BUILT )) && (( want_test || want_memcheck || !want_bench )); then targets+=(spire_tests); fi
   if (( want_bench || !(want_test || want_memcheck) )) || (( ${#targets[@]} == 0 )); then
-    targets+=(gpu_kernels gpu_train_step)
+    targets+=(gpu_kernels gpu_train_step allreduce_bandwidth)
   fi
   echo "== build: cmake --build $BUILD_DIR -j $JOBS --target ${targets[*]}" >>"$BUILD_LOG"
   echo "gpu_check: building ${targets[*]} in $BUILD_DIR with $JOBS jobs (log: $BUILD_LOG)..."
@@ -479,6 +480,19 @@ do_bench() {
   run_bench gpu_kernels "$KERNELS_OUT" "$BUILD_DIR/bench/gpu_kernels" --csv "$KERNELS_CSV" ${GPU_KERNELS_ARGS:-}
   # shellcheck disable=SC2086
   run_bench train_step "$TRAIN_OUT" "$BUILD_DIR/bench/gpu_train_step" ${TRAIN_STEP_ARGS:-}
+  # Allreduce bus bandwidth on 2..N GPUs (1 when there is one: a copy), Spire's ring and NCCL;
+  # appended to the train-step output (at most 8 log files travel back from a device machine).
+  local ngpu devices="" k tmp="$LOG_DIR/allreduce.tmp"
+  ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  for ((k = 2; k <= ngpu; k *= 2)); do devices+="${devices:+,}$k"; done
+  [[ -n "$devices" ]] || devices=1
+  for comm in ring nccl; do
+    # shellcheck disable=SC2086
+    run_bench "allreduce_$comm" "$tmp" "$BUILD_DIR/bench/allreduce_bandwidth" --device cuda \
+      --devices "$devices" --communicator "$comm" ${ALLREDUCE_ARGS:-}
+    { echo; cat "$tmp"; } >>"$TRAIN_OUT"
+    rm -f "$tmp"
+  done
 }
 
 do_torch() {

@@ -10,7 +10,7 @@
 #include "core/ops.h"
 #include "dist/in_process_ring.h"
 #if defined(SPIRE_WITH_NCCL)
-#include "dist/nccl_communicator.h"
+#include "dist/cuda/nccl_communicator.h"
 #endif
 
 namespace spire::dist {

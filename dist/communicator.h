@@ -111,4 +111,32 @@ class Communicator {
 void check_participants(const Communicator& comm, const CollectiveCall& call,
                         const std::vector<Participant>& parts);
 
+// ---- what implementations share: validating a call ------------------------------
+
+enum class CollectiveKind { kAllReduce, kBroadcast, kAllGather, kReduceScatter, kBarrier };
+/// "allreduce", "broadcast", "allgather", "reduce_scatter", "barrier".
+const char* collective_kind_name(CollectiveKind kind);
+
+/// What every participant of one collective instance must agree on.
+struct CollectiveSignature {
+  CollectiveKind kind = CollectiveKind::kBarrier;
+  ReduceOp op = ReduceOp::kSum;  ///< allreduce, reduce_scatter
+  int root = 0;                  ///< broadcast
+  DType dtype = DType::F32;      ///< not for barrier
+  int64_t count = 0;             ///< elements of each input (not for barrier)
+};
+
+/// The signature of one call's local participants, or in `problem` what is
+/// wrong with the call itself (undefined tensors, an output of the wrong
+/// size for the kind, participants of one call that differ, a root that is
+/// not a participant). `size` is the communicator's size().
+CollectiveSignature local_signature(CollectiveKind kind, ReduceOp op, int root, int size,
+                                    const std::vector<Device>& devices,
+                                    const std::vector<Participant>& parts, std::string* problem);
+
+/// "" when `mine` agrees with `first`, else the first difference, e.g.
+/// "passed f64 where participant 0 passed f32".
+std::string signature_difference(const CollectiveSignature& mine, const CollectiveSignature& first,
+                                 int first_participant);
+
 }  // namespace spire::dist

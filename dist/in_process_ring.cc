@@ -13,46 +13,6 @@
 
 namespace spire::dist {
 
-// ---- reductions and the communicator interface's helpers -----------------------
-
-const char* reduce_op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kMean: return "mean";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kMin: return "min";
-  }
-  return "?";
-}
-
-ReduceOp parse_reduce_op(const std::string& name, const std::string& what) {
-  if (name == "sum") return ReduceOp::kSum;
-  if (name == "mean" || name == "average" || name == "avg") return ReduceOp::kMean;
-  if (name == "max") return ReduceOp::kMax;
-  if (name == "min") return ReduceOp::kMin;
-  throw_error(what, ": unknown reduction '", name, "' (expected sum, mean, max or min)");
-}
-
-void check_participants(const Communicator& comm, const CollectiveCall& call,
-                        const std::vector<Participant>& parts) {
-  const int local = static_cast<int>(comm.devices().size());
-  SPIRE_CHECK(!parts.empty(), "collective '", call.name, "' on ", comm.name(),
-              ": called with no participant");
-  std::vector<bool> seen(static_cast<size_t>(local), false);
-  for (const auto& p : parts) {
-    SPIRE_CHECK(p.local >= 0 && p.local < local, "collective '", call.name, "' on ", comm.name(),
-                ": participant ", p.local, " does not exist (", local, " local participants)");
-    SPIRE_CHECK(!seen[static_cast<size_t>(p.local)], "collective '", call.name, "' on ",
-                comm.name(), ": participant ", p.local, " appears twice in one call");
-    seen[static_cast<size_t>(p.local)] = true;
-    const Device& d = comm.devices()[static_cast<size_t>(p.local)];
-    for (const Tensor* t : {&p.input, &p.output})
-      SPIRE_CHECK(!t->defined() || t->device() == d, "collective '", call.name, "' on ",
-                  comm.name(), ": participant ", p.local, " (", d.to_string(),
-                  ") passed a tensor on ", t->device().to_string());
-  }
-}
-
 // ---- RingDevice factories ---------------------------------------------------------
 
 namespace {
@@ -60,8 +20,8 @@ namespace {
 // The CPU half: plain loops on the calling (lane) thread.
 class CpuRingDevice final : public RingDevice {
  public:
-  void combine(ReduceOp op, DType dtype, void* dst, const void* a, const void* b, int64_t n,
-               int64_t divisor) override {
+  void combine(ReduceOp op, DType dtype, void* dst, const void* a, const void* b, const Device&,
+               int64_t n, int64_t divisor) override {
     visit_dtype(dtype, "ring allreduce", [&](auto zero) {
       using T = decltype(zero);
       if constexpr (std::is_same_v<T, bool>) {
@@ -90,17 +50,8 @@ class CpuRingDevice final : public RingDevice {
       }
     });
   }
-  void copy(void* dst, const void* src, size_t bytes) override {
+  void copy(void* dst, const void* src, const Device&, size_t bytes) override {
     if (bytes && dst != src) std::memcpy(dst, src, bytes);
-  }
-  void scale_down(DType dtype, void* dst, const void* src, int64_t n, int64_t divisor) override {
-    visit_dtype(dtype, "ring allreduce", [&](auto zero) {
-      using T = decltype(zero);
-      if constexpr (!std::is_same_v<T, bool>) {
-        const T div = static_cast<T>(divisor);
-        for (int64_t i = 0; i < n; ++i) static_cast<T*>(dst)[i] = static_cast<const T*>(src)[i] / div;
-      }
-    });
   }
 };
 
@@ -187,10 +138,6 @@ class ProgressBoard {
   std::atomic<int> sleepers_{0};
 };
 
-const char* kind_name(int kind) {
-  static const char* names[] = {"allreduce", "broadcast", "allgather", "reduce_scatter", "barrier"};
-  return names[kind];
-}
 
 }  // namespace
 
@@ -199,16 +146,11 @@ struct InProcessRing::Instance {
     Tensor in, out, work;  // work: the partial sums the successor reads (allreduce: out)
     std::unique_ptr<RingDevice> dev;
   };
-  Instance(Kind k, ReduceOp o, int r, DType dt, int64_t c, int participants, int64_t seg)
-      : kind(k), op(o), root(r), dtype(dt), count(c), n(participants),
-        schedule(participants, c, seg), board(participants),
+  Instance(const CollectiveSignature& s, int participants, int64_t seg)
+      : sig(s), n(participants), schedule(participants, s.count, seg), board(participants),
         slots(static_cast<size_t>(participants)) {}
 
-  Kind kind;
-  ReduceOp op;
-  int root;
-  DType dtype;
-  int64_t count;  // elements of each input
+  CollectiveSignature sig;  // set by the participant that opened the instance
   int n;
   RingSchedule schedule;
   ProgressBoard board;
@@ -277,60 +219,17 @@ std::shared_ptr<InProcessRing::Instance> InProcessRing::join(const CollectiveCal
                                                              ReduceOp op, int root,
                                                              const std::vector<Participant>& parts) {
   const int n = static_cast<int>(devices_.size());
-  auto where = [&] { return str_cat(kind_name(static_cast<int>(kind)), " '", call.name, "' on ", name()); };
-  // This call's view of the collective, and what is wrong with it (if anything).
   std::string problem;
-  DType dtype = DType::F32;
-  int64_t count = 0;
-  for (size_t i = 0; i < parts.size() && problem.empty(); ++i) {
-    const Participant& p = parts[i];
-    const Device& d = devices_[static_cast<size_t>(p.local)];
-    if (kind == Kind::kBarrier) break;
-    if (!p.input.defined() || !p.output.defined()) {
-      problem = str_cat("participant ", p.local, " (", d.to_string(), ") passed an undefined tensor");
-      break;
-    }
-    if (p.input.dtype() != p.output.dtype()) {
-      problem = str_cat("participant ", p.local, " has input ", p.input.type_string(), " but output ",
-                        p.output.type_string());
-      break;
-    }
-    const int64_t in = p.input.num_elements(), out = p.output.num_elements();
-    int64_t want_out = in;
-    if (kind == Kind::kAllGather) want_out = in * n;
-    if (kind == Kind::kReduceScatter) {
-      if (in % n != 0) {
-        problem = str_cat("participant ", p.local, "'s input has ", in,
-                          " elements, not a multiple of the ", n, " participants");
-        break;
-      }
-      want_out = in / n;
-    }
-    if (out != want_out) {
-      problem = str_cat("participant ", p.local, " (", d.to_string(), ") has an output of ", out,
-                        " elements for an input of ", in, " (expected ", want_out, ")");
-      break;
-    }
-    if (i == 0) {
-      dtype = p.input.dtype();
-      count = in;
-    } else if (p.input.dtype() != dtype || in != count) {
-      problem = str_cat("participants ", parts[0].local, " and ", p.local, " of one call pass ",
-                        dtype_name(dtype), " x ", count, " and ", p.input.type_string());
-    }
-  }
-  if (problem.empty() && kind == Kind::kBroadcast && (root < 0 || root >= n))
-    problem = str_cat("root ", root, " is not a participant (", n, " participants)");
+  const CollectiveSignature mine = local_signature(kind, op, root, n, devices_, parts, &problem);
 
   std::lock_guard<std::mutex> lock(mu_);
   auto& slot = instances_[call.key];
   if (!slot) {
-    const size_t esize = kind == Kind::kBarrier ? 4 : dtype_size(dtype);
-    slot = std::make_shared<Instance>(kind, op, root, dtype, count, n,
-                                      static_cast<int64_t>(std::max<size_t>(1, options_.segment_bytes / esize)));
+    const size_t esize = kind == Kind::kBarrier ? 4 : dtype_size(mine.dtype);
+    slot = std::make_shared<Instance>(mine, n, static_cast<int64_t>(std::max<size_t>(1, options_.segment_bytes / esize)));
     Instance& I = *slot;
     const int64_t seg = I.schedule.segment_elems;
-    const int64_t whole = std::max<int64_t>(1, (I.count + seg - 1) / seg);
+    const int64_t whole = std::max<int64_t>(1, (I.sig.count + seg - 1) / seg);
     switch (kind) {
       case Kind::kAllReduce: I.units = n > 1 ? I.schedule.allreduce_units() : 0; break;
       case Kind::kReduceScatter: I.units = n > 1 ? I.schedule.rs_units() : 0; break;
@@ -344,20 +243,7 @@ std::shared_ptr<InProcessRing::Instance> InProcessRing::join(const CollectiveCal
   Instance& I = *inst;
   const int first = parts[0].local;
   if (problem.empty() && !I.failed.load()) {
-    // The first difference from the participant that opened the instance.
-    const std::string other = str_cat(" where participant ", I.first_participant, " ");
-    std::string diff;
-    if (I.kind != kind)
-      diff = str_cat("called ", kind_name(static_cast<int>(kind)), other, "called ",
-                     kind_name(static_cast<int>(I.kind)));
-    else if (kind != Kind::kBarrier && I.dtype != dtype)
-      diff = str_cat("passed ", dtype_name(dtype), other, "passed ", dtype_name(I.dtype));
-    else if (kind != Kind::kBarrier && I.count != count)
-      diff = str_cat("passed ", count, " elements", other, "passed ", I.count);
-    else if ((kind == Kind::kAllReduce || kind == Kind::kReduceScatter) && I.op != op)
-      diff = str_cat("asked for ", reduce_op_name(op), other, "asked for ", reduce_op_name(I.op));
-    else if (kind == Kind::kBroadcast && I.root != root)
-      diff = str_cat("named root ", root, other, "named root ", I.root);
+    const std::string diff = signature_difference(mine, I.sig, I.first_participant);
     if (!diff.empty())
       problem = str_cat("the participants disagree: participant ", first, " (",
                         devices_[static_cast<size_t>(first)].to_string(), ") ", diff);
@@ -366,7 +252,8 @@ std::shared_ptr<InProcessRing::Instance> InProcessRing::join(const CollectiveCal
   if (!problem.empty() || I.failed.load()) {
     // Fail every participant of this instance with the same message; this
     // call arrives and leaves at once.
-    if (!problem.empty()) I.fail(str_cat(where(), ": ", problem), false);
+    if (!problem.empty())
+      I.fail(str_cat(collective_kind_name(kind), " '", call.name, "' on ", name(), ": ", problem), false);
     I.arrived += np;
     I.departed += np;
     close_if_done(call.key, inst);
@@ -377,7 +264,7 @@ std::shared_ptr<InProcessRing::Instance> InProcessRing::join(const CollectiveCal
     s.in = p.input;
     s.out = p.output;
     if (kind == Kind::kReduceScatter && n > 1)
-      s.work = Tensor(I.dtype, Shape{I.count}, devices_[static_cast<size_t>(p.local)]);
+      s.work = Tensor(I.sig.dtype, Shape{I.sig.count}, devices_[static_cast<size_t>(p.local)]);
     else
       s.work = p.output;
     s.dev = make_ring_device(devices_[static_cast<size_t>(p.local)], I.units);
@@ -421,7 +308,7 @@ void InProcessRing::run(Kind kind, const CollectiveCall& call, std::vector<Parti
   Instance& I = *inst;
   const int n = I.n;
   const RingSchedule& sch = I.schedule;
-  const size_t esize = kind == Kind::kBarrier ? 0 : dtype_size(I.dtype);
+  const size_t esize = kind == Kind::kBarrier ? 0 : dtype_size(I.sig.dtype);
   static const RunContext kNoRun{};
   const RunContext& run = call.run ? *call.run : kNoRun;
   auto bytes = [&](const Tensor& t, int64_t elem) { return static_cast<char*>(t.raw_data()) + elem * static_cast<int64_t>(esize); };
@@ -430,7 +317,7 @@ void InProcessRing::run(Kind kind, const CollectiveCall& call, std::vector<Parti
   auto wait_for = [&](int p, int q, int64_t target) {
     if (q == p) return;
     bool ok = I.board.wait(q, target, run, [&] { return I.failed.load(); }, [&] {
-      return str_cat(kind_name(static_cast<int>(kind)), " '", call.name, "' on ", name(),
+      return str_cat(collective_kind_name(kind), " '", call.name, "' on ", name(),
                      ": participant ", p, " (", devices_[static_cast<size_t>(p)].to_string(),
                      ") waiting for participant ", q, " (", devices_[static_cast<size_t>(q)].to_string(),
                      target <= 1 ? ") to arrive" : str_cat(") to finish unit ", target - 2, " of ", I.units));
@@ -458,8 +345,9 @@ void InProcessRing::run(Kind kind, const CollectiveCall& call, std::vector<Parti
           void* dst = (kind == Kind::kReduceScatter && last) ? bytes(me.out, b - sch.chunk_begin(c))
                                                               : bytes(me.work, b);
           if (e > b)
-            me.dev->combine(I.op, I.dtype, dst, bytes(me.in, b), bytes(s == 0 ? prev.in : prev.work, b),
-                            e - b, last && I.op == ReduceOp::kMean ? n : 1);
+            me.dev->combine(I.sig.op, I.sig.dtype, dst, bytes(me.in, b), bytes(s == 0 ? prev.in : prev.work, b),
+                            devices_[static_cast<size_t>(q)], e - b,
+                            last && I.sig.op == ReduceOp::kMean ? n : 1);
         } else {
           const int64_t v = u - sch.rs_units();
           const int s = static_cast<int>(v / K);
@@ -469,23 +357,23 @@ void InProcessRing::run(Kind kind, const CollectiveCall& call, std::vector<Parti
           wait_for(p, sch.succ(p), 2 + sch.rs_unit(s, k));  // the successor is done reading it
           if (e > b)
             me.dev->copy(bytes(me.out, b), bytes(I.slots[static_cast<size_t>(q)].out, b),
-                         static_cast<size_t>(e - b) * esize);
+                         devices_[static_cast<size_t>(q)], static_cast<size_t>(e - b) * esize);
         }
         break;
       }
       case Kind::kBroadcast:
       case Kind::kAllGather: {
-        if (kind == Kind::kBroadcast && p == I.root) break;  // copied before the units
+        if (kind == Kind::kBroadcast && p == I.sig.root) break;  // copied before the units
         const int64_t seg = sch.segment_elems;
-        const int64_t per = std::max<int64_t>(1, (I.count + seg - 1) / seg);
-        const int src = kind == Kind::kBroadcast ? I.root : static_cast<int>(u / per);
+        const int64_t per = std::max<int64_t>(1, (I.sig.count + seg - 1) / seg);
+        const int src = kind == Kind::kBroadcast ? I.sig.root : static_cast<int>(u / per);
         const int64_t k = u % per;
-        const int64_t b = std::min(I.count, k * seg), e = std::min(I.count, (k + 1) * seg);
-        const int64_t at = kind == Kind::kAllGather ? src * I.count : 0;
+        const int64_t b = std::min(I.sig.count, k * seg), e = std::min(I.sig.count, (k + 1) * seg);
+        const int64_t at = kind == Kind::kAllGather ? src * I.sig.count : 0;
         wait_for(p, src, 1);
         if (e > b)
           me.dev->copy(bytes(me.out, at + b), bytes(I.slots[static_cast<size_t>(src)].in, b),
-                       static_cast<size_t>(e - b) * esize);
+                       devices_[static_cast<size_t>(src)], static_cast<size_t>(e - b) * esize);
         break;
       }
       case Kind::kBarrier:
@@ -502,12 +390,13 @@ void InProcessRing::run(Kind kind, const CollectiveCall& call, std::vector<Parti
     }
     if (n == 1 && (kind == Kind::kAllReduce || kind == Kind::kReduceScatter)) {
       Instance::Slot& me = I.slots[0];  // a reduction over one participant is a copy
-      me.dev->copy(me.out.raw_data(), me.in.raw_data(), static_cast<size_t>(I.count) * esize);
+      me.dev->copy(me.out.raw_data(), me.in.raw_data(), devices_[0], static_cast<size_t>(I.sig.count) * esize);
     } else if (kind == Kind::kBroadcast) {
       for (const auto& p : parts)
-        if (p.local == I.root && I.count > 0)
+        if (p.local == I.sig.root && I.sig.count > 0)
           I.slots[static_cast<size_t>(p.local)].dev->copy(p.output.raw_data(), p.input.raw_data(),
-                                                          static_cast<size_t>(I.count) * esize);
+                                                          devices_[static_cast<size_t>(p.local)],
+                                                          static_cast<size_t>(I.sig.count) * esize);
     }
     // Units in order; a group call interleaves its participants step by step.
     for (int64_t u = 0; u < I.units; ++u)

@@ -61,7 +61,7 @@ class InProcessRing final : public Communicator {
 
  private:
   struct Instance;
-  enum class Kind { kAllReduce, kBroadcast, kAllGather, kReduceScatter, kBarrier };
+  using Kind = CollectiveKind;
   void run(Kind kind, const CollectiveCall& call, std::vector<Participant>& parts, ReduceOp op,
            int root);
   std::shared_ptr<Instance> join(const CollectiveCall& call, Kind kind, ReduceOp op, int root,

@@ -31,13 +31,12 @@ class RingDevice {
  public:
   virtual ~RingDevice() = default;
   /// dst[i] = op(a[i], b[i]) for n elements of `dtype`, then / divisor
-  /// when divisor > 1 (the last step of a mean). dst may equal a.
+  /// when divisor > 1 (the last step of a mean). dst and a are this
+  /// participant's; b lives on `b_device` (a peer's). dst may equal a.
   virtual void combine(ReduceOp op, DType dtype, void* dst, const void* a, const void* b,
-                       int64_t n, int64_t divisor) = 0;
-  /// dst = src, `bytes` bytes (src may live on a peer's device).
-  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
-  /// dst = src / divisor elementwise (a mean over one participant).
-  virtual void scale_down(DType dtype, void* dst, const void* src, int64_t n, int64_t divisor) = 0;
+                       const Device& b_device, int64_t n, int64_t divisor) = 0;
+  /// dst (this participant's) = src (on `src_device`), `bytes` bytes.
+  virtual void copy(void* dst, const void* src, const Device& src_device, size_t bytes) = 0;
   /// The host saw `peer` complete `unit` (host order): order this device's
   /// later work after it.
   virtual void after_peer(RingDevice& peer, int64_t unit) {

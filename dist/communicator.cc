@@ -1,0 +1,126 @@
+// The parts of dist/communicator.h that every implementation shares:
+// reduction names, participant checks and the validation of a call.
+#include "dist/communicator.h"
+
+namespace spire::dist {
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kMean: return "mean";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
+  }
+  return "?";
+}
+
+ReduceOp parse_reduce_op(const std::string& name, const std::string& what) {
+  if (name == "sum") return ReduceOp::kSum;
+  if (name == "mean" || name == "average" || name == "avg") return ReduceOp::kMean;
+  if (name == "max") return ReduceOp::kMax;
+  if (name == "min") return ReduceOp::kMin;
+  throw_error(what, ": unknown reduction '", name, "' (expected sum, mean, max or min)");
+}
+
+void check_participants(const Communicator& comm, const CollectiveCall& call,
+                        const std::vector<Participant>& parts) {
+  const int local = static_cast<int>(comm.devices().size());
+  SPIRE_CHECK(!parts.empty(), "collective '", call.name, "' on ", comm.name(),
+              ": called with no participant");
+  std::vector<bool> seen(static_cast<size_t>(local), false);
+  for (const auto& p : parts) {
+    SPIRE_CHECK(p.local >= 0 && p.local < local, "collective '", call.name, "' on ", comm.name(),
+                ": participant ", p.local, " does not exist (", local, " local participants)");
+    SPIRE_CHECK(!seen[static_cast<size_t>(p.local)], "collective '", call.name, "' on ",
+                comm.name(), ": participant ", p.local, " appears twice in one call");
+    seen[static_cast<size_t>(p.local)] = true;
+    const Device& d = comm.devices()[static_cast<size_t>(p.local)];
+    for (const Tensor* t : {&p.input, &p.output})
+      SPIRE_CHECK(!t->defined() || t->device() == d, "collective '", call.name, "' on ",
+                  comm.name(), ": participant ", p.local, " (", d.to_string(),
+                  ") passed a tensor on ", t->device().to_string());
+  }
+}
+
+const char* collective_kind_name(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllReduce: return "allreduce";
+    case CollectiveKind::kBroadcast: return "broadcast";
+    case CollectiveKind::kAllGather: return "allgather";
+    case CollectiveKind::kReduceScatter: return "reduce_scatter";
+    case CollectiveKind::kBarrier: return "barrier";
+  }
+  return "?";
+}
+
+CollectiveSignature local_signature(CollectiveKind kind, ReduceOp op, int root, int size,
+                                    const std::vector<Device>& devices,
+                                    const std::vector<Participant>& parts, std::string* problem) {
+  CollectiveSignature sig;
+  sig.kind = kind;
+  sig.op = op;
+  sig.root = root;
+  problem->clear();
+  if (kind == CollectiveKind::kBarrier) return sig;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const Participant& p = parts[i];
+    const Device& d = devices[static_cast<size_t>(p.local)];
+    if (!p.input.defined() || !p.output.defined()) {
+      *problem = str_cat("participant ", p.local, " (", d.to_string(), ") passed an undefined tensor");
+      return sig;
+    }
+    if (p.input.dtype() != p.output.dtype()) {
+      *problem = str_cat("participant ", p.local, " has input ", p.input.type_string(), " but output ",
+                         p.output.type_string());
+      return sig;
+    }
+    const int64_t in = p.input.num_elements(), out = p.output.num_elements();
+    int64_t want_out = in;
+    if (kind == CollectiveKind::kAllGather) want_out = in * size;
+    if (kind == CollectiveKind::kReduceScatter) {
+      if (in % size != 0) {
+        *problem = str_cat("participant ", p.local, "'s input has ", in,
+                           " elements, not a multiple of the ", size, " participants");
+        return sig;
+      }
+      want_out = in / size;
+    }
+    if (out != want_out) {
+      *problem = str_cat("participant ", p.local, " (", d.to_string(), ") has an output of ", out,
+                         " elements for an input of ", in, " (expected ", want_out, ")");
+      return sig;
+    }
+    if (i == 0) {
+      sig.dtype = p.input.dtype();
+      sig.count = in;
+    } else if (p.input.dtype() != sig.dtype || in != sig.count) {
+      *problem = str_cat("participants ", parts[0].local, " and ", p.local, " of one call pass ",
+                         dtype_name(sig.dtype), " x ", sig.count, " and ", p.input.type_string());
+      return sig;
+    }
+  }
+  if (kind == CollectiveKind::kBroadcast && (root < 0 || root >= size))
+    *problem = str_cat("root ", root, " is not a participant (", size, " participants)");
+  return sig;
+}
+
+std::string signature_difference(const CollectiveSignature& mine, const CollectiveSignature& first,
+                                 int first_participant) {
+  const std::string other = str_cat(" where participant ", first_participant, " ");
+  const bool data = mine.kind != CollectiveKind::kBarrier;
+  if (mine.kind != first.kind)
+    return str_cat("called ", collective_kind_name(mine.kind), other, "called ",
+                   collective_kind_name(first.kind));
+  if (data && mine.dtype != first.dtype)
+    return str_cat("passed ", dtype_name(mine.dtype), other, "passed ", dtype_name(first.dtype));
+  if (data && mine.count != first.count)
+    return str_cat("passed ", mine.count, " elements", other, "passed ", first.count);
+  if ((mine.kind == CollectiveKind::kAllReduce || mine.kind == CollectiveKind::kReduceScatter) &&
+      mine.op != first.op)
+    return str_cat("asked for ", reduce_op_name(mine.op), other, "asked for ", reduce_op_name(first.op));
+  if (mine.kind == CollectiveKind::kBroadcast && mine.root != first.root)
+    return str_cat("named root ", mine.root, other, "named root ", first.root);
+  return {};
+}
+
+}  // namespace spire::dist
