@@ -315,7 +315,7 @@ Checkpoint read_checkpoint(const std::string& path) {
     if (e.end < e.begin)
       fail("tensor '", name, "': data_offsets [", e.begin, ", ", e.end, "] end before they begin");
     int64_t numel;
-    uint64_t need;
+    uint64_t need = 0;
     if (!checked_num_elements(dims, &numel) ||
         __builtin_mul_overflow(static_cast<uint64_t>(numel), dtype_size(e.dtype), &need))
       fail("tensor '", name, "': shape ", e.shape.to_string(), " is too large");

@@ -198,3 +198,91 @@ TEST(ThreadPoolTest, KernelContextParallelForWithoutPoolRunsInline) {
 
 }  // namespace
 }  // namespace spire
+
+#include <condition_variable>
+
+namespace spire {
+namespace {
+
+// Each task waits (bounded) until all tasks of its batch have started: a
+// batch only completes when its tasks run at the same time.
+struct Barrier {
+  std::mutex mu;
+  std::condition_variable cv;
+  int arrived = 0;
+  bool arrive_and_wait(int n) {
+    std::unique_lock<std::mutex> lock(mu);
+    ++arrived;
+    cv.notify_all();
+    return cv.wait_for(lock, std::chrono::seconds(20), [&] { return arrived >= n; });
+  }
+};
+
+TEST(LaneThreads, TasksOfABatchRunAtTheSameTimeAndWorkersAreReused) {
+  LaneThreads lanes;
+  for (int n : {1, 2, 5}) {
+    for (int rep = 0; rep < 20; ++rep) {
+      Barrier b;
+      std::atomic<int> ok{0};
+      std::vector<std::function<void()>> tasks;
+      for (int i = 0; i < n; ++i)
+        tasks.push_back([&] {
+          if (b.arrive_and_wait(n)) ++ok;
+        });
+      lanes.run(tasks);
+      ASSERT_EQ(ok.load(), n) << "tasks did not run concurrently";
+    }
+  }
+  EXPECT_EQ(lanes.num_workers(), 4) << "the largest batch needed 4 workers besides the caller";
+}
+
+TEST(LaneThreads, ConcurrentBatchesGetDisjointWorkers) {
+  // Two callers, each with a batch whose tasks wait for each other: shared
+  // workers would deadlock; the barriers would then time out and fail.
+  LaneThreads lanes;
+  std::atomic<int> failures{0};
+  auto caller = [&] {
+    for (int rep = 0; rep < 30; ++rep) {
+      Barrier b;
+      std::vector<std::function<void()>> tasks(3, [&] {
+        if (!b.arrive_and_wait(3)) ++failures;
+      });
+      lanes.run(tasks);
+    }
+  };
+  std::thread t1(caller), t2(caller);
+  t1.join();
+  t2.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_LE(lanes.num_workers(), 4);
+}
+
+TEST(LaneThreads, TheFirstExceptionIsRethrownAfterAllTasksFinished) {
+  LaneThreads lanes;
+  std::atomic<int> finished{0};
+  std::vector<std::function<void()>> tasks{
+      [&] { ++finished; },
+      [&] {
+        ++finished;
+        throw Error("lane 1 failed");
+      },
+      [&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        ++finished;
+      }};
+  EXPECT_THROW(
+      {
+        try {
+          lanes.run(tasks);
+        } catch (const Error& e) {
+          EXPECT_STREQ(e.what(), "lane 1 failed");
+          throw;
+        }
+      },
+      Error);
+  EXPECT_EQ(finished.load(), 3) << "run returned before every task finished";
+  lanes.run({[] {}, [] {}});  // still usable
+}
+
+}  // namespace
+}  // namespace spire
