@@ -75,7 +75,13 @@ std::vector<Output> gradients(const std::vector<Output>& ys, const std::vector<O
   std::map<Output, std::vector<Output>> grads;
   for (size_t i = 0; i < ys.size(); ++i) {
     if (!between.count(ys[i].node)) continue;
-    Output gy = grad_ys.empty() ? ops::ones_like(ys[i]) : grad_ys[i];
+    Output gy;
+    if (grad_ys.empty()) {
+      DeviceScope there(*ys[i].graph(), ys[i].device());  // the seed lives with its y
+      gy = ops::ones_like(ys[i]);
+    } else {
+      gy = grad_ys[i];
+    }
     SPIRE_CHECK(gy.dtype() == ys[i].dtype(), "gradients: grad_ys[", i, "] has dtype ",
                 dtype_name(gy.dtype()), " but ys[", i, "] is ", dtype_name(ys[i].dtype()));
     grads[ys[i]].push_back(gy);

@@ -67,7 +67,6 @@ CachingAllocator::Block* CachingAllocator::new_segment(bool small, size_t size) 
                                     : (size + kSmallSegment - 1) / kSmallSegment * kSmallSegment;
   void* p = raw_->raw_allocate(seg);
   if (p == nullptr) {
-    if (!pending_.empty()) process_events(true);
     release_free_segments();
     p = raw_->raw_allocate(seg);
   }
@@ -87,14 +86,16 @@ void* CachingAllocator::allocate(size_t bytes) {
   size_t size = round_size(bytes);
   bool small = size <= kSmallLimit;
   std::lock_guard<std::mutex> lock(mu_);
-  if (!pending_.empty()) process_events(false);
+  if (!pending_.empty()) process_events(false);  // reclaim what other streams finished with
   Block* b = caching_ ? find_free(small, size) : nullptr;
+  if (b == nullptr) b = new_segment(small, size);
   if (b == nullptr && !pending_.empty()) {
-    // Blocks still used by other streams: wait for them before asking the device.
+    // Out of device memory: only now wait for the blocks other streams still
+    // use, and reuse them.
     process_events(true);
     if (caching_) b = find_free(small, size);
+    if (b == nullptr) b = new_segment(small, size);
   }
-  if (b == nullptr) b = new_segment(small, size);
   if (b == nullptr)
     throw_error("out of memory on ", device_name_, ": tried to allocate ", mib(size), " (", bytes,
                 " bytes); ", mib(stats_.in_use), " in use by tensors, ", mib(stats_.reserved),
@@ -165,14 +166,24 @@ size_t CachingAllocator::pending_blocks() const {
 
 void CachingAllocator::process_events(bool wait) {
   std::vector<std::pair<void*, Block*>> still;
-  for (auto& [event, b] : pending_) {
-    if (wait) raw_->wait_event(event);
-    else if (!raw_->event_done(event)) {
-      still.emplace_back(event, b);
-      continue;
+  size_t k = 0;
+  try {
+    for (; k < pending_.size(); ++k) {
+      auto [event, b] = pending_[k];
+      if (wait) raw_->wait_event(event);
+      else if (!raw_->event_done(event)) {
+        still.emplace_back(event, b);
+        continue;
+      }
+      raw_->release_event(event);
+      if (--b->pending_events == 0) free_block(b);
     }
-    raw_->release_event(event);
-    if (--b->pending_events == 0) free_block(b);
+  } catch (...) {
+    // The device reported an error: keep every entry not processed yet.
+    still.insert(still.end(), pending_.begin() + static_cast<long>(k), pending_.end());
+    pending_.swap(still);
+    stats_.cached = stats_.reserved - stats_.in_use;
+    throw;
   }
   pending_.swap(still);
   stats_.cached = stats_.reserved - stats_.in_use;

@@ -2,6 +2,7 @@
 #include "core/executor.h"
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <condition_variable>
 #include <sstream>
@@ -51,6 +52,11 @@ std::vector<Node*> topological_order(Graph& graph, const std::vector<Output>& fe
         dep = in.node;
       } else {
         dep = n->control_inputs()[k - n->inputs().size()];
+        // A control dependency on a node whose every output is fed is met
+        // (TensorFlow's rule): the node does not run.
+        bool all_fed = dep->num_outputs() > 0;
+        for (int o = 0; o < dep->num_outputs() && all_fed; ++o) all_fed = fed.count(dep->output(o)) != 0;
+        if (all_fed) continue;
       }
       Color c = color[static_cast<size_t>(dep->id())];
       if (c == kBlack) continue;
@@ -123,6 +129,11 @@ std::shared_ptr<ExecutionPlan> ExecutionPlan::compile(Graph& graph,
     if (multi) {
       const int np = static_cast<int>(n->devices().size());
       for (int q = 0; q < np; ++q) check_device(*n, n->devices()[static_cast<size_t>(q)], opt);
+      for (int q = 1; q < np; ++q)
+        for (int r = 0; r < q; ++r)
+          if (n->devices()[static_cast<size_t>(q)] == n->devices()[static_cast<size_t>(r)])
+            throw_error("Session::run: ", n->describe(), " has two participants on ",
+                        n->devices()[static_cast<size_t>(q)].to_string());
       for (int q = 1; q < np; ++q)
         if (n->devices()[static_cast<size_t>(q)].type != n->devices()[0].type)
           throw_error("Session::run: ", n->describe(), " has participants on ",
@@ -366,10 +377,15 @@ void ExecutionPlan::wait_for(const Step& st, int producer, RunState& rs) const {
   if (event == nullptr) return;
   // The producer's device work may still be queued: a GPU consumer's queue
   // waits for its event; a CPU consumer waits on the host.
-  if (st.backend && st.backend == from.backend && st.backend->wait_event)
-    st.backend->wait_event(st.device.index, event);
-  else if (from.backend->synchronize_event)
-    from.backend->synchronize_event(event);
+  try {
+    if (st.backend && st.backend == from.backend && st.backend->wait_event)
+      st.backend->wait_event(st.device.index, event);
+    else if (from.backend->synchronize_event)
+      from.backend->synchronize_event(event);
+  } catch (const std::exception& e) {
+    throw_error(st.node->describe(), " on ", st.device.to_string(), " waiting for ",
+                from.node->describe(), " on ", from.device.to_string(), ": ", e.what());
+  }
 }
 
 void ExecutionPlan::run_step(const Step& st, int index, RunState& rs,
@@ -400,7 +416,14 @@ void ExecutionPlan::run_step(const Step& st, int index, RunState& rs,
       continue;
     }
     const Device& want = n->devices().empty() ? st.device : n->devices()[static_cast<size_t>(i)];
-    if (st.transfer_inputs && in.device() != want) in = in.to(want);
+    if (st.transfer_inputs && in.device() != want) {
+      try {
+        in = in.to(want);
+      } catch (const std::exception& e) {
+        throw_error("node '", n->name(), "' (op ", n->op_type(), "): moving input ", i, " from ",
+                    in.device().to_string(), " to ", want.to_string(), ": ", e.what());
+      }
+    }
   }
   Tensor* outs = rs.values.data() + st.first_output_slot;
   KernelContext ctx(*n, st.device, inputs.data(), outs, rs.env->state, st.device_context, st.pool);
@@ -459,7 +482,11 @@ void ExecutionPlan::run_lane(int lane, RunState& rs) const {
     run_step(st, k, rs, inputs);
     if (st.signals) {
       if (st.backend && st.backend->record_event) {
-        rs.events[static_cast<size_t>(k)] = st.backend->record_event(st.device.index);
+        try {
+          rs.events[static_cast<size_t>(k)] = st.backend->record_event(st.device.index);
+        } catch (const std::exception& e) {
+          throw_error(st.node->describe(), " on ", st.device.to_string(), ": ", e.what());
+        }
         rs.event_backends[static_cast<size_t>(k)] = st.backend;
       }
       rs.done[k].store(true, std::memory_order_release);
@@ -476,9 +503,9 @@ std::vector<Tensor> ExecutionPlan::run(const std::vector<Output>& fetches, const
   rs.values.resize(static_cast<size_t>(num_slots_));
   rs.run.id = run_id;
   rs.run.cancellation = &rs.cancellation;
-  if (env.options->timeout_seconds > 0)
-    rs.run.timeout = std::chrono::milliseconds(
-        static_cast<int64_t>(std::min(env.options->timeout_seconds, 1e9) * 1000.0));
+  if (env.options->timeout_seconds > 0)  // at least 1 ms (0 would mean no limit)
+    rs.run.timeout = std::chrono::milliseconds(std::max<int64_t>(
+        1, static_cast<int64_t>(std::ceil(std::min(env.options->timeout_seconds, 1e9) * 1000.0))));
   // A fed value moves to the device of the output it replaces once,
   // whatever the number of readers. It is always a copy: nothing in the
   // session (a variable assigned from it, a fetched value) may keep the

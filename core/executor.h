@@ -23,7 +23,10 @@
 //   then stop, all lanes return, and run() throws that one error.
 // - Sequential mode (SessionOptions::sequential) puts every step in one lane
 //   on the caller's thread and runs each multi-device node as one step with
-//   all participants; results are bit-identical to the parallel mode.
+//   all participants; results are bit-identical to the parallel mode where
+//   the graph orders every read of a variable against its updates (as a
+//   TF1 graph must: a read and an unordered update may run in either order,
+//   in one lane as in several).
 #pragma once
 
 #include <map>

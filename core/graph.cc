@@ -35,6 +35,13 @@ void Node::add_control_input(Node* n) {
   SPIRE_CHECK(n && n->graph() == graph_, describe(),
               ": control input must be a node of the same graph");
   control_inputs_.push_back(n);
+  // This node's reads of variables on other devices happen in its own Copy
+  // nodes (one per reader): they must wait for the new dependency too.
+  for (const Output& in : inputs_)
+    if (in.node->op_def().is_copy() && in.node->input(0).node->op_def().ref_output() &&
+        std::find(in.node->control_inputs_.begin(), in.node->control_inputs_.end(), n) ==
+            in.node->control_inputs_.end())
+      in.node->control_inputs_.push_back(n);
   ++graph_->version_;
 }
 
@@ -175,11 +182,24 @@ Node* Graph::add_node(const std::string& op_type, const std::vector<Output>& inp
     if (def->cpu_only() && !device.is_cpu()) device = Device::cpu();
   }
   std::vector<Output> placed = inputs;
-  if (!def->is_copy())
+  if (!def->is_copy()) {
+    // A variable read from another device is one Copy per reading node (the
+    // Copy does the read, so it waits like the reader: the reader's control
+    // inputs too), shared by that node's inputs reading the same variable.
+    std::map<std::pair<Output, Device>, Output> ref_copies;
     for (size_t i = 0; i < placed.size(); ++i) {
       const Device& want = participants.empty() ? device : participants[i];
-      if (placed[i].device() != want) placed[i] = copy_to_device(placed[i], want);
+      if (placed[i].device() == want) continue;
+      if (placed[i].node->op_def().ref_output()) {
+        auto key = std::make_pair(placed[i], want);
+        auto it = ref_copies.find(key);
+        if (it == ref_copies.end()) it = ref_copies.emplace(key, copy_to_device(placed[i], want, control_inputs)).first;
+        placed[i] = it->second;
+      } else {
+        placed[i] = copy_to_device(placed[i], want);
+      }
     }
+  }
 
   auto node = std::unique_ptr<Node>(new Node());
   node->id_ = static_cast<int>(nodes_.size());
@@ -205,7 +225,8 @@ Node* Graph::add_node(const std::string& op_type, const std::vector<Output>& inp
   return raw;
 }
 
-Output Graph::copy_to_device(const Output& src, const Device& device) {
+Output Graph::copy_to_device(const Output& src, const Device& device,
+                             const std::vector<Node*>& reader_control_inputs) {
   const bool ref = src.node->op_def().ref_output();
   auto key = std::make_pair(src, device);
   if (!ref) {
@@ -233,7 +254,7 @@ Output Graph::copy_to_device(const Output& src, const Device& device) {
   std::replace(tag.begin(), tag.end(), ':', '_');
   std::string name = src.node->name() + (src.index ? "_" + std::to_string(src.index) : "") +
                      "/copy_to_" + tag;
-  Output out = add_node("Copy", {src}, {}, name)->output(0);
+  Output out = add_node("Copy", {src}, {}, name, ref ? reader_control_inputs : std::vector<Node*>{})->output(0);
   if (!ref) copies_[key] = out;
   return out;
 }

@@ -188,8 +188,10 @@ class Graph {
   friend class ClearControlDependencies;
   void check_mutable(const std::string& what) const;
   /// `src` as seen from `device`: a Copy node (shared by all readers on that
-  /// device, except for reference outputs, whose reads are per reader).
-  Output copy_to_device(const Output& src, const Device& device);
+  /// device, except for reference outputs, whose reads are per reader and
+  /// get the reader's control inputs).
+  Output copy_to_device(const Output& src, const Device& device,
+                        const std::vector<Node*>& reader_control_inputs = {});
   std::map<std::pair<Output, Device>, Output> copies_;
 
   std::vector<std::unique_ptr<Node>> nodes_;

@@ -5,6 +5,7 @@
 // includes a kernel header.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -77,7 +78,11 @@ class SessionState {
 /// holder can appear between this check and the write.
 inline bool may_update_in_place(const Tensor& slot, const Tensor& own_input) {
   const long expected = own_input.shares_buffer_with(slot) ? 2 : 1;
-  return slot.buffer_use_count() == expected;
+  if (slot.buffer_use_count() != expected) return false;
+  // use_count() is a relaxed load: order the former holders' reads (which
+  // released their references) before the caller's writes.
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return true;
 }
 
 class KernelContext {

@@ -22,24 +22,22 @@ ReduceOp parse_reduce_op(const std::string& name, const std::string& what) {
   throw_error(what, ": unknown reduction '", name, "' (expected sum, mean, max or min)");
 }
 
-void check_participants(const Communicator& comm, const CollectiveCall& call,
-                        const std::vector<Participant>& parts) {
+std::string participants_problem(const Communicator& comm, const std::vector<Participant>& parts) {
   const int local = static_cast<int>(comm.devices().size());
-  SPIRE_CHECK(!parts.empty(), "collective '", call.name, "' on ", comm.name(),
-              ": called with no participant");
+  if (parts.empty()) return "called with no participant";
   std::vector<bool> seen(static_cast<size_t>(local), false);
   for (const auto& p : parts) {
-    SPIRE_CHECK(p.local >= 0 && p.local < local, "collective '", call.name, "' on ", comm.name(),
-                ": participant ", p.local, " does not exist (", local, " local participants)");
-    SPIRE_CHECK(!seen[static_cast<size_t>(p.local)], "collective '", call.name, "' on ",
-                comm.name(), ": participant ", p.local, " appears twice in one call");
+    if (p.local < 0 || p.local >= local)
+      return str_cat("participant ", p.local, " does not exist (", local, " local participants)");
+    if (seen[static_cast<size_t>(p.local)]) return str_cat("participant ", p.local, " appears twice in one call");
     seen[static_cast<size_t>(p.local)] = true;
     const Device& d = comm.devices()[static_cast<size_t>(p.local)];
     for (const Tensor* t : {&p.input, &p.output})
-      SPIRE_CHECK(!t->defined() || t->device() == d, "collective '", call.name, "' on ",
-                  comm.name(), ": participant ", p.local, " (", d.to_string(),
-                  ") passed a tensor on ", t->device().to_string());
+      if (t->defined() && t->device() != d)
+        return str_cat("participant ", p.local, " (", d.to_string(), ") passed a tensor on ",
+                       t->device().to_string());
   }
+  return {};
 }
 
 const char* collective_kind_name(CollectiveKind kind) {
@@ -88,6 +86,11 @@ CollectiveSignature local_signature(CollectiveKind kind, ReduceOp op, int root, 
     if (out != want_out) {
       *problem = str_cat("participant ", p.local, " (", d.to_string(), ") has an output of ", out,
                          " elements for an input of ", in, " (expected ", want_out, ")");
+      return sig;
+    }
+    if ((kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter) &&
+        p.input.dtype() == DType::Bool) {
+      *problem = str_cat("participant ", p.local, " passed bool tensors, which cannot be reduced");
       return sig;
     }
     if (i == 0) {

@@ -105,11 +105,10 @@ class Communicator {
   virtual void barrier(const CollectiveCall& call, std::vector<Participant>& parts) = 0;
 };
 
-/// Checks `parts` of a call against `comm` (local indices in range, no
-/// duplicates, tensors on the participants' devices); throws spire::Error
-/// naming the call otherwise.
-void check_participants(const Communicator& comm, const CollectiveCall& call,
-                        const std::vector<Participant>& parts);
+/// What is wrong with the `parts` of a call to `comm` (no participant, a
+/// local index out of range or repeated, a tensor on another device than
+/// its participant's), or "" when nothing is.
+std::string participants_problem(const Communicator& comm, const std::vector<Participant>& parts);
 
 // ---- what implementations share: validating a call ------------------------------
 
@@ -129,7 +128,8 @@ struct CollectiveSignature {
 /// The signature of one call's local participants, or in `problem` what is
 /// wrong with the call itself (undefined tensors, an output of the wrong
 /// size for the kind, participants of one call that differ, a root that is
-/// not a participant). `size` is the communicator's size().
+/// not a participant, a reduction of bool tensors). `size` is the
+/// communicator's size(); `parts` must have passed participants_problem.
 CollectiveSignature local_signature(CollectiveKind kind, ReduceOp op, int root, int size,
                                     const std::vector<Device>& devices,
                                     const std::vector<Participant>& parts, std::string* problem);

@@ -159,6 +159,7 @@ struct InProcessRing::Instance {
   int first_participant = -1;  // who set the signature (guarded by the ring's mu_)
   int arrived = 0;             // guarded by the ring's mu_
   int departed = 0;            // guarded by the ring's mu_
+  bool in_failed_list = false;  // guarded by the ring's mu_
 
   std::atomic<bool> failed{false};
   std::mutex failure_mu;
@@ -219,8 +220,14 @@ std::shared_ptr<InProcessRing::Instance> InProcessRing::join(const CollectiveCal
                                                              ReduceOp op, int root,
                                                              const std::vector<Participant>& parts) {
   const int n = static_cast<int>(devices_.size());
-  std::string problem;
-  const CollectiveSignature mine = local_signature(kind, op, root, n, devices_, parts, &problem);
+  std::string problem = participants_problem(*this, parts);
+  // Participants that cannot be told apart cannot be told about the problem:
+  // fail this call alone.
+  if (!problem.empty() && (parts.empty() || parts[0].local < 0 || parts[0].local >= n))
+    throw_error(collective_kind_name(kind), " '", call.name, "' on ", name(), ": ", problem);
+  CollectiveSignature mine;
+  if (problem.empty()) mine = local_signature(kind, op, root, n, devices_, parts, &problem);
+  else mine.kind = kind;
 
   std::lock_guard<std::mutex> lock(mu_);
   auto& slot = instances_[call.key];
@@ -250,24 +257,39 @@ std::shared_ptr<InProcessRing::Instance> InProcessRing::join(const CollectiveCal
   }
   const int np = static_cast<int>(parts.size());
   if (!problem.empty() || I.failed.load()) {
-    // Fail every participant of this instance with the same message; this
-    // call arrives and leaves at once.
-    if (!problem.empty())
-      I.fail(str_cat(collective_kind_name(kind), " '", call.name, "' on ", name(), ": ", problem), false);
+    // Fail every participant of this instance (with this call's problem,
+    // unless it failed before); this call arrives and leaves at once.
+    std::string message;
+    if (!problem.empty()) {
+      message = str_cat(collective_kind_name(kind), " '", call.name, "' on ", name(), ": ", problem);
+      I.fail(message, false);
+    }
+    I.arrived += np;
+    I.departed += np;
+    close_if_done(call.key, inst);
+    if (message.empty()) I.rethrow_failure();
+    throw Error(message);
+  }
+  try {
+    for (const auto& p : parts) {
+      Instance::Slot& s = I.slots[static_cast<size_t>(p.local)];
+      s.in = p.input;
+      s.out = p.output;
+      if (kind == Kind::kReduceScatter && n > 1)
+        s.work = Tensor(I.sig.dtype, Shape{I.sig.count}, devices_[static_cast<size_t>(p.local)]);
+      else
+        s.work = p.output;
+      s.dev = make_ring_device(devices_[static_cast<size_t>(p.local)], I.units);
+    }
+  } catch (const std::exception& e) {
+    // (out of memory for the work buffer, no device half for this device type)
+    I.fail(str_cat(collective_kind_name(kind), " '", call.name, "' on ", name(), ": participant ",
+                   first, ": ", e.what()),
+           false);
     I.arrived += np;
     I.departed += np;
     close_if_done(call.key, inst);
     I.rethrow_failure();
-  }
-  for (const auto& p : parts) {
-    Instance::Slot& s = I.slots[static_cast<size_t>(p.local)];
-    s.in = p.input;
-    s.out = p.output;
-    if (kind == Kind::kReduceScatter && n > 1)
-      s.work = Tensor(I.sig.dtype, Shape{I.sig.count}, devices_[static_cast<size_t>(p.local)]);
-    else
-      s.work = p.output;
-    s.dev = make_ring_device(devices_[static_cast<size_t>(p.local)], I.units);
   }
   I.arrived += np;
   return inst;
@@ -288,7 +310,8 @@ void InProcessRing::close_if_done(const CollectiveKey& key, const std::shared_pt
     instances_.erase(it);
     return;
   }
-  if (!inst->failed.load()) return;
+  if (!inst->failed.load() || inst->in_failed_list) return;
+  inst->in_failed_list = true;
   // A failed instance some participants have not reached yet stays, so they
   // fail with the same message instead of waiting for peers that left; the
   // oldest such instances are dropped beyond a bound (their late
@@ -303,7 +326,6 @@ void InProcessRing::close_if_done(const CollectiveKey& key, const std::shared_pt
 
 void InProcessRing::run(Kind kind, const CollectiveCall& call, std::vector<Participant>& parts,
                         ReduceOp op, int root) {
-  check_participants(*this, call, parts);
   std::shared_ptr<Instance> inst = join(call, kind, op, root, parts);
   Instance& I = *inst;
   const int n = I.n;
@@ -379,14 +401,15 @@ void InProcessRing::run(Kind kind, const CollectiveCall& call, std::vector<Parti
       case Kind::kBarrier:
         break;
     }
-    I.board.publish(p, 2 + u);
+    // The device records its event first: a peer may act on the progress at once.
     me.dev->published(u);
+    I.board.publish(p, 2 + u);
   };
 
   try {
     for (const auto& p : parts) {
-      I.board.publish(p.local, 1);  // arrived
-      I.slots[static_cast<size_t>(p.local)].dev->published(-1);
+      I.slots[static_cast<size_t>(p.local)].dev->published(-1);  // inputs ready (event first)
+      I.board.publish(p.local, 1);                                // arrived
     }
     if (n == 1 && (kind == Kind::kAllReduce || kind == Kind::kReduceScatter)) {
       Instance::Slot& me = I.slots[0];  // a reduction over one participant is a copy
@@ -401,12 +424,10 @@ void InProcessRing::run(Kind kind, const CollectiveCall& call, std::vector<Parti
     // Units in order; a group call interleaves its participants step by step.
     for (int64_t u = 0; u < I.units; ++u)
       for (const auto& p : parts) do_unit(p.local, u);
-    // Leave together: nobody's buffers are released while a peer reads them.
+    // Leave together: nobody's buffers are released while a peer reads them
+    // (on GPUs, after_peer makes each stream wait for every peer's last unit).
     for (const auto& p : parts)
       for (int q = 0; q < n; ++q) wait_for(p.local, q, I.units + 1);
-    std::vector<RingDevice*> peers;
-    for (auto& s : I.slots) peers.push_back(s.dev.get());
-    for (const auto& p : parts) I.slots[static_cast<size_t>(p.local)].dev->finish(peers);
   } catch (const Cancelled& e) {
     I.fail(e.what(), true);
     leave(call, inst, static_cast<int>(parts.size()));

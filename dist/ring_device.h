@@ -9,8 +9,9 @@
 // - CUDA devices (dist/cuda/ring_cuda.cu): work is queued on the device's
 //   stream; published(unit) records an event per unit, and after_peer()
 //   makes this stream wait for the peer's event of that unit, so no host
-//   thread ever blocks on a GPU. finish() orders this stream after the
-//   peers that read this participant's buffers.
+//   thread ever blocks on a GPU. Before leaving, the ring calls after_peer
+//   for every peer's last unit, which orders this stream after the peers'
+//   reads of this participant's buffers.
 //
 // Backends register a factory per device type; the ring asks it for one
 // RingDevice per participant and collective instance.
@@ -43,11 +44,9 @@ class RingDevice {
     (void)peer;
     (void)unit;
   }
-  /// This participant issued all of `unit`'s work.
+  /// This participant issued all of `unit`'s work (-1: its inputs are
+  /// ready). Called before the unit's progress is published to the peers.
   virtual void published(int64_t unit) { (void)unit; }
-  /// Every participant issued all its work: order this device's later work
-  /// after the peers' reads of this participant's buffers.
-  virtual void finish(const std::vector<RingDevice*>& peers) { (void)peers; }
 };
 
 /// Makes the RingDevice of a participant on `device` for one collective

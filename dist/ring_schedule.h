@@ -18,7 +18,7 @@
 // Allgather, steps s = 0 .. n-2: participant p copies chunk
 // ag_chunk(p, s) = p - 1 - s from its predecessor, which completed it at
 // the step before. Every element is reduced exactly once, in the fixed
-// ring order starting at participant c-1 (for chunk c), then copied, so all
+// ring order starting at participant c+1 (for chunk c), then copied, so all
 // participants hold bit-identical results and runs repeat exactly.
 #pragma once
 

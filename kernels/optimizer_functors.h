@@ -176,29 +176,79 @@ struct FusedApplyLayout {
 /// The run-time tensors of one fused update node. For state s of variable
 /// i (index s * n + i), `slots` is the session's value slot and `targets`
 /// the tensor receiving the new value: the slot's own tensor when the update
-/// may be written in place, else a new buffer on the same device. Kernels
-/// read the current values from *slots, write targets, then commit().
+/// may be written in place, else a new buffer on the same device. Variables
+/// are updated in groups: acquire(begin, end) locks the states of variables
+/// [begin, end) (in address order), checks them and chooses their targets;
+/// kernels read the current values from slot(), write target(), then
+/// commit() stores them and releases the locks. Each variable's update is
+/// atomic (TF's per-variable ApplyAdam); no thread holds more than one
+/// group's locks, so concurrent updates never deadlock.
 struct FusedApplyBinding {
   FusedApplyLayout layout;
-  /// Every variable of the update, locked (in address order) from binding to commit.
-  std::vector<std::unique_lock<std::mutex>> locks;
-  std::vector<Tensor*> slots;
+  std::vector<VariableResource*> resources;  // per state index s * n + i
+  std::vector<Tensor*> slots;                // valid between acquire and commit
   std::vector<Tensor> targets;
   std::vector<int64_t> sizes;  // elements per variable
+  int begin = 0, end = 0;      // the acquired group
+  std::vector<std::unique_lock<std::mutex>> locks;
   int num_states() const { return layout.num_slots + 1; }
   Tensor& slot(int s, int i) const { return *slots[static_cast<size_t>(s * layout.n + i)]; }
   Tensor& target(int s, int i) { return targets[static_cast<size_t>(s * layout.n + i)]; }
-  /// Stores the new values in the session's slots.
+
+  /// Locks and checks variables [b, e) (every var/slot initialized, with its
+  /// graph shape and dtype, on the kernel's device) and decides their
+  /// targets. Errors name the variable.
+  void acquire(KernelContext& ctx, int b, int e) {
+    begin = b;
+    end = e;
+    const int states = num_states();
+    std::vector<VariableResource*> group;
+    for (int i = b; i < e; ++i)
+      for (int s = 0; s < states; ++s) group.push_back(resources[static_cast<size_t>(s * layout.n + i)]);
+    locks = VariableResource::lock_all(group);
+    for (int i = b; i < e; ++i) {
+      const Node* var = ctx.node().input(layout.var(i)).node;
+      const Shape& shape = ctx.node().input(layout.var(i)).shape();
+      for (int s = 0; s < states; ++s) {
+        const Node* v = ctx.node().input(layout.state(s, i)).node;
+        Tensor& slot = resources[static_cast<size_t>(s * layout.n + i)]->value_locked();
+        if (!slot.defined()) ctx.fail("variable '", v->name(), "' is uninitialized");
+        if (slot.shape() != shape || slot.dtype() != ctx.input(layout.var(i)).dtype())
+          ctx.fail("variable '", v->name(), "' holds ", slot.type_string(), ", expected ",
+                   dtype_name(ctx.input(layout.var(i)).dtype()), shape.to_string(), " (as '",
+                   var->name(), "')");
+        if (slot.device() != ctx.device())
+          ctx.fail("variable '", v->name(), "' lives on ", slot.device().to_string(),
+                   " but the update runs on ", ctx.device().to_string());
+        slots[static_cast<size_t>(s * layout.n + i)] = &slot;
+      }
+    }
+    // Decide every target before anything is written (two states may share a buffer).
+    for (int s = 0; s < states; ++s)
+      for (int i = b; i < e; ++i) {
+        Tensor& slot = this->slot(s, i);
+        target(s, i) = may_update_in_place(slot, ctx.input(layout.state(s, i)))
+                           ? slot
+                           : Tensor(slot.dtype(), slot.shape(), ctx.device());
+      }
+  }
+  /// Stores the new values of the acquired group and releases its locks.
   void commit() {
-    for (size_t k = 0; k < slots.size(); ++k) *slots[k] = targets[k];
+    for (int s = 0; s < num_states(); ++s)
+      for (int i = begin; i < end; ++i) {
+        const size_t k = static_cast<size_t>(s * layout.n + i);
+        *slots[k] = targets[k];
+        slots[k] = nullptr;
+        targets[k] = Tensor();
+      }
+    locks.clear();
   }
 };
 
-/// Validates the inputs of a fused update node against the session's
-/// variable slots (every var/slot input is a Variable, initialized, on the
-/// kernel's device, with its graph shape; every gradient has its variable's
-/// shape; scalars are one element) and chooses each state's target. Errors
-/// name the variable.
+/// Validates the inputs of a fused update node that need no variable lock
+/// (every var/slot input is a variable; every gradient has its variable's
+/// shape; scalars are one element) and finds the variables' resources.
+/// Then acquire() groups of variables. Errors name the variable.
 inline FusedApplyBinding bind_fused_apply(KernelContext& ctx, int num_slots, int num_scalars) {
   FusedApplyBinding b;
   b.layout.n = static_cast<int>(ctx.attr<int64_t>("n"));
@@ -208,35 +258,22 @@ inline FusedApplyBinding bind_fused_apply(KernelContext& ctx, int num_slots, int
   if (L.n < 1 || ctx.num_inputs() != L.num_inputs())
     ctx.fail("expected ", L.num_inputs(), " inputs for n = ", L.n, ", got ", ctx.num_inputs());
   const int states = num_slots + 1;
-  b.slots.resize(static_cast<size_t>(states * L.n));
-  b.targets.resize(b.slots.size());
+  b.resources.resize(static_cast<size_t>(states * L.n));
+  b.slots.resize(b.resources.size(), nullptr);
+  b.targets.resize(b.resources.size());
   b.sizes.resize(static_cast<size_t>(L.n));
-  // Lock every variable first (exclusive for the whole update).
-  std::vector<VariableResource*> resources(b.slots.size());
-  for (int i = 0; i < L.n; ++i)
-    for (int s = 0; s < states; ++s) {
-      const Node* v = ctx.node().input(L.state(s, i)).node;
-      if (!v->op_def().is_variable())
-        ctx.fail("input ", L.state(s, i), " must be a variable, got ", v->describe());
-      resources[static_cast<size_t>(s * L.n + i)] = &ctx.state().variable(v);
-    }
-  b.locks = VariableResource::lock_all(resources);
   for (int i = 0; i < L.n; ++i) {
     const Node* var = ctx.node().input(L.var(i)).node;
     const Shape& shape = ctx.node().input(L.var(i)).shape();
     for (int s = 0; s < states; ++s) {
       const Node* v = ctx.node().input(L.state(s, i)).node;
-      Tensor& slot = resources[static_cast<size_t>(s * L.n + i)]->value_locked();
-      if (!slot.defined()) ctx.fail("variable '", v->name(), "' is uninitialized");
-      if (slot.shape() != shape || slot.dtype() != ctx.input(L.var(i)).dtype())
-        ctx.fail("variable '", v->name(), "' holds ", slot.type_string(), ", expected ",
-                 dtype_name(ctx.input(L.var(i)).dtype()), shape.to_string(), " (as '",
-                 var->name(), "')");
-      if (slot.device() != ctx.device())
-        ctx.fail("variable '", v->name(), "' lives on ", slot.device().to_string(),
-                 " but the update runs on ", ctx.device().to_string());
-      b.slots[static_cast<size_t>(s * L.n + i)] = &slot;
+      if (!v->op_def().is_variable())
+        ctx.fail("input ", L.state(s, i), " must be a variable, got ", v->describe());
+      b.resources[static_cast<size_t>(s * L.n + i)] = &ctx.state().variable(v);
     }
+    for (int j = 0; j < i; ++j)
+      if (ctx.node().input(L.var(j)).node == var)
+        ctx.fail("variable '", var->name(), "' is listed twice (inputs ", j, " and ", i, ")");
     const Tensor& g = ctx.input(L.grad(i));
     if (g.shape() != shape || g.dtype() != ctx.input(L.var(i)).dtype())
       ctx.fail("the gradient of variable '", var->name(), "' is ", g.type_string(),
@@ -249,14 +286,6 @@ inline FusedApplyBinding bind_fused_apply(KernelContext& ctx, int num_slots, int
       ctx.fail("scalar input ", L.scalar(k), " must be one ", dtype_name(ctx.input(0).dtype()),
                " element, got ", t.type_string());
   }
-  // Decide every target before anything is written (two states may share a buffer).
-  for (int s = 0; s < states; ++s)
-    for (int i = 0; i < L.n; ++i) {
-      Tensor& slot = b.slot(s, i);
-      b.target(s, i) = may_update_in_place(slot, ctx.input(L.state(s, i)))
-                           ? slot
-                           : Tensor(slot.dtype(), slot.shape(), ctx.device());
-    }
   return b;
 }
 
@@ -411,12 +440,13 @@ template <typename T, int kStates, int kScalars>
 MultiTensorArgs<T, kStates, kScalars> multi_tensor_args(FusedApplyBinding& b,
                                                         const KernelContext& ctx,
                                                         const MultiTensorLaunch& launch,
-                                                        const std::vector<int64_t>& first_chunk) {
+                                                        const std::vector<int64_t>& first_chunk,
+                                                        int first_tensor = 0) {
   MultiTensorArgs<T, kStates, kScalars> a;
   auto is_aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   a.count = launch.count;
   for (int j = 0; j < launch.count; ++j) {
-    const int i = launch.tensor[j];
+    const int i = first_tensor + launch.tensor[j];  // launch indices count from the group's first
     a.block_end[j] = launch.block_end[j];
     a.size[j] = b.sizes[static_cast<size_t>(i)];
     a.first_chunk[j] = first_chunk[static_cast<size_t>(j)];

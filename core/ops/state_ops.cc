@@ -113,8 +113,10 @@ SPIRE_REGISTER_OP("Copy")
       return {g.add_node("Copy", {c.grad()}, {}, c.node()->name() + "_grad")->output(0)};
     })
     .doc("Copies x to this node's device. The graph inserts it where a node reads a tensor "
-         "produced on another device (CPU<->GPU, GPU<->GPU); its kernel runs on the "
-         "destination device.");
+         "produced on another device (CPU<->GPU, GPU<->GPU, and between logical CPU devices); "
+         "its kernel runs on the destination device. Between CPU devices it is a real copy "
+         "into the destination device's allocator, as between GPUs (no zero-copy sharing), so "
+         "each device's memory statistics and buffers stay its own.");
 
 SPIRE_REGISTER_OP("StopGradient")
     .input("x")

@@ -58,8 +58,31 @@ struct NcclCommunicator::Pending {
   std::vector<Participant> parts;
   bool issued = false;
   std::string failure;
+  int arrived = 0, departed = 0;
+  bool in_failed_list = false;
   std::condition_variable cv;
 };
+
+namespace {
+
+// Ends an NCCL group on every path (an exception inside a group would leave
+// the thread's later NCCL calls nested in it).
+struct GroupGuard {
+  bool open = false;
+  void start() {
+    SPIRE_NCCL_CHECK(ncclGroupStart());
+    open = true;
+  }
+  ncclResult_t end() {
+    open = false;
+    return ncclGroupEnd();
+  }
+  ~GroupGuard() {
+    if (open) ncclGroupEnd();
+  }
+};
+
+}  // namespace
 
 NcclCommunicator::NcclCommunicator(std::vector<Device> devices)
     : devices_(std::move(devices)), comms_(std::make_unique<Comms>()) {
@@ -85,6 +108,12 @@ std::string NcclCommunicator::name() const {
 }
 
 void NcclCommunicator::issue(const CollectiveSignature& sig, std::vector<Participant>& all) {
+  // One group at a time per communicator: NCCL communicators are not
+  // thread-safe, and every GPU must see the collectives in the same order.
+  std::lock_guard<std::mutex> issuing(issue_mu_);
+  // Everything that may throw comes before the group starts.
+  const ncclDataType_t dtype = sig.kind == CollectiveKind::kBarrier ? ncclFloat32 : nccl_dtype(sig.dtype);
+  const ncclRedOp_t op = nccl_op(sig.op);
   // Order each communication stream after its compute stream's work so far.
   for (Participant& p : all) {
     auto& c = cuda::context_for(devices_[static_cast<size_t>(p.local)].index);
@@ -94,38 +123,40 @@ void NcclCommunicator::issue(const CollectiveSignature& sig, std::vector<Partici
     SPIRE_CUDA_CHECK(cudaStreamWaitEvent(c.comm_stream(), ready->event, 0));
     c.events().release(ready);
   }
-  SPIRE_NCCL_CHECK(ncclGroupStart());
+  std::vector<cudaStream_t> streams;
+  for (Participant& p : all) streams.push_back(cuda::context_for(devices_[static_cast<size_t>(p.local)].index).comm_stream());
+  GroupGuard group;
+  group.start();
   ncclResult_t r = ncclSuccess;
-  for (Participant& p : all) {
-    if (r != ncclSuccess) break;
-    auto& c = cuda::context_for(devices_[static_cast<size_t>(p.local)].index);
+  for (size_t k = 0; k < all.size() && r == ncclSuccess; ++k) {
+    Participant& p = all[k];
     ncclComm_t comm = comms_->comms[static_cast<size_t>(p.local)];
     const void* in = p.input.defined() ? p.input.raw_data() : nullptr;
     void* out = p.output.defined() ? p.output.raw_data() : nullptr;
     const size_t count = static_cast<size_t>(sig.count);
     switch (sig.kind) {
       case CollectiveKind::kAllReduce:
-        r = ncclAllReduce(in, out, count, nccl_dtype(sig.dtype), nccl_op(sig.op), comm, c.comm_stream());
+        r = ncclAllReduce(in, out, count, dtype, op, comm, streams[k]);
         break;
       case CollectiveKind::kBroadcast:
-        r = ncclBroadcast(in, out, count, nccl_dtype(sig.dtype), sig.root, comm, c.comm_stream());
+        r = ncclBroadcast(in, out, count, dtype, sig.root, comm, streams[k]);
         break;
       case CollectiveKind::kAllGather:
-        r = ncclAllGather(in, out, count, nccl_dtype(sig.dtype), comm, c.comm_stream());
+        r = ncclAllGather(in, out, count, dtype, comm, streams[k]);
         break;
       case CollectiveKind::kReduceScatter:
-        r = ncclReduceScatter(in, out, count / devices_.size(), nccl_dtype(sig.dtype), nccl_op(sig.op),
-                              comm, c.comm_stream());
+        r = ncclReduceScatter(in, out, count / devices_.size(), dtype, op, comm, streams[k]);
         break;
       case CollectiveKind::kBarrier:
-        break;  // the rendezvous itself is the barrier within one process
+        break;  // the rendezvous is the barrier: it orders the hosts, not the GPUs' streams
     }
   }
-  ncclResult_t end = ncclGroupEnd();
+  const ncclResult_t end = group.end();
   SPIRE_NCCL_CHECK(r);
   SPIRE_NCCL_CHECK(end);
-  // Later compute work waits for the communication; the blocks NCCL uses are
-  // reused only after it finished.
+  // Later compute work (readers of the outputs, and the frees of the inputs
+  // and outputs, which the allocator orders on the compute stream) waits for
+  // the communication.
   for (Participant& p : all) {
     auto& c = cuda::context_for(devices_[static_cast<size_t>(p.local)].index);
     cuda::DeviceGuard g(c.device());
@@ -133,17 +164,15 @@ void NcclCommunicator::issue(const CollectiveSignature& sig, std::vector<Partici
     SPIRE_CUDA_CHECK(cudaEventRecord(done->event, c.comm_stream()));
     SPIRE_CUDA_CHECK(cudaStreamWaitEvent(c.stream(), done->event, 0));
     c.events().release(done);
-    if (p.input.defined()) p.input.record_stream(c.comm_stream());
-    if (p.output.defined()) p.output.record_stream(c.comm_stream());
   }
 }
 
 void NcclCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
                            std::vector<Participant>& parts, ReduceOp op, int root) {
-  check_participants(*this, call, parts);
   const int n = static_cast<int>(devices_.size());
   auto where = [&] { return str_cat(collective_kind_name(kind), " '", call.name, "' on ", name()); };
-  std::string problem;
+  std::string problem = participants_problem(*this, parts);
+  if (!problem.empty()) throw_error(where(), ": ", problem);
   CollectiveSignature mine = local_signature(kind, op, root, n, devices_, parts, &problem);
   if (!problem.empty()) throw_error(where(), ": ", problem);
   if (static_cast<int>(parts.size()) == n) {  // a group call: no rendezvous
@@ -158,6 +187,27 @@ void NcclCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
     slot->first = parts[0].local;
   }
   std::shared_ptr<Pending> pend = slot;
+  const int np = static_cast<int>(parts.size());
+  pend->arrived += np;
+  // Leaves this call: closes the instance when everyone came, or keeps a
+  // failed one (bounded) for participants that have not come yet.
+  auto leave = [&] {
+    pend->departed += np;
+    auto it = pending_.find(call.key);
+    if (it == pending_.end() || it->second != pend) return;
+    if (pend->departed >= n) {
+      pending_.erase(it);
+    } else if (!pend->failure.empty() && pend->departed >= pend->arrived && !pend->in_failed_list) {
+      pend->in_failed_list = true;
+      pend->parts.clear();  // drop the tensors
+      failed_.push_back(call.key);
+      while (failed_.size() > 64) {
+        auto old = pending_.find(failed_.front());
+        if (old != pending_.end() && !old->second->failure.empty()) pending_.erase(old);
+        failed_.pop_front();
+      }
+    }
+  };
   if (pend->failure.empty()) {
     const std::string diff = signature_difference(mine, pend->sig, pend->first);
     if (!diff.empty())
@@ -166,19 +216,23 @@ void NcclCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
   }
   if (!pend->failure.empty()) {
     pend->cv.notify_all();
-    throw Error(pend->failure);
+    const std::string failure = pend->failure;
+    leave();
+    throw Error(failure);
   }
   pend->parts.insert(pend->parts.end(), parts.begin(), parts.end());
   if (static_cast<int>(pend->parts.size()) == n) {
-    pending_.erase(call.key);
     try {
       issue(pend->sig, pend->parts);
       pend->issued = true;
     } catch (const std::exception& e) {
       pend->failure = e.what();
     }
+    pend->parts.clear();
     pend->cv.notify_all();
-    if (!pend->failure.empty()) throw Error(pend->failure);
+    const std::string failure = pend->failure;
+    leave();
+    if (!failure.empty()) throw Error(failure);
     return;
   }
   static const RunContext kNoRun{};
@@ -187,12 +241,14 @@ void NcclCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
                [&] { return pend->issued || !pend->failure.empty(); },
                [&] { return str_cat(where(), ": ", pend->parts.size(), " of ", n, " participants arrived"); });
   } catch (...) {
-    if (pending_.count(call.key) && pending_[call.key] == pend) pending_.erase(call.key);
     if (pend->failure.empty()) pend->failure = str_cat(where(), ": a participant gave up waiting");
     pend->cv.notify_all();
+    leave();
     throw;
   }
-  if (!pend->failure.empty()) throw Error(pend->failure);
+  const std::string failure = pend->failure;
+  leave();
+  if (!failure.empty()) throw Error(failure);
 }
 
 void NcclCommunicator::allreduce(const CollectiveCall& call, std::vector<Participant>& parts, ReduceOp op) {

@@ -4,14 +4,15 @@
 // Each call's participants meet by key (as in Spire's ring, with the same
 // validation: every participant fails with the first difference); the last
 // one to arrive issues one NCCL group call (ncclGroupStart/End) for all
-// local participants, the others wait for it with the run's cancellation and
-// timeout. The work goes on each device's communication stream, ordered
-// after its compute stream by a pooled event and before the compute stream's
-// later work by another; the inputs' and outputs' blocks are marked with
-// Tensor::record_stream so the caching allocator does not reuse them before
-// NCCL is done. Never run on a GPU in CI (compiled only).
+// local participants (one group at a time per communicator), the others wait
+// for it with the run's cancellation and timeout. The work goes on each
+// device's communication stream, ordered after its compute stream by a
+// pooled event, and the compute stream waits for it before its later work
+// (the outputs' readers, and the frees the caching allocator orders on that
+// stream). Never run on a GPU in CI (compiled only).
 #pragma once
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -48,8 +49,10 @@ class NcclCommunicator final : public Communicator {
 
   std::vector<Device> devices_;
   std::unique_ptr<Comms> comms_;
-  std::mutex mu_;
+  std::mutex issue_mu_;  // one NCCL group at a time
+  std::mutex mu_;        // guards pending_, failed_ and the Pending entries
   std::map<CollectiveKey, std::shared_ptr<Pending>> pending_;
+  std::deque<CollectiveKey> failed_;
 };
 
 }  // namespace spire::dist

@@ -1,8 +1,9 @@
 // CPU kernels of the fused optimizer updates (FusedApply*, see
 // core/ops/optimizer_ops.h): for each variable in turn, one parallel_for
 // over its elements applies the op's update functor
-// (kernels/optimizer_functors.h) to the variable and its slots, in place
-// or into new buffers per the copy-on-write rule of bind_fused_apply.
+// (kernels/optimizer_functors.h) to the variable and its slots (locked for
+// that variable's update only), in place or into new buffers per the
+// copy-on-write rule of FusedApplyBinding::acquire.
 #include "core/kernel_registry.h"
 #include "kernels/cpu/broadcast.h"
 #include "kernels/optimizer_functors.h"
@@ -18,6 +19,7 @@ void fused_apply(KernelContext& ctx, F f) {
   for (int k = 0; k < F::kScalars; ++k) scalars[k] = ctx.input(b.layout.scalar(k)).data<T>()[0];
   f.prepare(scalars);
   for (int i = 0; i < b.layout.n; ++i) {
+    b.acquire(ctx, i, i + 1);  // this variable and its slots, locked until commit
     const T* g = ctx.input(b.layout.grad(i)).data<T>();
     const T* in[kStates];
     T* out[kStates];
@@ -35,8 +37,8 @@ void fused_apply(KernelContext& ctx, F f) {
                          for (int s = 0; s < kStates; ++s) out[s][e] = st[s];
                        }
                      });
+    b.commit();
   }
-  b.commit();
 }
 
 struct Registrar {

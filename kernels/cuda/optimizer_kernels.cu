@@ -1,7 +1,8 @@
 // CUDA kernels of the fused optimizer updates (FusedApply*, see
 // core/ops/optimizer_ops.h) as a multi-tensor apply: the host binds the
 // node's variables, slots and gradients (kernels/optimizer_functors.h,
-// copy-on-write like the CPU kernel), splits them into launches of at most
+// copy-on-write like the CPU kernel; locked a group of kMultiTensorMax
+// variables at a time), splits them into launches of at most
 // kMultiTensorMax tensors whose pointers, sizes and chunk table travel in a
 // by-value kernel parameter (< 4 KiB), and each block of a launch updates
 // one chunk of kMultiTensorChunk elements of one tensor with the op's
@@ -37,16 +38,23 @@ void fused_apply(KernelContext& ctx, F f) {
   kernels::FusedApplyBinding b = kernels::bind_fused_apply(ctx, F::kSlots, kScalars);
   CudaContext& cc = context(ctx);
   DeviceGuard guard(cc.device());
-  const kernels::MultiTensorPlan plan = kernels::plan_multi_tensor(b.sizes);
-  for (size_t l = 0; l < plan.launches.size(); ++l) {
-    const kernels::MultiTensorLaunch& launch = plan.launches[l];
-    Args args = kernels::multi_tensor_args<T, kStates, kScalars>(b, ctx, launch,
-                                                                 plan.first_chunk[l]);
-    multi_tensor_apply_kernel<T, kStates, kScalars, F>
-        <<<launch.blocks(), kThreads, 0, cc.stream()>>>(args, f);
-    SPIRE_CUDA_LAUNCH_CHECK();
+  // Groups of at most kMultiTensorMax variables: each group is locked while
+  // its launches are queued, then committed.
+  for (int begin = 0; begin < b.layout.n; begin += kernels::kMultiTensorMax) {
+    const int end = std::min(b.layout.n, begin + kernels::kMultiTensorMax);
+    b.acquire(ctx, begin, end);
+    const std::vector<int64_t> sizes(b.sizes.begin() + begin, b.sizes.begin() + end);
+    const kernels::MultiTensorPlan plan = kernels::plan_multi_tensor(sizes);
+    for (size_t l = 0; l < plan.launches.size(); ++l) {
+      const kernels::MultiTensorLaunch& launch = plan.launches[l];
+      Args args = kernels::multi_tensor_args<T, kStates, kScalars>(b, ctx, launch,
+                                                                   plan.first_chunk[l], begin);
+      multi_tensor_apply_kernel<T, kStates, kScalars, F>
+          <<<launch.blocks(), kThreads, 0, cc.stream()>>>(args, f);
+      SPIRE_CUDA_LAUNCH_CHECK();
+    }
+    b.commit();
   }
-  b.commit();
 }
 
 struct Registrar {

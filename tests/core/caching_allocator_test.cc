@@ -105,6 +105,7 @@ TEST(CachingAllocator, ABlockAnotherStreamUsesWaitsForThatStreamBeforeReuse) {
   void* q = a.allocate(3000);
   EXPECT_NE(q, p);
   EXPECT_EQ(a.pending_blocks(), 1u);
+  EXPECT_EQ(dev.waits(), 0) << "the host must not wait while the device has memory";
   dev.finish(&comm_stream);
   void* r = a.allocate(3000);  // now the old block is free again
   EXPECT_EQ(r, p);
@@ -141,7 +142,8 @@ TEST(CachingAllocator, PendingBlocksAreWaitedForWhenMemoryRunsOutAndAtTheEnd) {
     void* big = a.allocate(30 * MiB);
     a.record_stream(big, &stream);
     a.deallocate(big);
-    // Only the pending block's memory could serve this: the allocator waits for its event.
+    // Only the pending block's memory could serve this: the device is full, so the
+    // allocator waits for its event (and not before the device refused memory).
     void* again = a.allocate(30 * MiB);
     EXPECT_EQ(again, big);
     EXPECT_EQ(dev.waits(), 1);

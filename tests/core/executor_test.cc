@@ -298,15 +298,8 @@ TEST(Executor, CrossLaneWaitsTimeOutWithAClearError) {
                 "on cpu:", "timeout_seconds"});
 }
 
-// Threads of this process (Linux).
-int process_threads() {
-  int n = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
-  return n;
-}
-
 TEST(Executor, ManyRunsLeaveNoThreadBehind) {
-  const int threads_before = process_threads();
+  const int64_t threads_before = os_thread_count();
   {
     TwoTowers t;
     Session s(t.g, cpus(2));
@@ -319,9 +312,9 @@ TEST(Executor, ManyRunsLeaveNoThreadBehind) {
     // cpu:0's lane runs on the caller; cpu:1's on one reused worker (plus
     // cpu:1's kernel pool, which has no workers with one thread).
     EXPECT_EQ(s.lane_thread_count(), 1);
-    EXPECT_EQ(process_threads(), threads_before + 1);
+    EXPECT_EQ(os_thread_count(), threads_before + 1);
   }
-  EXPECT_EQ(process_threads(), threads_before) << "the session left threads behind";
+  EXPECT_EQ(os_thread_count(), threads_before) << "the session left threads behind";
 }
 
 TEST(Executor, SeveralThreadsRunOneSessionAtOnce) {
@@ -341,6 +334,59 @@ TEST(Executor, SeveralThreadsRunOneSessionAtOnce) {
   for (auto& th : threads) th.join();
   EXPECT_EQ(mismatches.load(), 0);
   EXPECT_LE(s.lane_thread_count(), 4) << "lane workers are reused across runs";
+}
+
+TEST(Executor, AReadOfAVariableOnAnotherDeviceWaitsForTheReadersControlInputs) {
+  // The Copy node that reads v for cpu:1 must wait for the reader's control
+  // inputs (given at creation or added later), in every mode and every run.
+  Graph g;
+  DefaultGraphGuard guard(g);
+  Output v = ops::variable({}, DType::F32, "v");
+  Output init = ops::assign(v, ops::scalar(0, DType::F32));
+  Output inc = ops::assign_add(v, ops::scalar(1, DType::F32));
+  Output inc2 = ops::assign_add(v, ops::scalar(10, DType::F32));
+  Output y, y2;
+  {
+    DeviceScope d(g, Device::cpu(1));
+    y = g.add_node("Identity", {v}, {}, "y", {inc.node})->output(0);
+    y2 = ops::identity(v, "y2");
+  }
+  y2.node->add_control_input(inc2.node);
+  for (bool sequential : {false, true}) {
+    Session s(g, cpus(2, sequential));
+    s.run({}, {}, {init.node});
+    for (int rep = 1; rep <= 300; ++rep) {
+      ASSERT_EQ(s.run({y})[0].item<float>(), 11.0f * (rep - 1) + 1) << (sequential ? "sequential" : "lanes");
+      ASSERT_EQ(s.run({y2})[0].item<float>(), 11.0f * rep) << (sequential ? "sequential" : "lanes");
+    }
+  }
+}
+
+TEST(Executor, AControlInputWhoseOutputsAreFedIsMet) {
+  Graph g;
+  DefaultGraphGuard guard(g);
+  Output p = ops::placeholder(DType::F32, {}, "p");
+  Output c = ops::scalar(3, DType::F32);
+  Output y = g.add_node("Identity", {c}, {}, "y", {p.node})->output(0);
+  Session s(g);
+  expect_error([&] { s.run({y}); }, {"placeholder 'p'", "must be fed"});
+  EXPECT_EQ(s.run({y}, {{p, Tensor::scalar<float>(1)}})[0].item<float>(), 3.0f);
+}
+
+TEST(Executor, ATimeoutBelowAMillisecondIsStillATimeout) {
+  Graph g;
+  DefaultGraphGuard guard(g);
+  Output x = ops::placeholder(DType::F32, {2}, "x");
+  Output slow;
+  {
+    DeviceScope d(g, Device::cpu(1));
+    slow = sleep_op(x, 300);
+  }
+  Output y = slow + 1.0;
+  SessionOptions o = cpus(2);
+  o.timeout_seconds = 1e-5;  // rounds up to 1 ms, never to "no limit"
+  Session s(g, o);
+  expect_error([&] { s.run({y}, {{x, Tensor::zeros(DType::F32, {2})}}); }, {"timed out", "sleepy"});
 }
 
 TEST(Executor, ThreadsAreSplitAmongCpuDevices) {

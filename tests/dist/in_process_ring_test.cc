@@ -314,13 +314,23 @@ TEST(InProcessRing, ParticipantsThatDisagreeAllFailWithTheFirstDifference) {
   std::vector<Participant> wrong_out{{0, exact_input(DType::F32, 0, 4, Device::cpu(0)), Tensor(DType::F32, {3}, Device::cpu(0))}};
   call.key = {&two, 0, 3};
   expect_error([&] { two.allreduce(call, wrong_out, ReduceOp::kSum); }, {"output of 3 elements for an input of 4"});
+  CollectiveCall call4 = call;
+  call4.key = {&two, 0, 4};
   std::vector<Participant> wrong_device{{0, exact_input(DType::F32, 0, 4, Device::cpu(1)), Tensor(DType::F32, {4}, Device::cpu(0))}};
-  expect_error([&] { two.allreduce(call, wrong_device, ReduceOp::kSum); }, {"participant 0 (cpu) passed a tensor on cpu:1"});
-  // The failed instance of key 3 stays open for its participant 1, which then fails at once.
-  EXPECT_EQ(two.open_instances(), 1u);
+  expect_error([&] { two.allreduce(call4, wrong_device, ReduceOp::kSum); }, {"participant 0 (cpu) passed a tensor on cpu:1"});
+  // The failed instances stay open for their participant 1, which then fails at once.
+  EXPECT_EQ(two.open_instances(), 2u);
   std::vector<Participant> late{{1, exact_input(DType::F32, 1, 4, Device::cpu(1)), Tensor(DType::F32, {4}, Device::cpu(1))}};
   expect_error([&] { two.allreduce(call, late, ReduceOp::kSum); }, {"output of 3 elements for an input of 4"});
+  expect_error([&] { two.allreduce(call4, late, ReduceOp::kSum); }, {"passed a tensor on cpu:1"});
   EXPECT_EQ(two.open_instances(), 0u);
+  // A participant index that does not exist fails its own call only.
+  std::vector<Participant> nobody{{5, Tensor(), Tensor()}};
+  expect_error([&] { two.allreduce(call, nobody, ReduceOp::kSum); }, {"participant 5 does not exist (2 local participants)"});
+  // Bool tensors cannot be reduced.
+  call.key = {&two, 0, 9};
+  std::vector<Participant> bools{{0, Tensor::from_vector<bool>({2}, {true, false}), Tensor(DType::Bool, {2})}};
+  expect_error([&] { two.allreduce(call, bools, ReduceOp::kSum); }, {"bool tensors, which cannot be reduced"});
 }
 
 TEST(InProcessRing, WaitsEndByTimeoutOrCancellationNeverHang) {

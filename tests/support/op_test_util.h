@@ -89,6 +89,11 @@ void expect_tensor(const Tensor& t, const Shape& shape, const std::vector<double
 /// Expects `fn` to throw spire::Error whose message contains every substring.
 void expect_error(const std::function<void()>& fn, const std::vector<std::string>& substrings);
 
+/// Threads of this process (Linux /proc/self/task). The first call starts and
+/// joins a thread first, so that a sanitizer's helper thread (TSan starts one
+/// with the first thread) is already counted.
+int64_t os_thread_count();
+
 /// Random tensor with values uniform in [lo, hi].
 Tensor random_tensor(DType dtype, const Shape& shape, std::mt19937_64& rng, double lo = -1,
                      double hi = 1);

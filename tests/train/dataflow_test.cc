@@ -73,15 +73,6 @@ std::vector<int64_t> sorted(std::vector<int64_t> v) {
   return v;
 }
 
-int64_t os_thread_count() {
-  int64_t n = 0;
-  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
-    (void)e;
-    ++n;
-  }
-  return n;
-}
-
 // Waits (up to 5 s) until pred() holds.
 template <typename Pred>
 bool eventually(Pred pred) {
