@@ -1,11 +1,13 @@
 // Allreduce bus bandwidth of a communicator on N devices, as nccl-tests
 // defines it: algbw = S / t for S bytes per participant, busbw = algbw x
-// 2(N-1)/N (the bandwidth each link of an ideal ring would need). The
-// allreduce runs as a graph op in a Session (one lane per device, the inputs
-// resident in variables), the way training uses it. Each row also prints a
-// copy of S bytes measured in the same run as the ceiling to compare with
-// (CPU: memcpy on one thread; GPU: a device-to-device copy on cuda:0), and
-// busbw / copy.
+// 2(N-1)/N (the bandwidth each link of an ideal ring would need). As in
+// nccl-tests, the busbw column times the communicator alone on preallocated
+// buffers, one thread per participant (the executor's lane threads); the
+// "graph op" column times the AllReduce node run by a Session (inputs
+// resident in variables, a fresh output per run), the way training uses it.
+// Each row also prints a copy of S bytes measured in the same run as the
+// ceiling to compare with (CPU: memcpy on one thread; GPU: a
+// device-to-device copy on cuda:0), and busbw / copy.
 //
 //   ./build/bench/allreduce_bandwidth [--devices 2,4,8] [--min 4K] [--max 256M]
 //       [--device cpu|cuda] [--communicator ring|nccl]
@@ -117,8 +119,8 @@ int main(int argc, char** argv) {
     std::printf("allreduce (sum, f32) on N %s, one lane each; busbw = algbw * 2(N-1)/N (nccl-tests);\n"
                 "copy = %s copying S bytes, measured in the same run.\n\n",
                 gpu ? "GPUs" : "CPU devices", gpu ? "cuda:0" : "one thread (memcpy)");
-    std::printf("%3s %10s %10s %10s %10s %10s %8s\n", "N", "size", "time us", "algbw GB/s",
-                "busbw GB/s", "copy GB/s", "bus/copy");
+    std::printf("%3s %10s %10s %10s %10s %10s %8s %12s\n", "N", "size", "time us", "algbw GB/s",
+                "busbw GB/s", "copy GB/s", "bus/copy", "graph op us");
     for (int n : o.devices) {
       for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 4) {
         const int64_t count = bytes / 4;
@@ -139,9 +141,41 @@ int main(int argc, char** argv) {
         so.num_threads = gpu ? 1 : n;
         Session s(g, so);
         for (int k = 0; k < n; ++k) s.set_variable_value(xs[k].node, Tensor::full(DType::F32, {count}, k + 1));
-        const double t = time_it([&] {
+        const double t_op = time_it([&] {
           s.run_targets({ar});
           for (const Device& d : devs) synchronize_device(d);  // GPU work is asynchronous
+        }, o.min_seconds);
+        // The communicator alone (the session's, as the node uses it), one lane thread per
+        // participant, on preallocated buffers.
+        auto comm = s.resource<dist::Communicator>(
+            (o.communicator == "nccl" ? "spire.nccl:" : "spire.ring:") + [&] {
+              std::string l;
+              for (size_t k = 0; k < devs.size(); ++k) l += (k ? "," : "") + devs[k].to_string();
+              return l;
+            }());
+        if (!comm) throw Error("allreduce_bandwidth: the session made no communicator");
+        std::vector<Tensor> ins, outs;
+        for (int k = 0; k < n; ++k) {
+          ins.push_back(Tensor::full(DType::F32, {count}, k + 1).to(devs[k]));
+          outs.push_back(Tensor(DType::F32, {count}, devs[k]));
+        }
+        LaneThreads lanes;
+        RunContext run;
+        run.timeout = std::chrono::seconds(600);
+        uint64_t key = 0;
+        const double t = time_it([&] {
+          dist::CollectiveCall call;
+          call.key = {&lanes, 0, ++key};
+          call.name = "allreduce_bandwidth";
+          call.run = &run;
+          std::vector<std::function<void()>> tasks;
+          for (int k = 0; k < n; ++k)
+            tasks.push_back([&, k] {
+              std::vector<dist::Participant> part{{k, ins[k], outs[k]}};
+              comm->allreduce(call, part, dist::ReduceOp::kSum);
+            });
+          lanes.run(tasks);
+          for (const Device& d : devs) synchronize_device(d);
         }, o.min_seconds);
         // The ceiling: the same bytes copied once (one CPU thread, or on cuda:0).
         double tc = 0;
@@ -161,8 +195,8 @@ int main(int argc, char** argv) {
         char size[32];
         if (bytes >= (1 << 20)) std::snprintf(size, sizeof size, "%lld MiB", static_cast<long long>(bytes >> 20));
         else std::snprintf(size, sizeof size, "%lld KiB", static_cast<long long>(bytes >> 10));
-        std::printf("%3d %10s %10.1f %10.2f %10.2f %10.2f %8.2f\n", n, size, t * 1e6, algbw, busbw, cpy,
-                    busbw / cpy);
+        std::printf("%3d %10s %10.1f %10.2f %10.2f %10.2f %8.2f %12.1f\n", n, size, t * 1e6, algbw,
+                    busbw, cpy, busbw / cpy, t_op * 1e6);
         std::fflush(stdout);
       }
     }
