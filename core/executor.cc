@@ -388,9 +388,7 @@ void ExecutionPlan::wait_for(const Step& st, int producer, RunState& rs) const {
   }
 }
 
-void ExecutionPlan::run_step(const Step& st, int index, RunState& rs,
-                             std::vector<Tensor>& inputs) const {
-  (void)index;
+void ExecutionPlan::run_step(const Step& st, RunState& rs, std::vector<Tensor>& inputs) const {
   Node* n = st.node;
   const int nin = n->num_inputs();
   for (int i = 0; i < nin; ++i) {
@@ -479,7 +477,7 @@ void ExecutionPlan::run_lane(int lane, RunState& rs) const {
       if (st.backend->make_current) st.backend->make_current(st.device.index);
       current = st.device;
     }
-    run_step(st, k, rs, inputs);
+    run_step(st, rs, inputs);
     if (st.signals) {
       if (st.backend && st.backend->record_event) {
         try {

@@ -95,7 +95,7 @@ class ExecutionPlan {
   struct RunState;
 
   void run_lane(int lane, RunState& rs) const;
-  void run_step(const Step& st, int index, RunState& rs, std::vector<Tensor>& inputs) const;
+  void run_step(const Step& st, RunState& rs, std::vector<Tensor>& inputs) const;
   void wait_for(const Step& st, int producer, RunState& rs) const;
 
   std::vector<Step> steps_;

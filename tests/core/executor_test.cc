@@ -17,14 +17,6 @@
 namespace spire::testing {
 namespace {
 
-SessionOptions cpus(int n, bool sequential = false) {
-  SessionOptions o;
-  o.num_cpu_devices = n;
-  o.num_threads = n;
-  o.sequential = sequential;
-  return o;
-}
-
 // ---- devices -----------------------------------------------------------------
 
 TEST(CpuDevices, ParsePrintAndCompare) {

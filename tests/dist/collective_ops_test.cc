@@ -16,14 +16,6 @@ namespace {
 
 using dist::ReduceOp;
 
-SessionOptions cpus(int n, bool sequential = false) {
-  SessionOptions o;
-  o.num_cpu_devices = n;
-  o.num_threads = n;
-  o.sequential = sequential;
-  return o;
-}
-
 // Puts in[k] on cpu:k (through a Copy node), the participants' inputs.
 std::vector<Output> spread(const std::vector<Output>& in) {
   Graph& g = *in[0].graph();

@@ -62,6 +62,14 @@ std::vector<Tensor> run_parity_case(const ParityCase& c, DType float_dtype, cons
   return s.run(outs, feeds);
 }
 
+SessionOptions cpus(int n, bool sequential) {
+  SessionOptions o;
+  o.num_cpu_devices = n;
+  o.num_threads = n;
+  o.sequential = sequential;
+  return o;
+}
+
 int64_t os_thread_count() {
   static const bool warmed = [] {
     std::thread([] {}).join();

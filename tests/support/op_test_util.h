@@ -89,6 +89,10 @@ void expect_tensor(const Tensor& t, const Shape& shape, const std::vector<double
 /// Expects `fn` to throw spire::Error whose message contains every substring.
 void expect_error(const std::function<void()>& fn, const std::vector<std::string>& substrings);
 
+/// Options of a session with n CPU devices, one kernel thread each (and
+/// lanes on one thread when `sequential`).
+SessionOptions cpus(int n, bool sequential = false);
+
 /// Threads of this process (Linux /proc/self/task). The first call starts and
 /// joins a thread first, so that a sanitizer's helper thread (TSan starts one
 /// with the first thread) is already counted.
