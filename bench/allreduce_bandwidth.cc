@@ -147,12 +147,7 @@ int main(int argc, char** argv) {
         }, o.min_seconds);
         // The communicator alone (the session's, as the node uses it), one lane thread per
         // participant, on preallocated buffers.
-        auto comm = s.resource<dist::Communicator>(
-            (o.communicator == "nccl" ? "spire.nccl:" : "spire.ring:") + [&] {
-              std::string l;
-              for (size_t k = 0; k < devs.size(); ++k) l += (k ? "," : "") + devs[k].to_string();
-              return l;
-            }());
+        auto comm = s.resource<dist::Communicator>(dist::communicator_key(o.communicator, devs));
         if (!comm) throw Error("allreduce_bandwidth: the session made no communicator");
         std::vector<Tensor> ins, outs;
         for (int k = 0; k < n; ++k) {

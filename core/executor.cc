@@ -130,11 +130,6 @@ std::shared_ptr<ExecutionPlan> ExecutionPlan::compile(Graph& graph,
       const int np = static_cast<int>(n->devices().size());
       for (int q = 0; q < np; ++q) check_device(*n, n->devices()[static_cast<size_t>(q)], opt);
       for (int q = 1; q < np; ++q)
-        for (int r = 0; r < q; ++r)
-          if (n->devices()[static_cast<size_t>(q)] == n->devices()[static_cast<size_t>(r)])
-            throw_error("Session::run: ", n->describe(), " has two participants on ",
-                        n->devices()[static_cast<size_t>(q)].to_string());
-      for (int q = 1; q < np; ++q)
         if (n->devices()[static_cast<size_t>(q)].type != n->devices()[0].type)
           throw_error("Session::run: ", n->describe(), " has participants on ",
                       n->devices()[0].to_string(), " and ", n->devices()[static_cast<size_t>(q)].to_string(),

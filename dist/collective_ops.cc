@@ -215,13 +215,7 @@ std::vector<Output> build(const char* op, const std::vector<Output>& xs, AttrMap
 
 // ---- kernels --------------------------------------------------------------------
 
-enum class Kind { kAllReduce, kBroadcast, kAllGather, kReduceScatter };
-
-std::string device_list(const std::vector<Device>& ds) {
-  std::string s;
-  for (size_t i = 0; i < ds.size(); ++i) s += (i ? "," : "") + ds[i].to_string();
-  return s;
-}
+using Kind = CollectiveKind;
 
 // The node's communicator (see the header's comment), checked against the node.
 std::shared_ptr<Communicator> communicator_for(KernelContext& ctx) {
@@ -230,12 +224,12 @@ std::shared_ptr<Communicator> communicator_for(KernelContext& ctx) {
   const std::vector<Device>& devices = n.devices();
   std::shared_ptr<Communicator> comm;
   if (name.empty() || name == "ring") {
-    comm = ctx.state().resource<Communicator>("spire.ring:" + device_list(devices), [&] {
+    comm = ctx.state().resource<Communicator>(communicator_key(name, devices), [&] {
       return std::make_shared<InProcessRing>(devices);
     });
   } else if (name == "nccl") {
 #if defined(SPIRE_WITH_NCCL)
-    comm = ctx.state().resource<Communicator>("spire.nccl:" + device_list(devices), [&] {
+    comm = ctx.state().resource<Communicator>(communicator_key(name, devices), [&] {
       return std::make_shared<NcclCommunicator>(devices);
     });
 #else
@@ -296,6 +290,8 @@ void collective_kernel(KernelContext& ctx) {
       comm->reduce_scatter(call, parts,
                            parse_reduce_op(ctx.attr<std::string>("reduction"), n.describe()));
       break;
+    case Kind::kBarrier:  // no graph op
+      break;
   }
   for (auto& p : parts) ctx.set_output(p.local, p.output);
 }
@@ -319,6 +315,12 @@ SPIRE_STATIC_INIT(collective_kernels) {
 #if defined(SPIRE_WITH_CUDA)
   register_collective_kernels(DeviceType::CUDA);
 #endif
+}
+
+std::string communicator_key(const std::string& communicator, const std::vector<Device>& devices) {
+  if (communicator.empty() || communicator == "ring") return "spire.ring:" + device_list(devices);
+  if (communicator == "nccl") return "spire.nccl:" + device_list(devices);
+  return communicator;
 }
 
 std::vector<Output> all_reduce(const std::vector<Output>& xs, ReduceOp op,

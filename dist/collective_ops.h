@@ -36,6 +36,11 @@ struct CollectiveOptions {
   std::string name;
 };
 
+/// The session resource key of a built-in communicator ("" or "ring": Spire's
+/// ring, "nccl") over `devices`, as the collective kernels create it; other
+/// names are keys themselves.
+std::string communicator_key(const std::string& communicator, const std::vector<Device>& devices);
+
 /// AllReduce: output i = op over all inputs (same dtype and shape).
 std::vector<Output> all_reduce(const std::vector<Output>& xs, ReduceOp op = ReduceOp::kSum,
                                const CollectiveOptions& options = {});

@@ -40,6 +40,12 @@ std::string participants_problem(const Communicator& comm, const std::vector<Par
   return {};
 }
 
+std::string device_list(const std::vector<Device>& devices) {
+  std::string s;
+  for (size_t i = 0; i < devices.size(); ++i) s += (i ? "," : "") + devices[i].to_string();
+  return s;
+}
+
 const char* collective_kind_name(CollectiveKind kind) {
   switch (kind) {
     case CollectiveKind::kAllReduce: return "allreduce";

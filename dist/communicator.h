@@ -38,6 +38,9 @@ const char* reduce_op_name(ReduceOp op);
 /// spire::Error naming `what` otherwise.
 ReduceOp parse_reduce_op(const std::string& name, const std::string& what);
 
+/// "cpu,cpu:1,cpu:2": the devices of a participant list, comma-separated.
+std::string device_list(const std::vector<Device>& devices);
+
 /// What identifies one collective instance (equal on all its participants).
 struct CollectiveKey {
   const void* scope = nullptr;  ///< e.g. the session

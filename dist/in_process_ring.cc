@@ -205,11 +205,7 @@ InProcessRing::InProcessRing(std::vector<Device> devices, RingOptions options)
 
 InProcessRing::~InProcessRing() = default;
 
-std::string InProcessRing::name() const {
-  std::string s = "ring(";
-  for (size_t i = 0; i < devices_.size(); ++i) s += (i ? "," : "") + devices_[i].to_string();
-  return s + ")";
-}
+std::string InProcessRing::name() const { return "ring(" + device_list(devices_) + ")"; }
 
 size_t InProcessRing::open_instances() const {
   std::lock_guard<std::mutex> lock(mu_);

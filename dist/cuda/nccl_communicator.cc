@@ -101,11 +101,7 @@ NcclCommunicator::NcclCommunicator(std::vector<Device> devices)
 
 NcclCommunicator::~NcclCommunicator() = default;
 
-std::string NcclCommunicator::name() const {
-  std::string s = "nccl(";
-  for (size_t i = 0; i < devices_.size(); ++i) s += (i ? "," : "") + devices_[i].to_string();
-  return s + ")";
-}
+std::string NcclCommunicator::name() const { return "nccl(" + device_list(devices_) + ")"; }
 
 void NcclCommunicator::issue(const CollectiveSignature& sig, std::vector<Participant>& all) {
   // One group at a time per communicator: NCCL communicators are not
