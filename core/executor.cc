@@ -30,48 +30,89 @@ std::vector<Node*> topological_order(Graph& graph, const std::vector<Output>& fe
     if (!fed.count(f)) roots.push_back(f.node);
   for (Node* t : targets) roots.push_back(t);
 
+  // Rendezvous groups (OpDef::rendezvous_attr): members are visited as one
+  // node whose dependencies are all of theirs, and emitted together.
+  std::map<std::string, std::vector<Node*>> groups;
+  std::unordered_map<const Node*, const std::vector<Node*>*> group_of;
+  for (int id = 0; id < graph.num_nodes(); ++id) {
+    Node* n = graph.node(id);
+    const std::string& attr = n->op_def().rendezvous_attr();
+    if (attr.empty() || !n->has_attr(attr)) continue;
+    const std::string key = n->attr<std::string>(attr);
+    if (!key.empty()) groups[n->op_type() + "/" + key].push_back(n);
+  }
+  for (const auto& [key, members] : groups)
+    for (Node* m : members) group_of[m] = &members;
+
+  auto deps_of = [&](Node* n, std::vector<Node*>& deps) {
+    for (const Output& in : n->inputs())
+      if (!fed.count(in)) deps.push_back(in.node);
+    for (Node* dep : n->control_inputs()) {
+      // A control dependency on a node whose every output is fed is met
+      // (TensorFlow's rule): the node does not run.
+      bool all_fed = dep->num_outputs() > 0;
+      for (int o = 0; o < dep->num_outputs() && all_fed; ++o) all_fed = fed.count(dep->output(o)) != 0;
+      if (!all_fed) deps.push_back(dep);
+    }
+  };
+  struct Frame {
+    Node* node;
+    size_t next;
+    std::vector<Node*> deps;
+    const std::vector<Node*>* group;
+  };
+  std::vector<Frame> stack;
+  auto push = [&](Node* n) {
+    Frame f{n, 0, {}, nullptr};
+    auto g = group_of.find(n);
+    if (g != group_of.end()) {
+      f.group = g->second;
+      for (Node* m : *f.group) {
+        color[static_cast<size_t>(m->id())] = kGray;
+        deps_of(m, f.deps);
+      }
+    } else {
+      color[static_cast<size_t>(n->id())] = kGray;
+      deps_of(n, f.deps);
+    }
+    stack.push_back(std::move(f));
+  };
+
   for (Node* root : roots) {
     if (color[static_cast<size_t>(root->id())] != kWhite) continue;
-    // Iterative DFS: stack of (node, next dependency index).
-    std::vector<std::pair<Node*, size_t>> stack{{root, 0}};
-    color[static_cast<size_t>(root->id())] = kGray;
+    push(root);
     while (!stack.empty()) {
-      auto& [n, next] = stack.back();
-      size_t ndeps = n->inputs().size() + n->control_inputs().size();
-      if (next == ndeps) {
-        color[static_cast<size_t>(n->id())] = kBlack;
-        order.push_back(n);
+      Frame& fr = stack.back();
+      if (fr.next == fr.deps.size()) {
+        if (fr.group) {
+          for (Node* m : *fr.group) {
+            color[static_cast<size_t>(m->id())] = kBlack;
+            order.push_back(m);
+          }
+        } else {
+          color[static_cast<size_t>(fr.node->id())] = kBlack;
+          order.push_back(fr.node);
+        }
         stack.pop_back();
         continue;
       }
-      size_t k = next++;
-      Node* dep;
-      if (k < n->inputs().size()) {
-        const Output& in = n->inputs()[k];
-        if (fed.count(in)) continue;
-        dep = in.node;
-      } else {
-        dep = n->control_inputs()[k - n->inputs().size()];
-        // A control dependency on a node whose every output is fed is met
-        // (TensorFlow's rule): the node does not run.
-        bool all_fed = dep->num_outputs() > 0;
-        for (int o = 0; o < dep->num_outputs() && all_fed; ++o) all_fed = fed.count(dep->output(o)) != 0;
-        if (all_fed) continue;
-      }
+      Node* dep = fr.deps[fr.next++];
       Color c = color[static_cast<size_t>(dep->id())];
       if (c == kBlack) continue;
       if (c == kGray) {
         std::ostringstream os;
         bool on = false;
-        for (auto& fr : stack) {
-          if (fr.first == dep) on = true;
-          if (on) os << "'" << fr.first->name() << "' -> ";
+        for (auto& f : stack) {
+          if (f.node == dep || (f.group && group_of.count(dep) && group_of.at(dep) == f.group)) on = true;
+          if (on) os << "'" << f.node->name() << "' -> ";
         }
         os << "'" << dep->name() << "'";
-        throw_error("Session::run: the graph has a cycle: ", os.str());
+        throw_error("Session::run: the graph has a cycle: ", os.str(),
+                    group_of.count(dep) ? " (through nodes that meet at run time: a rendezvous "
+                                          "member must not depend on another member)"
+                                        : "");
       }
-      color[static_cast<size_t>(dep->id())] = kGray;
-      stack.push_back({dep, 0});
+      push(dep);
     }
   }
   return order;
@@ -496,6 +537,7 @@ std::vector<Tensor> ExecutionPlan::run(const std::vector<Output>& fetches, const
   rs.values.resize(static_cast<size_t>(num_slots_));
   rs.run.id = run_id;
   rs.run.cancellation = &rs.cancellation;
+  rs.run.one_lane = env.options->sequential;
   if (env.options->timeout_seconds > 0)  // at least 1 ms (0 would mean no limit)
     rs.run.timeout = std::chrono::milliseconds(std::max<int64_t>(
         1, static_cast<int64_t>(std::ceil(std::min(env.options->timeout_seconds, 1e9) * 1000.0))));

@@ -160,6 +160,11 @@ OpDefBuilder& OpDefBuilder::multi_device() {
   return *this;
 }
 
+OpDefBuilder& OpDefBuilder::rendezvous_attr(const std::string& attr) {
+  def_->rendezvous_attr_ = attr;
+  return *this;
+}
+
 OpDefBuilder& OpDefBuilder::doc(const std::string& text) {
   def_->doc_ = text;
   return *this;

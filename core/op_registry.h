@@ -149,8 +149,15 @@ class OpDef {
   /// step per participant, each on its device's lane; the graph never puts
   /// such a node on a single device.
   bool multi_device() const { return multi_device_; }
+  /// The attr whose non-empty value names a rendezvous ("" when the op has
+  /// none): nodes with the same value meet while they run (collectives
+  /// built one per tower). The executor runs every member in any run that
+  /// needs one and orders them as one node: everything any member depends
+  /// on runs before all of them, so no lane waits on a member's partner.
+  const std::string& rendezvous_attr() const { return rendezvous_attr_; }
 
  private:
+  std::string rendezvous_attr_;
   friend class OpDefBuilder;
   std::string name_;
   std::vector<std::string> input_names_;
@@ -202,6 +209,9 @@ class OpDefBuilder {
   /// Marks a multi-device op (see OpDef::multi_device); adds the
   /// "devices" attr (a list of device names, default: the inputs' devices).
   OpDefBuilder& multi_device();
+  /// Names the rendezvous attr (see OpDef::rendezvous_attr); it must be a
+  /// string attr declared on the op.
+  OpDefBuilder& rendezvous_attr(const std::string& attr);
   std::unique_ptr<OpDef> build() { return std::move(def_); }
 
  private:

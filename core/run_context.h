@@ -45,6 +45,10 @@ struct RunContext {
   /// Longest a single wait may block (SessionOptions::timeout_seconds);
   /// zero or negative: no limit.
   std::chrono::milliseconds timeout{0};
+  /// True when one thread runs every step of the run in order
+  /// (SessionOptions::sequential): a kernel must not wait for another node
+  /// of the same run, which could only run after it.
+  bool one_lane = false;
 };
 
 /// How often a blocked wait wakes to look at the cancellation flag.
