@@ -3,12 +3,36 @@
 // EMA update ops in the main training tower), the EMAs at inference. Built
 // from primitive ops, so autodiff differentiates through the batch statistics.
 #include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <mutex>
+#include <set>
 
 #include "core/ops.h"
 #include "layers/layer_util.h"
 #include "layers/layers.h"
 
 namespace spire {
+
+namespace {
+
+// "tower3/block/bn" -> "block/bn": the towers of one step share the key.
+std::string strip_tower_prefix(const std::string& scope) {
+  if (scope.compare(0, 5, "tower") != 0) return scope;
+  size_t i = 5;
+  while (i < scope.size() && std::isdigit(static_cast<unsigned char>(scope[i]))) ++i;
+  if (i == 5 || (i < scope.size() && scope[i] != '/')) return scope;
+  return i < scope.size() ? scope.substr(i + 1) : std::string();
+}
+
+void logger_warn_once(const std::string& msg) {
+  static std::mutex mu;
+  static std::set<std::string> seen;
+  std::lock_guard<std::mutex> lk(mu);
+  if (seen.insert(msg).second) std::fprintf(stderr, "[spire] WARN %s\n", msg.c_str());
+}
+
+}  // namespace
 
 using layer_detail::check_input;
 using layer_detail::describe;
@@ -41,9 +65,22 @@ Output BatchNorm(const std::string& name, const Output& x, const BatchNormOption
               ": ema_update must be \"collection\", \"internal\" or \"skip\", got \"", ema_update,
               "\"");
   const bool training = layer_detail::resolve_training(g, a.training_);
+  const std::string sync = a.sync_statistics_.value_or("");
+  SPIRE_CHECK(sync.empty() || sync == "towers" || sync == "nccl" || sync == "horovod",
+              describe(kind, name, x), ": sync_statistics must be \"\", \"towers\", \"nccl\" or "
+              "\"horovod\", got \"", sync, "\"");
   // tensorpack: EMA updates only from batch statistics, and not from the non-main
   // training towers (in an inference tower that forces training, they are made).
   TowerContext* ctx = get_current_tower_context(&g);
+  // Synchronized statistics need the trainer's cross-tower average; with one
+  // tower there is nothing to synchronize (tensorpack warns the same way).
+  const bool synced = training && !sync.empty() && ctx != nullptr && ctx->is_training() &&
+                      ctx->cross_tower_mean() != nullptr;
+  if (training && !sync.empty() && !synced && (ctx == nullptr || ctx->is_training()))
+    logger_warn_once(describe(kind, name, x) +
+                     ": sync_statistics with a single training tower: nothing to synchronize, "
+                     "the tower's own batch statistics are used");
+  if (synced && ema_update == "collection") ema_update = "internal";
   const bool do_ema_update =
       training && ema_update != "skip" &&
       (ctx == nullptr || ctx->is_main_training_tower() || !ctx->is_training());
@@ -79,9 +116,31 @@ Output BatchNorm(const std::string& name, const Output& x, const BatchNormOption
     return ops::identity(y, "output");
   }
 
-  Output mean = ops::mean(x, reduce_axes, true, "batch_mean");
-  Output xc = x - mean;
-  Output var = ops::mean(ops::square(xc), reduce_axes, true, "batch_variance");
+  Output mean, xc, var;
+  if (synced) {
+    // One cross-tower average of [E[x], E[x^2]] per layer; the key is the
+    // layer's variable scope without the tower prefix, the same in every tower.
+    Output local_mean = ops::mean(x, reduce_axes, true, "batch_mean");
+    Output local_sq = ops::mean(ops::square(x), reduce_axes, true, "batch_mean_square");
+    Output both = ops::concat({ops::reshape(local_mean, Shape{channels}),
+                               ops::reshape(local_sq, Shape{channels})}, 0, "moments");
+    Output avg = ctx->cross_tower_mean()(both, strip_tower_prefix(scope.scope().name) + "/moments");
+    SPIRE_CHECK(avg.valid() && avg.shape() == both.shape() && avg.dtype() == both.dtype(),
+                describe(kind, name, x), ": the tower context's cross_tower_mean returned ",
+                avg.valid() ? str_cat(dtype_name(avg.dtype()), avg.shape().to_string())
+                            : std::string("an invalid output"),
+                " for ", dtype_name(both.dtype()), both.shape().to_string());
+    std::vector<int64_t> kdims = bdims;
+    mean = ops::reshape(ops::slice(avg, {0}, {channels}), Shape(kdims), "synced_mean");
+    Output mean_sq = ops::reshape(ops::slice(avg, {channels}, {channels}), Shape(kdims));
+    xc = x - mean;
+    // E[x^2] - E[x]^2 can come out slightly negative by rounding.
+    var = ops::maximum(mean_sq - ops::square(mean), ops::scalar_like(0.0, mean_sq), "synced_variance");
+  } else {
+    mean = ops::mean(x, reduce_axes, true, "batch_mean");
+    xc = x - mean;
+    var = ops::mean(ops::square(xc), reduce_axes, true, "batch_variance");
+  }
   Output inv = ops::rsqrt(var + epsilon);
   if (gamma) inv = inv * bcast(gamma->value);
   y = xc * inv;
@@ -95,6 +154,9 @@ Output BatchNorm(const std::string& name, const Output& x, const BatchNormOption
   int64_t n = 1;
   for (int64_t ax : reduce_axes)
     n = (n < 0 || s[static_cast<int>(ax)] < 0) ? -1 : n * s[static_cast<int>(ax)];
+  // Synchronized: the statistics cover every tower's batch of the same size.
+  const double towers = synced ? static_cast<double>(ctx->total()) : 1.0;
+  if (n >= 0 && synced) n *= ctx->total();
   if (n >= 0) {
     batch_var =
         batch_var * (static_cast<double>(n) / static_cast<double>(std::max<int64_t>(n - 1, 1)));
@@ -102,6 +164,7 @@ Output BatchNorm(const std::string& name, const Output& x, const BatchNormOption
     std::vector<int64_t> begin(static_cast<size_t>(rank), 0), size(static_cast<size_t>(rank), -1);
     size[static_cast<size_t>(axis)] = 1;
     Output count = ops::sum(ops::ones_like(ops::slice(x, begin, size)));
+    if (synced) count = count * towers;
     Output denom = ops::maximum(count - 1.0, ops::scalar_like(1.0, count));
     batch_var = batch_var * (count / denom);
   }

@@ -106,6 +106,7 @@ const char* layer_kind_name(LayerKind kind);
   X(Initializer, gamma_initializer)  \
   X(bool, training)                  \
   X(std::string, ema_update)         \
+  X(std::string, sync_statistics)    \
   X(double, rate)                    \
   X(int64_t, seed)
 
@@ -176,7 +177,17 @@ struct Conv2DTransposeOptions {
 /// epsilon 1e-5, center true, scale true, beta zeros, gamma ones, training
 /// from the tower context (true outside any tower), ema_update "collection"
 /// ("collection": update ops go to UPDATE_OPS; "internal": the output
-/// depends on them; "skip": none are made).
+/// depends on them; "skip": none are made). sync_statistics (tensorpack's
+/// BatchNorm(sync_statistics=...)): "" (default) uses each tower's own batch
+/// statistics; "towers" (also tensorpack's spellings "nccl" and "horovod")
+/// averages the batch mean and mean of squares over every training tower of
+/// the step through the tower context's cross_tower_mean (every device of a
+/// multi-device trainer, every rank of an MPI trainer), so all towers
+/// normalize with the statistics of the whole batch (var = E[x^2] - E[x]^2;
+/// each tower's batch must have the same size); the EMAs are then updated
+/// inside the layer ("internal") from the synchronized statistics, by the
+/// main training tower only. With one tower it warns and uses the local
+/// statistics. Every training tower must run every synchronized layer.
 struct BatchNormOptions {
   static constexpr LayerKind kind = LayerKind::BatchNorm;
   LayerArgs args;
@@ -189,6 +200,7 @@ struct BatchNormOptions {
   SPIRE_OPTION_SETTER(BatchNormOptions, Initializer, gamma_initializer)
   SPIRE_OPTION_SETTER(BatchNormOptions, bool, training)
   SPIRE_OPTION_SETTER(BatchNormOptions, std::string, ema_update)
+  SPIRE_OPTION_SETTER(BatchNormOptions, std::string, sync_statistics)
 };
 
 /// MaxPooling/AvgPooling options. Defaults: strides = pool_size, padding "VALID".

@@ -243,6 +243,9 @@ Output Optimizer::zeros_slot(const Output& var, const std::string& slot_name) {
   SPIRE_CHECK(var.shape().is_fully_defined(), "Optimizer '", name_, "': variable ",
               describe_output(var), " has no fully defined shape for its slot '", slot_name, "'");
   DeviceScope ds(g, var.node->device());  // TF colocates slots with their variable
+  VariablePlacementGuard colocated(g, nullptr);
+  // A replica's slots are replicas too (tower1/W/Momentum is local like tower1/W).
+  LocalVariableGuard local(g, is_local_variable(var));
   Output slot = make_non_slot_variable(g, var.node->name() + "/" + slot_name, var.shape(),
                                        var.dtype(), 0.0);
   slots_[key] = slot;

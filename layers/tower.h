@@ -25,6 +25,14 @@ struct InputDesc {
   Shape shape;
 };
 
+/// Averages `x` over every training tower of a step (every device, and
+/// every process for MPI trainers): installed on the TowerContexts by
+/// multi-device trainers; BatchNorm's sync_statistics calls it. `key`
+/// pairs the towers' calls (the same key in every tower, e.g. the layer's
+/// variable scope with the tower prefix stripped), so every tower must make
+/// the same calls with the same keys.
+using CrossTowerMean = std::function<Output(const Output& x, const std::string& key)>;
+
 class TowerContext {
  public:
   /// A training tower (is_training = true) or an inference tower (false).
@@ -49,8 +57,13 @@ class TowerContext {
   /// Items of collection `key` made inside this tower (by name or variable scope).
   std::vector<Output> get_collection_in_tower(const std::string& key) const;
   Graph& graph() const { return g_; }
+  /// The cross-tower average of this tower (null when the trainer has none:
+  /// a single tower, or an inference tower).
+  const CrossTowerMean& cross_tower_mean() const { return cross_tower_mean_; }
+  void set_cross_tower_mean(CrossTowerMean fn) { cross_tower_mean_ = std::move(fn); }
 
  private:
+  CrossTowerMean cross_tower_mean_;
   Graph& g_;
   std::string ns_name_, vs_name_;
   bool is_training_;

@@ -26,6 +26,7 @@ struct VariableRecord {
   int line = 0;
   std::string name_scope;  // name scope active at creation
   std::string tower;       // name scope of the tower it was made in ("" outside towers)
+  bool local = false;      // in LOCAL_VARIABLES instead of GLOBAL_VARIABLES
 
   /// "file:line in name scope 'x/'" for error messages.
   std::string where() const;
@@ -41,6 +42,11 @@ struct VariableStore {
   TowerContext* tower = nullptr;
   std::string tower_name_scope;             // the name scope the tower entered
   std::set<std::string> tower_scopes;       // variable scopes created inside the tower
+
+  // LocalVariableGuard depth (> 0: new variables are local) and the
+  // VariablePlacementGuard's chooser (null: the current DeviceScope).
+  int local_override = 0;
+  VariablePlacement placement;
 };
 
 inline VariableStore& store_of(Graph& g) { return g.extension<VariableStore>(); }

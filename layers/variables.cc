@@ -123,6 +123,11 @@ const Variable& register_variable(Graph& g, VariableRecord rec,
   VariableStore& st = store_of(g);
   bool local = std::find(collections.begin(), collections.end(), GraphKeys::LOCAL_VARIABLES) !=
                collections.end();
+  if (st.local_override > 0 && !local) {
+    local = true;
+    g.add_to_collection(GraphKeys::LOCAL_VARIABLES, rec.var.value);
+  }
+  rec.local = local;
   if (!local) g.add_to_collection(GraphKeys::GLOBAL_VARIABLES, rec.var.value);
   if (rec.var.trainable) g.add_to_collection(GraphKeys::TRAINABLE_VARIABLES, rec.var.value);
   for (const auto& key : collections) g.add_to_collection(key, rec.var.value);
@@ -269,6 +274,8 @@ Variable get_variable(const std::string& name, const Shape& shape, DType dtype,
   // Variables and their initializers never take control inputs from an
   // enclosing ControlDependencies (TF clears them for variable creation).
   ClearControlDependencies no_deps(g);
+  std::optional<DeviceScope> placed;
+  if (st.placement) placed.emplace(g, st.placement(full, shape, dtype));
   Output v;
   {
     NameScope top(g, "");
@@ -299,6 +306,10 @@ Variable new_variable(const std::string& name, const Tensor& initial_value, bool
                 "be shared between towers; use get_variable instead");
   if (!initial_value.defined()) throw_error("new_variable '", name, "': undefined initial value");
   ClearControlDependencies no_deps(graph);
+  std::optional<DeviceScope> placed;
+  if (st.placement)
+    placed.emplace(graph, st.placement(graph.name_scope() + (name.empty() ? "Variable" : name),
+                                       initial_value.shape(), initial_value.dtype()));
   Output v = ops::variable(initial_value.shape(), initial_value.dtype(),
                            name.empty() ? "Variable" : name, &graph);
   const std::string full = v.node->name();
@@ -316,6 +327,27 @@ Variable new_variable(const std::string& name, const Tensor& initial_value, bool
   rec.name_scope = graph.name_scope();
   return register_variable(graph, std::move(rec), collections);
 }
+
+bool is_local_variable(const Output& value) {
+  if (!value.valid()) return false;
+  VariableStore& st = store_of(*value.graph());
+  auto it = st.by_node.find(value.node);
+  return it != st.by_node.end() && st.records[it->second].local;
+}
+
+LocalVariableGuard::LocalVariableGuard(Graph& g, bool enable) : g_(g), enable_(enable) {
+  if (enable_) ++store_of(g_).local_override;
+}
+LocalVariableGuard::~LocalVariableGuard() {
+  if (enable_) --store_of(g_).local_override;
+}
+
+VariablePlacementGuard::VariablePlacementGuard(Graph& g, VariablePlacement placement) : g_(g) {
+  VariableStore& st = store_of(g_);
+  prev_ = std::move(st.placement);
+  st.placement = std::move(placement);
+}
+VariablePlacementGuard::~VariablePlacementGuard() { store_of(g_).placement = std::move(prev_); }
 
 const Variable& variable_of(const Output& value) {
   if (!value.valid()) throw_error("variable_of: invalid output");

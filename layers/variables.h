@@ -4,6 +4,7 @@
 // stack are per graph (Graph::extension), so graphs never share state.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,6 +13,9 @@
 #include "layers/initializers.h"
 
 namespace spire {
+
+/// Chooses the device of a new variable from its full name, shape and dtype.
+using VariablePlacement = std::function<Device(const std::string& name, const Shape& shape, DType dtype)>;
 
 /// Standard collection keys (TF's tf.GraphKeys names).
 namespace GraphKeys {
@@ -103,6 +107,42 @@ std::vector<Output> global_variables(const std::string& scope = "", Graph* g = n
 std::vector<Output> trainable_variables(const std::string& scope = "", Graph* g = nullptr);
 std::vector<Output> model_variables(const std::string& scope = "", Graph* g = nullptr);
 std::vector<Output> local_variables(const std::string& scope = "", Graph* g = nullptr);
+
+/// Whether `value` is a variable in LOCAL_VARIABLES (not saved in
+/// checkpoints, not restored): e.g. a replica of a multi-device trainer.
+bool is_local_variable(const Output& value);
+
+/// While alive, every variable made in `g` by get_variable or new_variable
+/// (optimizer slots included) goes to LOCAL_VARIABLES instead of
+/// GLOBAL_VARIABLES (tensorpack's override_to_local_variable): replicas of
+/// tower k > 0 are made under it. Guards nest.
+class LocalVariableGuard {
+ public:
+  explicit LocalVariableGuard(Graph& g, bool enable = true);
+  ~LocalVariableGuard();
+  LocalVariableGuard(const LocalVariableGuard&) = delete;
+  LocalVariableGuard& operator=(const LocalVariableGuard&) = delete;
+
+ private:
+  Graph& g_;
+  bool enable_;
+};
+
+/// While alive, the device of every variable made in `g` (and of its
+/// initializer) is chosen by `placement(full name, shape, dtype)` instead
+/// of the current DeviceScope (TF's device setter functions, e.g.
+/// tensorpack's LeastLoadedDeviceSetter). Restores the previous chooser.
+class VariablePlacementGuard {
+ public:
+  VariablePlacementGuard(Graph& g, VariablePlacement placement);
+  ~VariablePlacementGuard();
+  VariablePlacementGuard(const VariablePlacementGuard&) = delete;
+  VariablePlacementGuard& operator=(const VariablePlacementGuard&) = delete;
+
+ private:
+  Graph& g_;
+  VariablePlacement prev_;
+};
 
 /// A NoOp running the initializers of `vars`.
 Node* variables_initializer(const std::vector<Output>& vars, const std::string& name = "init");
