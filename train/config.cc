@@ -1,6 +1,8 @@
 // TrainConfig, launch_train_with_config and AutoResumeTrainConfig (see config.h).
 #include "train/config.h"
 
+#include <algorithm>
+
 #include "train/callbacks.h"
 #include "train/checkpoint.h"
 #include "train/dataflow.h"
@@ -30,8 +32,15 @@ void launch_train_with_config(const TrainConfig& config, SingleCostTrainer& trai
                  " is after max_epoch ", config.max_epoch, "; no epoch will run.");
 
   if (!config.logdir.empty()) trainer.set_logdir(config.logdir);
-  std::shared_ptr<InputSource> input =
-      config.data ? config.data : std::make_shared<QueueInput>(config.dataflow);
+  // tensorpack: a dataflow becomes a QueueInput, wrapped in a StagingInput
+  // for trainers with several towers (each tower dequeues its own batch).
+  const int towers = std::max<int>(1, static_cast<int>(trainer.tower_devices().size()));
+  std::shared_ptr<InputSource> input = config.data;
+  if (!input) {
+    auto queue = std::make_shared<QueueInput>(config.dataflow);
+    if (towers > 1) input = std::make_shared<StagingInput>(queue);
+    else input = queue;
+  }
   int64_t steps = config.steps_per_epoch;
   if (steps == 0) {
     try {
@@ -41,6 +50,13 @@ void launch_train_with_config(const TrainConfig& config, SingleCostTrainer& trai
                   e.what(), "); set TrainConfig.steps_per_epoch");
     }
     SPIRE_CHECK(steps > 0, "launch_train_with_config: the input is empty (size 0)");
+    // Every tower takes its own datapoint per step: an epoch of K towers is
+    // size / K steps, so it still passes over the data once.
+    if (towers > 1) {
+      steps = std::max<int64_t>(1, steps / towers);
+      logger::info("launch_train_with_config: ", towers, " towers take one datapoint each per "
+                   "step: steps_per_epoch = ", steps);
+    }
   }
 
   std::shared_ptr<ModelDesc> model = config.model;

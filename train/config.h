@@ -50,7 +50,9 @@ struct TrainConfig {
   /// Empty: new_session_creator().
   SessionCreator session_creator;
   int starting_epoch = 1;
-  /// 0: the size of the dataflow / input source.
+  /// 0: the size of the dataflow / input source divided by the trainer's
+  /// number of towers (each tower takes its own datapoint per step, so an
+  /// epoch passes over the data once).
   int64_t steps_per_epoch = 0;
   int max_epoch = 99999;
   /// The trainer's log directory ("" keeps the trainer's).
@@ -62,7 +64,8 @@ struct TrainConfig {
 /// (input signature, build_graph as the cost, get_optimizer) on the input
 /// (config.data, or QueueInput(config.dataflow)) and trains with the
 /// config's callbacks + extra callbacks, monitors, session init and loop
-/// settings. Throws spire::Error on an invalid config.
+/// settings. A dataflow is fed through QueueInput, wrapped in StagingInput
+/// when the trainer has several towers. Throws spire::Error on an invalid config.
 void launch_train_with_config(const TrainConfig& config, SingleCostTrainer& trainer);
 
 /// tensorpack's AutoResumeTrainConfig: `config` adjusted to resume from its

@@ -1,12 +1,31 @@
+// Input sources (see input_source.h): per-tower tensors, the feeding
+// callbacks, and StagingInput's background stager.
 #include "train/input_source.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <set>
+#include <thread>
 
 #include "core/ops/state_ops.h"
 #include "train/dataflow.h"
+#include "train/logger.h"
 
 namespace spire {
 
-std::vector<CallbackPtr> InputSource::setup(const std::vector<InputDesc>& signature, Graph& g) {
+// ---- InputSource ------------------------------------------------------------------
+
+std::vector<CallbackPtr> InputSource::setup(const std::vector<InputDesc>& signature, Graph& g,
+                                            const std::vector<Device>& tower_devices) {
   SPIRE_CHECK(!setup_done_, "InputSource::setup: called twice");
+  std::set<Device> seen;
+  for (const Device& d : tower_devices)
+    SPIRE_CHECK(seen.insert(d).second, "InputSource::setup: device ", d.to_string(),
+                " is listed twice in the towers' devices");
+  tower_devices_ = tower_devices;
   auto cbs = _setup(signature, g);
   setup_done_ = true;
   return cbs;
@@ -16,8 +35,34 @@ int64_t InputSource::size() const {
   throw_error("InputSource::size(): this input source has no size; set steps_per_epoch");
 }
 
-// Feeds the next datapoint in before_run. The dataflow is iterated in
-// epochs; with `infinite` a finished epoch starts the next one.
+void InputSource::check_tower(int tower) const {
+  SPIRE_CHECK(tower >= 0 && tower < num_towers(), "InputSource: tower ", tower,
+              " does not exist (the input serves ", num_towers(), " tower",
+              num_towers() == 1 ? "" : "s", ")");
+}
+
+namespace {
+
+// Builds `make(k)` for every tower k, inside tower k's device scope.
+template <typename Make>
+std::vector<std::vector<Output>> per_tower(Graph& g, const std::vector<Device>& devices, Make make) {
+  std::vector<std::vector<Output>> out;
+  const int n = std::max<int>(1, static_cast<int>(devices.size()));
+  for (int k = 0; k < n; ++k) {
+    std::optional<DeviceScope> scope;
+    if (!devices.empty()) scope.emplace(g, devices[static_cast<size_t>(k)]);
+    std::optional<NameScope> ns;
+    if (k > 0) ns.emplace(g, "input" + std::to_string(k) + "/");
+    out.push_back(make(k));
+  }
+  return out;
+}
+
+}  // namespace
+
+// ---- FeedInput -----------------------------------------------------------------------
+
+// Feeds the next step's datapoints (one per tower) in before_run.
 class FeedInput::FeedCallback : public Callback {
  public:
   explicit FeedCallback(FeedInput& in) : in_(in) { chief_only_ = false; }
@@ -26,17 +71,10 @@ class FeedInput::FeedCallback : public Callback {
  protected:
   void _before_train() override { in_.reset_state(); }
   SessionRunArgs _before_run(SessionRunContext&) override {
-    Datapoint dp;
-    if (!in_.df_->next(dp)) {
-      if (!in_.infinite_) throw StopTraining("FeedInput: the dataflow is exhausted");
-      in_.df_->begin_epoch();
-      if (!in_.df_->next(dp)) throw StopTraining("FeedInput: the dataflow is empty");
-    }
-    const auto& phs = in_.placeholders_;
-    SPIRE_CHECK(dp.size() == phs.size(), "FeedInput: a datapoint has ", dp.size(),
-                " components but the input signature has ", phs.size());
+    std::vector<std::vector<Tensor>> step;
+    if (!in_.next_step(step)) throw StopTraining("FeedInput: the dataflow is exhausted");
     SessionRunArgs args;
-    for (size_t i = 0; i < phs.size(); ++i) args.feeds.push_back({phs[i], dp[i]});
+    args.feeds = in_.feeds_of(step);
     return args;
   }
 
@@ -61,19 +99,218 @@ void FeedInput::reset_state() {
   df_->begin_epoch();
 }
 
+std::vector<Output> FeedInput::get_input_tensors(int tower) const {
+  check_tower(tower);
+  SPIRE_CHECK(!placeholders_.empty(), "FeedInput: get_input_tensors before setup");
+  return placeholders_[static_cast<size_t>(tower)];
+}
+
 std::vector<CallbackPtr> FeedInput::_setup(const std::vector<InputDesc>& signature, Graph& g) {
-  for (const auto& d : signature) placeholders_.push_back(ops::placeholder(d.dtype, d.shape, d.name, &g));
+  placeholders_ = per_tower(g, tower_devices_, [&](int) {
+    std::vector<Output> phs;
+    for (const auto& d : signature) phs.push_back(ops::placeholder(d.dtype, d.shape, d.name, &g));
+    return phs;
+  });
   return {std::make_shared<FeedCallback>(*this)};
+}
+
+bool FeedInput::next_step(std::vector<std::vector<Tensor>>& step) {
+  step.clear();
+  const int towers = num_towers();
+  bool restarted = false;
+  while (static_cast<int>(step.size()) < towers) {
+    Datapoint dp;
+    if (df_->next(dp)) {
+      step.push_back(std::move(dp));
+      restarted = false;
+      continue;
+    }
+    if (!infinite_ || restarted) {
+      if (restarted) throw StopTraining("FeedInput: the dataflow is empty");
+      step.clear();  // a step takes every tower's input or none
+      return false;
+    }
+    df_->begin_epoch();
+    restarted = true;
+  }
+  return true;
+}
+
+std::vector<std::pair<Output, Tensor>> FeedInput::feeds_of(
+    std::vector<std::vector<Tensor>>& step) const {
+  std::vector<std::pair<Output, Tensor>> feeds;
+  for (size_t k = 0; k < step.size(); ++k) {
+    const auto& phs = placeholders_[k];
+    SPIRE_CHECK(step[k].size() == phs.size(), "FeedInput: a datapoint has ", step[k].size(),
+                " components but the input signature has ", phs.size());
+    for (size_t i = 0; i < phs.size(); ++i) feeds.push_back({phs[i], std::move(step[k][i])});
+  }
+  return feeds;
 }
 
 QueueInput::QueueInput(std::shared_ptr<DataFlow> df, int queue_size)
     : FeedInput(std::make_shared<PrefetchData>(std::move(df), queue_size, 1)) {}
 
+// ---- StagingInput ------------------------------------------------------------------------
+
+// The background thread: takes a step's datapoints from the FeedInput,
+// copies each tower's to its device and queues the step (at most
+// `capacity`). Errors of the thread (and the end of the data) reach the
+// consumer in order, after the steps staged before them.
+class StagingInput::Stager {
+ public:
+  Stager(FeedInput& in, int capacity, double timeout) : in_(in), capacity_(capacity), timeout_(timeout) {}
+  ~Stager() { stop(); }
+
+  void start() {
+    stop();
+    std::lock_guard<std::mutex> lk(mu_);
+    queue_.clear();
+    error_ = nullptr;
+    finished_ = false;
+    stopping_ = false;
+    thread_ = std::thread([this] { loop(); });
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  // The next staged step; false at the end of a non-infinite dataflow.
+  bool pop(std::vector<std::vector<Tensor>>& step) {
+    std::unique_lock<std::mutex> lk(mu_);
+    auto ready = [&] { return !queue_.empty() || finished_ || error_; };
+    if (!cv_.wait_for(lk, std::chrono::duration<double>(timeout_), ready))
+      throw_error("StagingInput: no staged step after ", timeout_,
+                  " s (the dataflow produces nothing?)");
+    if (!queue_.empty()) {
+      step = std::move(queue_.front());
+      queue_.pop_front();
+      cv_.notify_all();
+      return true;
+    }
+    if (error_) std::rethrow_exception(error_);
+    return false;
+  }
+
+  int64_t staged() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return staged_;
+  }
+
+ private:
+  void loop() {
+    try {
+      for (;;) {
+        {
+          std::unique_lock<std::mutex> lk(mu_);
+          cv_.wait(lk, [&] { return stopping_ || static_cast<int>(queue_.size()) < capacity_; });
+          if (stopping_) return;
+        }
+        std::vector<std::vector<Tensor>> step;
+        bool more = in_.next_step(step);
+        if (more) {
+          const auto& devices = in_.tower_devices();
+          for (size_t k = 0; k < step.size() && k < devices.size(); ++k)
+            for (Tensor& t : step[k]) t = t.to(devices[k]);
+        }
+        std::lock_guard<std::mutex> lk(mu_);
+        if (!more) {
+          finished_ = true;
+          cv_.notify_all();
+          return;
+        }
+        queue_.push_back(std::move(step));
+        ++staged_;
+        cv_.notify_all();
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lk(mu_);
+      error_ = std::current_exception();
+      cv_.notify_all();
+    }
+  }
+
+  FeedInput& in_;
+  const int capacity_;
+  const double timeout_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::vector<std::vector<Tensor>>> queue_;
+  std::exception_ptr error_;
+  bool finished_ = false;
+  bool stopping_ = false;
+  int64_t staged_ = 0;
+  std::thread thread_;
+};
+
+class StagingInput::StagingCallback : public Callback {
+ public:
+  explicit StagingCallback(StagingInput& in) : in_(in) { chief_only_ = false; }
+  std::string name() const override { return "StagingInput"; }
+
+ protected:
+  void _before_train() override {
+    in_.input_->reset_state();
+    in_.stager_->start();  // pre-fills before the first step
+  }
+  SessionRunArgs _before_run(SessionRunContext&) override {
+    std::vector<std::vector<Tensor>> step;
+    if (!in_.stager_->pop(step)) throw StopTraining("StagingInput: the dataflow is exhausted");
+    SessionRunArgs args;
+    args.feeds = in_.input_->feeds_of(step);
+    return args;
+  }
+  void _after_train() override { in_.stager_->stop(); }
+
+ private:
+  StagingInput& in_;
+};
+
+StagingInput::StagingInput(std::shared_ptr<FeedInput> input, int nr_stage, double timeout_seconds)
+    : input_(std::move(input)), nr_stage_(nr_stage), timeout_seconds_(timeout_seconds) {
+  SPIRE_CHECK(input_, "StagingInput: null input");
+  SPIRE_CHECK(nr_stage_ >= 1, "StagingInput: nr_stage must be >= 1, got ", nr_stage_);
+  SPIRE_CHECK(timeout_seconds_ > 0, "StagingInput: timeout_seconds must be > 0");
+  SPIRE_CHECK(!input_->setup_done(), "StagingInput: the wrapped input is already set up");
+}
+
+StagingInput::~StagingInput() {
+  if (stager_) stager_->stop();
+}
+
+std::vector<Output> StagingInput::get_input_tensors(int tower) const {
+  return input_->get_input_tensors(tower);
+}
+
+int64_t StagingInput::staged_steps() const { return stager_ ? stager_->staged() : 0; }
+
+std::vector<CallbackPtr> StagingInput::_setup(const std::vector<InputDesc>& signature, Graph& g) {
+  // The wrapped input's own feeding callback is not used: the stager takes its place.
+  input_->setup(signature, g, tower_devices_);
+  stager_ = std::make_shared<Stager>(*input_, nr_stage_, timeout_seconds_);
+  return {std::make_shared<StagingCallback>(*this)};
+}
+
+// ---- DummyConstantInput ------------------------------------------------------------------
+
 DummyConstantInput::DummyConstantInput(std::vector<Shape> shapes) : shapes_(std::move(shapes)) {}
+
+std::vector<Output> DummyConstantInput::get_input_tensors(int tower) const {
+  check_tower(tower);
+  SPIRE_CHECK(!tensors_.empty(), "DummyConstantInput: get_input_tensors before setup");
+  return tensors_[static_cast<size_t>(tower)];
+}
 
 std::vector<CallbackPtr> DummyConstantInput::_setup(const std::vector<InputDesc>& signature, Graph& g) {
   SPIRE_CHECK(shapes_.size() == signature.size(), "DummyConstantInput: ", shapes_.size(),
               " shapes for ", signature.size(), " inputs");
+  std::vector<Tensor> values;
   for (size_t i = 0; i < signature.size(); ++i) {
     SPIRE_CHECK(shapes_[i].is_fully_defined() && signature[i].shape.is_compatible_with(shapes_[i]),
                 "DummyConstantInput: shape ", shapes_[i].to_string(), " does not fit input '",
@@ -87,8 +324,14 @@ std::vector<CallbackPtr> DummyConstantInput::_setup(const std::vector<InputDesc>
         else t.data<double>()[j] = v;
       }
     }
-    tensors_.push_back(ops::constant(t, signature[i].name, &g));
+    values.push_back(t);
   }
+  tensors_ = per_tower(g, tower_devices_, [&](int) {
+    std::vector<Output> out;
+    for (size_t i = 0; i < signature.size(); ++i)
+      out.push_back(ops::constant(values[i], signature[i].name, &g));
+    return out;
+  });
   return {};
 }
 

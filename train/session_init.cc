@@ -17,6 +17,7 @@ void DictRestore::init(Session& session) {
   Graph& g = session.graph();
   std::set<std::string> used;
   for (const Variable& v : all_variables(&g)) {
+    if (is_local_variable(v.value)) continue;
     const std::string& name = v.name();
     auto it = values_.find(name);
     if (it == values_.end()) {
@@ -62,6 +63,7 @@ const std::vector<std::string>& CheckpointRestore::warnings() const {
 std::map<std::string, Tensor> get_variable_values(Session& session) {
   std::map<std::string, Tensor> out;
   for (const Variable& v : all_variables(&session.graph())) {
+    if (is_local_variable(v.value)) continue;
     Tensor t = session.variable_value(v.node());
     if (t.defined()) out[v.name()] = t.to(Device::cpu());
   }

@@ -26,9 +26,11 @@ class JustCurrentSession : public SessionInit {
   void init(Session&) override {}
 };
 
-/// Assigns variables from name -> tensor. Names not in the graph and graph
-/// variables without a value are reported as warnings (on stderr) unless
-/// `strict`, which makes them errors; dtype/shape mismatches are errors.
+/// Assigns global variables from name -> tensor (local variables, such as
+/// replicas, are not restored: multi-device trainers copy the masters to
+/// them). Names not in the graph and global variables without a value are
+/// reported as warnings (on stderr) unless `strict`, which makes them
+/// errors; dtype/shape mismatches are errors.
 class DictRestore : public SessionInit {
  public:
   explicit DictRestore(std::map<std::string, Tensor> values, bool strict = false);
@@ -70,8 +72,11 @@ class ChainInit : public SessionInit {
   std::vector<std::shared_ptr<SessionInit>> inits_;
 };
 
-/// Every variable of `session`'s graph (by name) with its current value
-/// (uninitialized ones are skipped): what ModelSaver writes.
+/// Every global variable of `session`'s graph (by name) with its current
+/// value (uninitialized ones are skipped): what ModelSaver writes. Local
+/// variables (replicas of multi-device trainers, is_local_variable) are
+/// left out, as tensorpack saves GLOBAL_VARIABLES only: checkpoints hold the
+/// master copies under their single-device names.
 std::map<std::string, Tensor> get_variable_values(Session& session);
 
 }  // namespace spire

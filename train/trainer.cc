@@ -125,9 +125,10 @@ void Trainer::setup_callbacks(const std::vector<CallbackPtr>& callbacks,
 
 void Trainer::initialize(SessionCreator creator, std::shared_ptr<SessionInit> init) {
   SPIRE_CHECK(setup_done_, "Trainer::initialize: call setup_callbacks first");
-  if (!creator) creator = new_session_creator();
+  if (!creator) creator = new_session_creator(default_session_options());
   session_ = std::shared_ptr<Session>(creator(*graph_));
   SPIRE_CHECK(session_, "Trainer::initialize: the session creator returned null");
+  on_session_created(*session_);
   if (init) {
     if (is_chief_) {
       init->init(*session_);
@@ -229,8 +230,22 @@ const std::vector<std::shared_ptr<TowerHandle>>& TowerTrainer::towers() const {
 
 std::function<std::vector<Tensor>(const std::vector<Tensor>&)> TowerTrainer::get_predictor(
     const std::vector<std::string>& input_names, const std::vector<std::string>& output_names) {
+  return make_predictor("InferenceTower", std::nullopt, input_names, output_names);
+}
+
+std::function<std::vector<Tensor>(const std::vector<Tensor>&)> TowerTrainer::get_predictor(
+    const std::vector<std::string>& input_names, const std::vector<std::string>& output_names,
+    const Device& device) {
+  std::string dev = device.to_string();
+  for (char& c : dev)
+    if (c == ':') c = '-';
+  return make_predictor("tower-pred-" + dev, device, input_names, output_names);
+}
+
+std::function<std::vector<Tensor>(const std::vector<Tensor>&)> TowerTrainer::make_predictor(
+    const std::string& tower_name, const std::optional<Device>& device,
+    const std::vector<std::string>& input_names, const std::vector<std::string>& output_names) {
   SPIRE_CHECK(tower_func_, "get_predictor: no tower function was set");
-  const std::string tower_name = "InferenceTower";
   std::shared_ptr<TowerHandle> handle;
   for (const auto& h : tower_func_->towers())
     if (h->ns_name == tower_name) handle = h;
@@ -238,13 +253,16 @@ std::function<std::vector<Tensor>(const std::vector<Tensor>&)> TowerTrainer::get
     Graph& g = graph();
     DefaultGraphGuard guard(g);
     GraphUnfinalizeGuard unfinalize(g);
+    std::optional<DeviceScope> on;
+    if (device) on.emplace(g, *device);
     std::vector<Output> inputs;
     {
       NameScope ns(g, tower_name + "/");
       for (const auto& d : tower_func_->input_signature())
         inputs.push_back(ops::placeholder(d.dtype, d.shape, d.name));
     }
-    TowerContext ctx(tower_name, false);
+    const std::string vs = device ? variable_scope_on(*device) : std::string();
+    TowerContext ctx(tower_name, false, vs);
     (*tower_func_)(inputs);
     handle = tower_func_->towers().back();
   }
@@ -286,22 +304,28 @@ void SingleCostTrainer::setup_graph(const std::vector<InputDesc>& input_signatur
       [get_cost_fn](const std::vector<Output>& in) { return std::vector<Output>{get_cost_fn(in)}; },
       input_signature));
   DefaultGraphGuard guard(graph());
-  std::vector<CallbackPtr> cbs = input->setup(input_signature, graph());
+  std::vector<CallbackPtr> cbs = input->setup(input_signature, graph(), tower_devices());
   std::vector<CallbackPtr> train_cbs = _setup_graph(*input, std::move(get_opt_fn));
   cbs.insert(cbs.end(), train_cbs.begin(), train_cbs.end());
   for (auto& cb : cbs) register_callback(cb);
   input_ = std::move(input);
 }
 
-GradsAndVars SingleCostTrainer::compute_tower_gradients(InputSource& input, Optimizer& opt) {
-  const TowerHandle& h = (*tower_func_)(input.get_input_tensors());
+Output SingleCostTrainer::build_tower_cost(InputSource& input) {
+  TowerContext* ctx = get_current_tower_context(&graph());
+  const TowerHandle& h = (*tower_func_)(input.get_input_tensors(ctx ? ctx->index() : 0));
   SPIRE_CHECK(h.outputs.size() == 1, "SingleCostTrainer: the tower function must return the cost");
   const Output& cost = h.outputs[0];
   SPIRE_CHECK(cost.shape().rank() == 0, "SingleCostTrainer: the cost must be a scalar, got '",
               cost.name(), "' of shape ", cost.shape().to_string());
   SPIRE_CHECK(is_floating(cost.dtype()), "SingleCostTrainer: the cost must be floating point, got ",
               dtype_name(cost.dtype()));
-  return opt.compute_gradients(cost);
+  return cost;
+}
+
+GradsAndVars SingleCostTrainer::compute_tower_gradients(InputSource& input, Optimizer& opt,
+                                                        const std::vector<Output>& var_list) {
+  return opt.compute_gradients(build_tower_cost(input), var_list);
 }
 
 std::vector<CallbackPtr> SimpleTrainer::_setup_graph(InputSource& input, GetOptFn get_opt_fn) {

@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -97,9 +98,13 @@ class Trainer {
   /// Registers callbacks and monitors (the Monitors group becomes a callback too).
   void setup_callbacks(const std::vector<CallbackPtr>& callbacks,
                        const std::vector<MonitorPtr>& monitors);
-  /// Creates the session, runs the session initializer (chief only), and
-  /// finalizes the graph.
+  /// Creates the session (with `creator`, or when it is empty with
+  /// new_session_creator(default_session_options())), runs the session
+  /// initializer (chief only), and finalizes the graph.
   void initialize(SessionCreator creator, std::shared_ptr<SessionInit> init);
+  /// The session options of the default session creator: SessionOptions{}
+  /// here; multi-device trainers add the CPU devices their towers use.
+  virtual SessionOptions default_session_options() const { return {}; }
   /// The epoch/step loop; StopTraining ends it cleanly, after_train always runs.
   void main_loop(int64_t steps_per_epoch, int starting_epoch, int max_epoch);
   /// One training iteration: by default runs train_op through the hooked session.
@@ -122,6 +127,10 @@ class Trainer {
   Session& session() const;
 
  protected:
+  /// Called by initialize() right after the session is created, before the
+  /// session initializer: subclasses check the session (e.g. that their
+  /// devices exist).
+  virtual void on_session_created(Session& session) { (void)session; }
   /// Shares of the graph and session (for objects that must keep them alive).
   std::shared_ptr<Graph> shared_graph() const { return graph_; }
   std::shared_ptr<Session> shared_session() const;
@@ -167,8 +176,27 @@ class TowerTrainer : public Trainer {
   /// is gone.
   std::function<std::vector<Tensor>(const std::vector<Tensor>&)> get_predictor(
       const std::vector<std::string>& input_names, const std::vector<std::string>& output_names);
+  /// The same on `device` (tensorpack's get_predictor(device=k)): the
+  /// inference tower "tower-pred-<device>" is built on that device and
+  /// reads the variables of the training tower on that device (its
+  /// replicas, for replicated trainers), else the main tower's.
+  std::function<std::vector<Tensor>(const std::vector<Tensor>&)> get_predictor(
+      const std::vector<std::string>& input_names, const std::vector<std::string>& output_names,
+      const Device& device);
+
+  /// Variable scope of the training tower running on `device` whose
+  /// variables an inference tower there should read ("" = the main
+  /// tower's). Replicated trainers return "tower<k>".
+  virtual std::string variable_scope_on(const Device& device) const {
+    (void)device;
+    return "";
+  }
 
  protected:
+  std::function<std::vector<Tensor>(const std::vector<Tensor>&)> make_predictor(
+      const std::string& tower_name, const std::optional<Device>& device,
+      const std::vector<std::string>& input_names, const std::vector<std::string>& output_names);
+
   std::unique_ptr<TowerFunc> tower_func_;
 };
 
@@ -178,6 +206,11 @@ using GetOptFn = std::function<std::shared_ptr<Optimizer>()>;
 
 class SingleCostTrainer : public TowerTrainer {
  public:
+  /// The devices of the training towers, one per tower (empty: one tower
+  /// on the graph's current device, as SimpleTrainer). The input source is
+  /// set up with them, so each tower gets its own batch.
+  virtual std::vector<Device> tower_devices() const { return {}; }
+
   /// Sets up the input source, the tower function from get_cost_fn (the
   /// cost must be a scalar) and the training op; registers the callbacks
   /// the input and the trainer need.
@@ -189,10 +222,15 @@ class SingleCostTrainer : public TowerTrainer {
   /// Builds train_op; returns callbacks to register. Subclasses (multi-GPU,
   /// MPI) override this.
   virtual std::vector<CallbackPtr> _setup_graph(InputSource& input, GetOptFn get_opt_fn) = 0;
-  /// Calls the tower function on the input's tensors inside the current
-  /// TowerContext, checks the cost is a scalar, and computes gradients of
-  /// the cost plus regularization losses of this tower.
-  GradsAndVars compute_tower_gradients(InputSource& input, Optimizer& opt);
+  /// Calls the tower function on the input's tensors of the current
+  /// TowerContext's tower (its index), checks the cost is a scalar, and
+  /// computes gradients of the cost w.r.t. `var_list` (default: every
+  /// trainable variable).
+  GradsAndVars compute_tower_gradients(InputSource& input, Optimizer& opt,
+                                       const std::vector<Output>& var_list = {});
+  /// The first half of compute_tower_gradients: calls the tower function on
+  /// the current tower's inputs and returns its checked scalar cost.
+  Output build_tower_cost(InputSource& input);
 
   std::shared_ptr<InputSource> input_;
   std::shared_ptr<Optimizer> optimizer_;

@@ -137,4 +137,109 @@ void InferenceRunner::_trigger() {
   logger::info("[InferenceRunner] ", batches, " batches in ", secs, " sec.");
 }
 
+// ---- DataParallelInferenceRunner -------------------------------------------------------
+
+DataParallelInferenceRunner::DataParallelInferenceRunner(std::shared_ptr<DataFlow> dataflow,
+                                                         std::vector<InferencerPtr> inferencers,
+                                                         std::vector<Device> devices)
+    : df_(std::move(dataflow)), infs_(std::move(inferencers)), devices_(std::move(devices)) {
+  SPIRE_CHECK(df_, "DataParallelInferenceRunner: null dataflow");
+  for (const auto& inf : infs_) SPIRE_CHECK(inf, "DataParallelInferenceRunner: null inferencer");
+  SPIRE_CHECK(!devices_.empty(), "DataParallelInferenceRunner: the device list is empty");
+  for (size_t i = 0; i < devices_.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      SPIRE_CHECK(devices_[i] != devices_[j], "DataParallelInferenceRunner: device ",
+                  devices_[i].to_string(), " is listed twice");
+}
+
+void DataParallelInferenceRunner::_setup_graph() {
+  auto* tt = dynamic_cast<TowerTrainer*>(&trainer());
+  SPIRE_CHECK(tt, "DataParallelInferenceRunner needs a TowerTrainer (a trainer with a tower function)");
+  TowerFunc& tf = const_cast<TowerFunc&>(tt->tower_func());
+  Graph& g = trainer().graph();
+  DefaultGraphGuard guard(g);
+  handles_.clear();
+  for (size_t k = 0; k < devices_.size(); ++k) {
+    const std::string name = "InferenceTower" + std::to_string(k);
+    std::shared_ptr<TowerHandle> handle;
+    for (const auto& h : tf.towers())
+      if (h->ns_name == name) handle = h;
+    if (!handle) {
+      DeviceScope on(g, devices_[k]);
+      std::vector<Output> inputs;
+      {
+        NameScope ns(g, name + "/");
+        for (const auto& d : tf.input_signature())
+          inputs.push_back(ops::placeholder(d.dtype, d.shape, d.name, &g));
+      }
+      TowerContext ctx(name, false, tt->variable_scope_on(devices_[k]), 0, 1, &g);
+      tf(inputs);
+      handle = tf.towers().back();
+    }
+    SPIRE_CHECK(!handle->is_training, "DataParallelInferenceRunner: tower '", name,
+                "' exists and is a training tower");
+    handles_.push_back(handle);
+  }
+  logger::info("[DataParallelInferenceRunner] Built ", devices_.size(), " inference towers.");
+  fetches_.assign(devices_.size(), {});
+  ranges_.clear();
+  for (const auto& inf : infs_) {
+    const auto names = inf->get_fetches();
+    size_t begin = fetches_[0].size();
+    for (size_t k = 0; k < devices_.size(); ++k)
+      for (const auto& n : names) fetches_[k].push_back(handles_[k]->get_tensor(n));
+    ranges_.emplace_back(begin, fetches_[0].size());
+  }
+}
+
+void DataParallelInferenceRunner::_before_train() {
+  if (!df_->is_reset()) df_->reset_state();
+}
+
+void DataParallelInferenceRunner::_trigger() {
+  auto start = std::chrono::steady_clock::now();
+  for (auto& inf : infs_) inf->before_inference();
+  df_->begin_epoch();
+  PlainSession sess = trainer().sess();
+  int64_t batches = 0;
+  bool more = true;
+  while (more) {
+    // The next batches, one per device (fewer at the end of the data).
+    std::vector<Datapoint> group;
+    while (group.size() < devices_.size()) {
+      Datapoint dp;
+      if (!df_->next(dp)) {
+        more = false;
+        break;
+      }
+      group.push_back(std::move(dp));
+    }
+    if (group.empty()) break;
+    FeedDict feeds;
+    std::vector<Output> fetches;
+    for (size_t k = 0; k < group.size(); ++k) {
+      const auto& inputs = handles_[k]->inputs;
+      SPIRE_CHECK(group[k].size() == inputs.size(), "DataParallelInferenceRunner: a datapoint has ",
+                  group[k].size(), " components but the tower takes ", inputs.size(), " inputs");
+      for (size_t i = 0; i < inputs.size(); ++i) feeds.push_back({inputs[i], group[k][i]});
+      fetches.insert(fetches.end(), fetches_[k].begin(), fetches_[k].end());
+    }
+    std::vector<Tensor> values = sess.run(fetches, feeds);
+    const size_t per_device = fetches_[0].size();
+    for (size_t k = 0; k < group.size(); ++k) {
+      for (size_t j = 0; j < infs_.size(); ++j) {
+        const auto& r = ranges_[j];
+        auto first = values.begin() + static_cast<long>(k * per_device + r.first);
+        infs_[j]->on_fetches(std::vector<Tensor>(first, first + static_cast<long>(r.second - r.first)));
+      }
+      ++batches;
+    }
+  }
+  for (auto& inf : infs_)
+    for (const auto& [k, v] : inf->after_inference()) trainer().monitors().put_scalar(k, v);
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  logger::info("[DataParallelInferenceRunner] ", batches, " batches on ", devices_.size(),
+               " devices in ", secs, " sec.");
+}
+
 }  // namespace spire

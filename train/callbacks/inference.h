@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "train/callback.h"
 
 namespace spire {
@@ -108,6 +109,32 @@ class InferenceRunner : public Callback {
   std::string tower_name_;
   std::shared_ptr<TowerHandle> handle_;
   std::vector<Output> fetches_;
+  std::vector<std::pair<size_t, size_t>> ranges_;  // per inferencer: its fetches
+};
+
+/// InferenceRunner over several devices (tensorpack's
+/// DataParallelInferenceRunner): one inference tower "InferenceTower<k>"
+/// per device, reading the variables of the training tower on that device
+/// (the replicas of replicated trainers) or the main tower's; each run feeds
+/// the next batches of the dataflow to the towers, one batch per device, in
+/// one session run, and the inferencers see every batch in dataflow order,
+/// so the statistics equal InferenceRunner's. Chief-only.
+class DataParallelInferenceRunner : public Callback {
+ public:
+  DataParallelInferenceRunner(std::shared_ptr<DataFlow> dataflow,
+                              std::vector<InferencerPtr> inferencers, std::vector<Device> devices);
+
+ protected:
+  void _setup_graph() override;
+  void _before_train() override;
+  void _trigger() override;
+
+ private:
+  std::shared_ptr<DataFlow> df_;
+  std::vector<InferencerPtr> infs_;
+  std::vector<Device> devices_;
+  std::vector<std::shared_ptr<TowerHandle>> handles_;
+  std::vector<std::vector<Output>> fetches_;       // per device
   std::vector<std::pair<size_t, size_t>> ranges_;  // per inferencer: its fetches
 };
 

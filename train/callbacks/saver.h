@@ -21,7 +21,8 @@
 
 namespace spire {
 
-/// Saves all variables (get_variable_values) on each trigger. Chief-only.
+/// Saves the global variables (get_variable_values: not the replicas of
+/// multi-device trainers) on each trigger. Chief-only.
 class ModelSaver : public Callback {
  public:
   /// `checkpoint_dir` "" = the trainer's logdir (an error when that is empty too).
