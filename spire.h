@@ -19,6 +19,7 @@
 #include "dist/collective_ops.h"
 #include "dist/communicator.h"
 #include "dist/in_process_ring.h"
+#include "dist/multi_device_trainers.h"
 #include "layers/initializers.h"
 #include "layers/layers.h"
 #include "layers/optimizers.h"

@@ -5,6 +5,11 @@
 // work (CPU loops, CUDA kernels or NCCL).
 #include "dist/collective_ops.h"
 
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <set>
+
 #include "core/kernel_registry.h"
 #include "core/op_registry.h"
 #include "core/ops.h"
@@ -101,6 +106,10 @@ CollectiveOptions like(const Node* n, const std::string& suffix) {
   o.group_size = static_cast<int>(n->attr<int64_t>("group_size"));
   o.devices = n->devices();
   o.name = n->name() + suffix;
+  for (const auto& d : n->attr<std::vector<std::string>>("group_devices"))
+    o.group_devices.push_back(Device::parse(d));
+  const std::string instance = n->attr<std::string>("instance");
+  if (!instance.empty()) o.instance = instance + suffix;
   return o;
 }
 
@@ -165,7 +174,10 @@ Grads reduce_scatter_grad(GradContext& c) {
   multi_device()                                     \
       .variadic_input("x", 1)                        \
       .attr("communicator", std::string())           \
-      .attr("group_size", int64_t{0})
+      .attr("group_size", int64_t{0})                \
+      .attr("group_devices", std::vector<std::string>()) \
+      .attr("instance", std::string())              \
+      .rendezvous_attr("instance")
 
 SPIRE_REGISTER_OP("AllReduce")
     .SPIRE_COLLECTIVE_ATTRS
@@ -201,13 +213,31 @@ std::vector<Output> build(const char* op, const std::vector<Output>& xs, AttrMap
                           const CollectiveOptions& o) {
   SPIRE_CHECK(!xs.empty() && xs[0].valid(), "dist::", op, ": needs at least one input");
   attrs["communicator"] = o.communicator;
-  attrs["group_size"] = int64_t{o.group_size};
+  int64_t group = o.group_size;
+  if (!o.group_devices.empty()) {
+    SPIRE_CHECK(!o.instance.empty(), "dist::", op, " '", o.name,
+                "': a node serving part of a group (group_devices) needs an instance key");
+    std::vector<std::string> names;
+    for (const auto& d : o.group_devices) names.push_back(d.to_string());
+    SPIRE_CHECK(std::set<std::string>(names.begin(), names.end()).size() == names.size(),
+                "dist::", op, " '", o.name, "': group_devices {", device_list(o.group_devices),
+                "} lists a device twice");
+    attrs["group_devices"] = names;
+    attrs["instance"] = o.instance;
+    if (group == 0) group = static_cast<int64_t>(o.group_devices.size());
+  }
+  attrs["group_size"] = group;
   if (!o.devices.empty()) {
     std::vector<std::string> names;
     for (const auto& d : o.devices) names.push_back(d.to_string());
     attrs["devices"] = names;
   }
   Node* n = xs[0].graph()->add_node(op, xs, attrs, o.name.empty() ? op : o.name);
+  if (!o.group_devices.empty())
+    for (const Device& d : n->devices())
+      if (std::find(o.group_devices.begin(), o.group_devices.end(), d) == o.group_devices.end())
+        throw_error("dist::", op, " ", n->describe(), ": participant device ", d.to_string(),
+                    " is not in group_devices {", device_list(o.group_devices), "}");
   std::vector<Output> outs;
   for (int i = 0; i < n->num_outputs(); ++i) outs.push_back(n->output(i));
   return outs;
@@ -218,10 +248,16 @@ std::vector<Output> build(const char* op, const std::vector<Output>& xs, AttrMap
 using Kind = CollectiveKind;
 
 // The node's communicator (see the header's comment), checked against the node.
+std::vector<Device> group_devices_of(const Node& n) {
+  std::vector<Device> out;
+  for (const auto& d : n.attr<std::vector<std::string>>("group_devices")) out.push_back(Device::parse(d));
+  return out.empty() ? n.devices() : out;
+}
+
 std::shared_ptr<Communicator> communicator_for(KernelContext& ctx) {
   const Node& n = ctx.node();
   const std::string name = ctx.attr<std::string>("communicator");
-  const std::vector<Device>& devices = n.devices();
+  const std::vector<Device> devices = group_devices_of(n);
   std::shared_ptr<Communicator> comm;
   if (name.empty() || name == "ring") {
     comm = ctx.state().resource<Communicator>(communicator_key(name, devices), [&] {
@@ -246,11 +282,30 @@ std::shared_ptr<Communicator> communicator_for(KernelContext& ctx) {
     ctx.fail("communicator ", comm->name(), " connects devices {", device_list(comm->devices()),
              "} but the node's participants are on {", device_list(devices), "}");
   const int64_t g = ctx.attr<int64_t>("group_size");
-  const int64_t want = g == 0 ? static_cast<int64_t>(devices.size()) : g;
+  const int64_t want = g == 0 ? static_cast<int64_t>(n.devices().size()) : g;
   if (comm->size() != want)
     ctx.fail("communicator ", comm->name(), " has ", comm->size(), " participants but the node's "
              "group_size is ", want);
   return comm;
+}
+
+// Collective-key ids of instance keys, per session: above every node id
+// (bit 63 set), equal for every node and run with the same key.
+struct InstanceIds {
+  std::mutex mu;
+  std::map<std::string, uint64_t> ids;
+};
+
+template <typename State>
+uint64_t instance_id(State& state, const std::string& instance) {
+  auto reg = state.template resource<InstanceIds>("spire.collective_instances",
+                                                  [] { return std::make_shared<InstanceIds>(); });
+  std::lock_guard<std::mutex> lk(reg->mu);
+  auto it = reg->ids.find(instance);
+  if (it != reg->ids.end()) return it->second;
+  const uint64_t id = (uint64_t{1} << 63) | reg->ids.size();
+  reg->ids.emplace(instance, id);
+  return id;
 }
 
 template <Kind kKind>
@@ -258,6 +313,19 @@ void collective_kernel(KernelContext& ctx) {
   const Node& n = ctx.node();
   std::shared_ptr<Communicator> comm = communicator_for(ctx);
   const int g = comm->size();
+  const std::string instance = ctx.attr<std::string>("instance");
+  // A node serving part of the group: participant p is local index
+  // (position of its device in the group) of the communicator.
+  std::vector<int> local_index;
+  if (!instance.empty()) {
+    if (ctx.run().one_lane && static_cast<int>(n.devices().size()) < static_cast<int>(comm->devices().size()))
+      ctx.fail("collective instance '", instance, "' is served by several nodes, which meet while "
+               "they run; SessionOptions::sequential runs one node at a time, so they never "
+               "would: run this graph with sequential = false");
+    const std::vector<Device>& group = comm->devices();
+    for (const Device& d : n.devices())
+      local_index.push_back(static_cast<int>(std::find(group.begin(), group.end(), d) - group.begin()));
+  }
   std::vector<Participant> parts;
   for (int p : ctx.participants()) {
     const Tensor& in = ctx.input(p);
@@ -270,10 +338,11 @@ void collective_kernel(KernelContext& ctx) {
       out_shape.set_dim(0, in.dim(0) / g);
     }
     Tensor out(in.dtype(), out_shape, n.devices()[static_cast<size_t>(p)]);
-    parts.push_back({p, in, out});
+    parts.push_back({local_index.empty() ? p : local_index[static_cast<size_t>(p)], in, out});
   }
   CollectiveCall call;
-  call.key = {&ctx.state(), ctx.run().id, static_cast<uint64_t>(n.id())};
+  call.key = {&ctx.state(), ctx.run().id,
+              instance.empty() ? static_cast<uint64_t>(n.id()) : instance_id(ctx.state(), instance)};
   call.name = n.name();
   call.run = &ctx.run();
   switch (kKind) {
@@ -293,7 +362,8 @@ void collective_kernel(KernelContext& ctx) {
     case Kind::kBarrier:  // no graph op
       break;
   }
-  for (auto& p : parts) ctx.set_output(p.local, p.output);
+  for (size_t i = 0; i < parts.size(); ++i)
+    ctx.set_output(ctx.participants()[i], parts[i].output);
 }
 
 void register_collective_kernels(DeviceType device) {
@@ -340,6 +410,63 @@ std::vector<Output> all_gather(const std::vector<Output>& xs, const CollectiveOp
 std::vector<Output> reduce_scatter(const std::vector<Output>& xs, ReduceOp op,
                                    const CollectiveOptions& options) {
   return build("ReduceScatter", xs, {{"reduction", std::string(reduce_op_name(op))}}, options);
+}
+
+namespace {
+std::string str_join(const std::vector<std::string>& xs, const char* sep) {
+  std::string out;
+  for (size_t i = 0; i < xs.size(); ++i) out += (i ? sep : "") + xs[i];
+  return out;
+}
+}  // namespace
+
+void check_collective_instances(const Graph& g) {
+  struct Group {
+    std::string communicator;
+    std::vector<std::string> group;
+    std::map<std::string, std::vector<std::string>> served;  // device -> nodes
+  };
+  std::map<std::string, Group> groups;
+  for (int id = 0; id < g.num_nodes(); ++id) {
+    const Node* n = g.node(id);
+    if (!n->op_def().multi_device() || !n->has_attr("instance")) continue;
+    const std::string instance = n->attr<std::string>("instance");
+    if (instance.empty()) continue;
+    const auto group = n->attr<std::vector<std::string>>("group_devices");
+    const std::string comm = n->attr<std::string>("communicator");
+    auto [it, fresh] = groups.try_emplace(instance);
+    Group& gr = it->second;
+    if (fresh) {
+      gr.communicator = comm;
+      gr.group = group;
+    } else if (gr.communicator != comm || gr.group != group) {
+      throw_error("collective instance '", instance, "': ", n->describe(), " uses communicator '",
+                  comm, "' over {", str_join(group, ","), "} but an earlier node of the instance "
+                  "uses '", gr.communicator, "' over {", str_join(gr.group, ","), "}");
+    }
+    for (const Device& d : n->devices()) gr.served[d.to_string()].push_back(n->name());
+  }
+  for (const auto& [instance, gr] : groups) {
+    std::vector<std::string> missing, served;
+    for (const auto& d : gr.group) {
+      auto it = gr.served.find(d);
+      if (it == gr.served.end()) {
+        missing.push_back(d);
+        continue;
+      }
+      served.push_back(d + " (" + it->second.front() + ")");
+      if (it->second.size() > 1)
+        throw_error("collective instance '", instance, "': device ", d, " is served by ",
+                    it->second.size(), " nodes (", str_join(it->second, ", "),
+                    "); each device of the group takes part once");
+    }
+    if (!missing.empty())
+      throw_error("collective instance '", instance, "' over {", str_join(gr.group, ","),
+                  "} has participants on ", str_join(served, ", "), " but none on ",
+                  str_join(missing, ", "),
+                  ": every tower must build it (e.g. run every synchronized BatchNorm layer "
+                  "in every tower), or the others would wait for it forever");
+  }
 }
 
 }  // namespace spire::dist

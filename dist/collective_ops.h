@@ -13,7 +13,11 @@
 // NCCL); any other name is a Communicator the program stored with
 // Session::set_resource<dist::Communicator>(name, ...), whose devices()
 // must be the node's devices in order. "group_size" (default: the number of
-// inputs) is the communicator's size() across processes.
+// inputs) is the communicator's size() across processes. A node may also
+// serve only some of the group's devices ("group_devices", "instance"):
+// then the nodes sharing an instance key meet in one collective, as TF's
+// CollectiveReduce nodes meet by instance key (used where towers are built
+// one at a time, e.g. synchronized BatchNorm).
 #pragma once
 
 #include <string>
@@ -34,6 +38,16 @@ struct CollectiveOptions {
   std::vector<Device> devices;
   /// Node name (default: the op name).
   std::string name;
+  /// The devices of every participant in this process when this node
+  /// serves only some of them (its `devices` / inputs' devices, each in this
+  /// list): nodes built separately, e.g. one per tower, then meet in one
+  /// collective of the communicator over `group_devices`. Empty: the node's
+  /// participants are the whole in-process group.
+  std::vector<Device> group_devices;
+  /// Required with group_devices: the nodes with the same instance key
+  /// (and communicator) form one collective in each run; together they
+  /// must cover group_devices exactly once (check_collective_instances).
+  std::string instance;
 };
 
 /// The session resource key of a built-in communicator ("" or "ring": Spire's
@@ -55,5 +69,13 @@ std::vector<Output> all_gather(const std::vector<Output>& xs, const CollectiveOp
 /// dimension 0 must divide by the group size.
 std::vector<Output> reduce_scatter(const std::vector<Output>& xs, ReduceOp op = ReduceOp::kSum,
                                    const CollectiveOptions& options = {});
+
+/// Checks that the nodes of `g` built with CollectiveOptions::instance
+/// form whole collectives: per instance key, one communicator and group,
+/// every device of group_devices served by exactly one node. Throws
+/// spire::Error naming the instance, the devices served and the missing or
+/// repeated ones (a tower that skipped a synchronized layer would otherwise
+/// leave the others waiting).
+void check_collective_instances(const Graph& g);
 
 }  // namespace spire::dist
