@@ -138,14 +138,23 @@ Grads broadcast_grad(GradContext& c) {
   const Node* n = c.node();
   const int root = static_cast<int>(n->attr<int64_t>("root"));
   const int g = static_cast<int>(n->attr<int64_t>("group_size"));
-  if (g != 0 && g != n->num_inputs())
+  // Participant i's global index: i, or for a node serving part of an
+  // in-process group, its device's position in the group.
+  const auto group = n->attr<std::vector<std::string>>("group_devices");
+  auto global_index = [&](int i) {
+    if (group.empty()) return i;
+    const std::string d = n->devices()[static_cast<size_t>(i)].to_string();
+    return static_cast<int>(std::find(group.begin(), group.end(), d) - group.begin());
+  };
+  const int in_process = group.empty() ? n->num_inputs() : static_cast<int>(group.size());
+  if (g != 0 && g != in_process)
     throw_error("gradients: ", n->describe(), " spans ", g, " participants in several processes; "
                 "its gradient needs every participant in this process");
   Grads summed = all_reduce(output_grads(c), ReduceOp::kSum, like(n, "_grad"));
   Grads dx;
   for (int i = 0; i < n->num_inputs(); ++i) {
     DeviceScope there(c.graph(), n->devices()[static_cast<size_t>(i)]);
-    dx.push_back(i == root ? summed[static_cast<size_t>(i)] : ops::zeros_like(c.input(i)));
+    dx.push_back(global_index(i) == root ? summed[static_cast<size_t>(i)] : ops::zeros_like(c.input(i)));
   }
   return dx;
 }
@@ -290,22 +299,34 @@ std::shared_ptr<Communicator> communicator_for(KernelContext& ctx) {
 }
 
 // Collective-key ids of instance keys, per session: above every node id
-// (bit 63 set), equal for every node and run with the same key.
+// (bit 63 set), equal for every node and run with the same key. Each key's
+// nodes are checked to cover their group (instance_problem) when first used
+// and again whenever the graph has grown since, so a missing member is an
+// error instead of a wait until the timeout.
 struct InstanceIds {
+  struct Entry {
+    uint64_t id = 0;
+    int checked_at_nodes = -1;  // the graph's node count when last checked
+  };
   std::mutex mu;
-  std::map<std::string, uint64_t> ids;
+  std::map<std::string, Entry> ids;
 };
 
-template <typename State>
-uint64_t instance_id(State& state, const std::string& instance) {
-  auto reg = state.template resource<InstanceIds>("spire.collective_instances",
-                                                  [] { return std::make_shared<InstanceIds>(); });
+std::string instance_problem(const Graph& g, const std::string& only);
+
+uint64_t instance_id(KernelContext& ctx, const std::string& instance) {
+  auto reg = ctx.state().resource<InstanceIds>("spire.collective_instances",
+                                               [] { return std::make_shared<InstanceIds>(); });
+  const Graph& g = *ctx.node().graph();
   std::lock_guard<std::mutex> lk(reg->mu);
-  auto it = reg->ids.find(instance);
-  if (it != reg->ids.end()) return it->second;
-  const uint64_t id = (uint64_t{1} << 63) | reg->ids.size();
-  reg->ids.emplace(instance, id);
-  return id;
+  auto [it, fresh] = reg->ids.try_emplace(instance);
+  if (fresh) it->second.id = (uint64_t{1} << 63) | (reg->ids.size() - 1);
+  if (it->second.checked_at_nodes != g.num_nodes()) {
+    std::string problem = instance_problem(g, instance);
+    if (!problem.empty()) ctx.fail(problem);
+    it->second.checked_at_nodes = g.num_nodes();
+  }
+  return it->second.id;
 }
 
 template <Kind kKind>
@@ -342,7 +363,7 @@ void collective_kernel(KernelContext& ctx) {
   }
   CollectiveCall call;
   call.key = {&ctx.state(), ctx.run().id,
-              instance.empty() ? static_cast<uint64_t>(n.id()) : instance_id(ctx.state(), instance)};
+              instance.empty() ? static_cast<uint64_t>(n.id()) : instance_id(ctx, instance)};
   call.name = n.name();
   call.run = &ctx.run();
   switch (kKind) {
@@ -413,14 +434,16 @@ std::vector<Output> reduce_scatter(const std::vector<Output>& xs, ReduceOp op,
 }
 
 namespace {
+
 std::string str_join(const std::vector<std::string>& xs, const char* sep) {
   std::string out;
   for (size_t i = 0; i < xs.size(); ++i) out += (i ? sep : "") + xs[i];
   return out;
 }
-}  // namespace
 
-void check_collective_instances(const Graph& g) {
+// What is wrong with the instance collectives of `g` (only `only` when not
+// empty), or "" when every one covers its group exactly once.
+std::string instance_problem(const Graph& g, const std::string& only) {
   struct Group {
     std::string communicator;
     std::vector<std::string> group;
@@ -431,7 +454,7 @@ void check_collective_instances(const Graph& g) {
     const Node* n = g.node(id);
     if (!n->op_def().multi_device() || !n->has_attr("instance")) continue;
     const std::string instance = n->attr<std::string>("instance");
-    if (instance.empty()) continue;
+    if (instance.empty() || (!only.empty() && instance != only)) continue;
     const auto group = n->attr<std::vector<std::string>>("group_devices");
     const std::string comm = n->attr<std::string>("communicator");
     auto [it, fresh] = groups.try_emplace(instance);
@@ -440,9 +463,9 @@ void check_collective_instances(const Graph& g) {
       gr.communicator = comm;
       gr.group = group;
     } else if (gr.communicator != comm || gr.group != group) {
-      throw_error("collective instance '", instance, "': ", n->describe(), " uses communicator '",
-                  comm, "' over {", str_join(group, ","), "} but an earlier node of the instance "
-                  "uses '", gr.communicator, "' over {", str_join(gr.group, ","), "}");
+      return str_cat("collective instance '", instance, "': ", n->describe(), " uses communicator '",
+                     comm, "' over {", str_join(group, ","), "} but an earlier node of the instance "
+                     "uses '", gr.communicator, "' over {", str_join(gr.group, ","), "}");
     }
     for (const Device& d : n->devices()) gr.served[d.to_string()].push_back(n->name());
   }
@@ -456,17 +479,25 @@ void check_collective_instances(const Graph& g) {
       }
       served.push_back(d + " (" + it->second.front() + ")");
       if (it->second.size() > 1)
-        throw_error("collective instance '", instance, "': device ", d, " is served by ",
-                    it->second.size(), " nodes (", str_join(it->second, ", "),
-                    "); each device of the group takes part once");
+        return str_cat("collective instance '", instance, "': device ", d, " is served by ",
+                       it->second.size(), " nodes (", str_join(it->second, ", "),
+                       "); each device of the group takes part once");
     }
     if (!missing.empty())
-      throw_error("collective instance '", instance, "' over {", str_join(gr.group, ","),
-                  "} has participants on ", str_join(served, ", "), " but none on ",
-                  str_join(missing, ", "),
-                  ": every tower must build it (e.g. run every synchronized BatchNorm layer "
-                  "in every tower), or the others would wait for it forever");
+      return str_cat("collective instance '", instance, "' over {", str_join(gr.group, ","),
+                     "} has participants on ", str_join(served, ", "), " but none on ",
+                     str_join(missing, ", "),
+                     ": every tower must build it (e.g. run every synchronized BatchNorm layer "
+                     "in every tower), or the others would wait for it forever");
   }
+  return "";
+}
+
+}  // namespace
+
+void check_collective_instances(const Graph& g) {
+  std::string problem = instance_problem(g, "");
+  if (!problem.empty()) throw Error(problem);
 }
 
 }  // namespace spire::dist

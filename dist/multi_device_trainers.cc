@@ -237,6 +237,7 @@ std::vector<std::vector<Output>> SyncMultiGPUTrainerReplicated::reduce(
       for (size_t k = 0; k < K; ++k) xs.push_back(grads[k][i].first);
       dist::CollectiveOptions o;
       o.communicator = mode_ == "nccl" ? "nccl" : "";
+      o.devices = devices_;  // tower k's participant on tower k's device
       o.name = "allreduce";
       std::vector<Output> r =
           dist::all_reduce(xs, average_ ? dist::ReduceOp::kMean : dist::ReduceOp::kSum, o);
@@ -244,12 +245,13 @@ std::vector<std::vector<Output>> SyncMultiGPUTrainerReplicated::reduce(
     }
     return out;
   }
-  // Naive ("cpu"/"gpu"): variable i summed on cpu:0 or on devices[i % K],
-  // walking the variables in reverse order (tensorpack); every tower reads that sum.
+  // Naive ("cpu"/"gpu", tensorpack's allreduce_grads_naive): the variables in
+  // reverse order, the r-th of them summed on cpu:0 or on devices[r % K];
+  // every tower reads that sum.
   NameScope ns(g, "AllReduceNaive/");
   for (size_t r = 0; r < N; ++r) {
     const size_t i = N - 1 - r;
-    DeviceScope on(g, mode_ == "cpu" ? Device::cpu(0) : devices_[i % K]);
+    DeviceScope on(g, mode_ == "cpu" ? Device::cpu(0) : devices_[r % K]);
     std::vector<Output> xs;
     for (size_t k = 0; k < K; ++k) xs.push_back(grads[k][i].first);
     Output sum = ops::add_n(xs, "add_n");

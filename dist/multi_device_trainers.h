@@ -72,7 +72,8 @@ class DataParallelTrainer : public SingleCostTrainer {
 /// tensorpack's SyncMultiGPUTrainerReplicated(gpus, average, mode).
 /// Modes: "" or "ring" (Spire's ring, the default; "collective" is an
 /// alias), "nccl" (GPUs, builds with NCCL), "cpu" / "gpu" (tensorpack's
-/// naive add-n: variable i summed on cpu:0, or on devices[i % K]), and
+/// naive add-n: the r-th variable counted from the last summed on cpu:0, or
+/// on devices[r % K]), and
 /// "hierarchical" (8 devices: tensorpack's packing into 8 chunks summed in
 /// two groups of 4; other counts warn and use the ring).
 class SyncMultiGPUTrainerReplicated : public DataParallelTrainer {
@@ -122,7 +123,9 @@ class SyncMultiGPUTrainerParameterServer : public DataParallelTrainer {
 /// variables placed as in parameter-server mode ("cpu" from 4 towers,
 /// else least-loaded); each tower applies its own gradients (times 1/K with
 /// scale_gradient) as soon as they exist, without waiting for the other
-/// towers. With one device it builds exactly what SimpleTrainer builds.
+/// towers: K optimizer updates per step (so step-wide optimizer state such
+/// as Adam's beta powers advances K times, as K independent updates
+/// should). With one device it builds exactly what SimpleTrainer builds.
 class AsyncMultiGPUTrainer : public DataParallelTrainer {
  public:
   explicit AsyncMultiGPUTrainer(std::vector<Device> devices, bool scale_gradient = true);

@@ -156,11 +156,17 @@ QueueInput::QueueInput(std::shared_ptr<DataFlow> df, int queue_size)
 // The background thread: takes a step's datapoints from the FeedInput,
 // copies each tower's to its device and queues the step (at most
 // `capacity`). Errors of the thread (and the end of the data) reach the
-// consumer in order, after the steps staged before them.
-class StagingInput::Stager {
+// consumer in order, after the steps staged before them. The thread keeps
+// the Stager and the FeedInput alive (shared_ptr), so stop() can give up on
+// a thread stuck inside the dataflow after a bounded wait (detaching it)
+// instead of hanging the trainer's shutdown.
+class StagingInput::Stager : public std::enable_shared_from_this<StagingInput::Stager> {
  public:
-  Stager(FeedInput& in, int capacity, double timeout) : in_(in), capacity_(capacity), timeout_(timeout) {}
-  ~Stager() { stop(); }
+  Stager(std::shared_ptr<FeedInput> in, int capacity, double timeout)
+      : in_(std::move(in)), capacity_(capacity), timeout_(timeout) {}
+  ~Stager() {
+    if (thread_.joinable()) thread_.detach();  // only reached after stop() gave up
+  }
 
   void start() {
     stop();
@@ -169,16 +175,24 @@ class StagingInput::Stager {
     error_ = nullptr;
     finished_ = false;
     stopping_ = false;
-    thread_ = std::thread([this] { loop(); });
+    exited_ = false;
+    thread_ = std::thread([self = shared_from_this()] { self->loop(); });
   }
 
   void stop() {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      stopping_ = true;
-    }
+    if (!thread_.joinable()) return;
+    std::unique_lock<std::mutex> lk(mu_);
+    stopping_ = true;
     cv_.notify_all();
-    if (thread_.joinable()) thread_.join();
+    if (cv_.wait_for(lk, std::chrono::duration<double>(timeout_), [&] { return exited_; })) {
+      lk.unlock();
+      thread_.join();
+    } else {
+      lk.unlock();
+      logger::error("StagingInput: the staging thread is still inside the dataflow after ",
+                    timeout_, " s; leaving it behind");
+      thread_.detach();
+    }
   }
 
   // The next staged step; false at the end of a non-infinite dataflow.
@@ -210,20 +224,19 @@ class StagingInput::Stager {
         {
           std::unique_lock<std::mutex> lk(mu_);
           cv_.wait(lk, [&] { return stopping_ || static_cast<int>(queue_.size()) < capacity_; });
-          if (stopping_) return;
+          if (stopping_) break;
         }
         std::vector<std::vector<Tensor>> step;
-        bool more = in_.next_step(step);
+        bool more = in_->next_step(step);
         if (more) {
-          const auto& devices = in_.tower_devices();
+          const auto& devices = in_->tower_devices();
           for (size_t k = 0; k < step.size() && k < devices.size(); ++k)
             for (Tensor& t : step[k]) t = t.to(devices[k]);
         }
         std::lock_guard<std::mutex> lk(mu_);
         if (!more) {
           finished_ = true;
-          cv_.notify_all();
-          return;
+          break;
         }
         queue_.push_back(std::move(step));
         ++staged_;
@@ -232,11 +245,13 @@ class StagingInput::Stager {
     } catch (...) {
       std::lock_guard<std::mutex> lk(mu_);
       error_ = std::current_exception();
-      cv_.notify_all();
     }
+    std::lock_guard<std::mutex> lk(mu_);
+    exited_ = true;
+    cv_.notify_all();
   }
 
-  FeedInput& in_;
+  std::shared_ptr<FeedInput> in_;
   const int capacity_;
   const double timeout_;
   mutable std::mutex mu_;
@@ -245,6 +260,7 @@ class StagingInput::Stager {
   std::exception_ptr error_;
   bool finished_ = false;
   bool stopping_ = false;
+  bool exited_ = false;
   int64_t staged_ = 0;
   std::thread thread_;
 };
@@ -256,6 +272,7 @@ class StagingInput::StagingCallback : public Callback {
 
  protected:
   void _before_train() override {
+    in_.stager_->stop();  // a stager of an earlier train() must not race with the reset
     in_.input_->reset_state();
     in_.stager_->start();  // pre-fills before the first step
   }
@@ -293,7 +310,7 @@ int64_t StagingInput::staged_steps() const { return stager_ ? stager_->staged() 
 std::vector<CallbackPtr> StagingInput::_setup(const std::vector<InputDesc>& signature, Graph& g) {
   // The wrapped input's own feeding callback is not used: the stager takes its place.
   input_->setup(signature, g, tower_devices_);
-  stager_ = std::make_shared<Stager>(*input_, nr_stage_, timeout_seconds_);
+  stager_ = std::make_shared<Stager>(input_, nr_stage_, timeout_seconds_);
   return {std::make_shared<StagingCallback>(*this)};
 }
 

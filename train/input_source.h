@@ -97,7 +97,9 @@ class QueueInput : public FeedInput {
 /// (tensorpack's StagingInput; on GPUs the host-to-device copies leave the
 /// step's critical path). A step takes all towers' staged inputs at once.
 /// launch_train_with_config uses it for trainers with several towers.
-/// Waiting for a staged step is bounded by `timeout_seconds`.
+/// Waiting for a staged step is bounded by `timeout_seconds`, and so is
+/// stopping the thread at the end of training (a thread stuck inside the
+/// dataflow is then left behind with an error log, never waited on forever).
 class StagingInput : public InputSource {
  public:
   explicit StagingInput(std::shared_ptr<FeedInput> input, int nr_stage = 1,

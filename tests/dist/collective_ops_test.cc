@@ -6,6 +6,7 @@
 // sequential and parallel runs bit-identical, the gradient of a loss through
 // an AllReduce, a failing lane while its peers wait inside a collective,
 // shape-inference errors, and JSON round trips.
+#include <chrono>
 #include <cstring>
 
 #include "tests/support/op_test_util.h"
@@ -317,6 +318,177 @@ TEST(CollectiveOps, ShapeInferenceErrors) {
   expect_tensor(s.run({ys[0]}, {{a, Tensor::full(DType::F32, {4, 2}, 2)}})[0], {4, 2},
                 std::vector<double>(8, 2));
   (void)i32;
+}
+
+
+// ---- collectives served by several nodes (instance keys) -------------------------------------
+
+// One partial allreduce node per device, meeting by instance key.
+std::vector<Output> per_device_all_reduce(const std::vector<Output>& xs, const std::string& key,
+                                          ReduceOp op = ReduceOp::kSum) {
+  std::vector<Device> group;
+  for (const Output& x : xs) group.push_back(x.device());
+  std::vector<Output> out;
+  for (const Output& x : xs) {
+    dist::CollectiveOptions o;
+    o.devices = {x.device()};
+    o.group_devices = group;
+    o.instance = key;
+    out.push_back(dist::all_reduce({x}, op, o)[0]);
+  }
+  return out;
+}
+
+TEST(CollectiveOps, NodesWithOneInstanceKeyFormOneCollective) {
+  Graph g;
+  DefaultGraphGuard guard(g);
+  std::vector<Output> xs;
+  for (int k = 0; k < 3; ++k) {
+    DeviceScope d(g, Device::cpu(k));
+    xs.push_back(ops::placeholder(DType::F64, {5}, "x" + std::to_string(k)));
+  }
+  auto ys = per_device_all_reduce(xs, "sum");
+  auto ms = per_device_all_reduce(xs, "mean", ReduceOp::kMean);
+  dist::check_collective_instances(g);
+  FeedDict feeds;
+  for (int k = 0; k < 3; ++k)
+    feeds.push_back({xs[static_cast<size_t>(k)],
+                     Tensor::from_vector<double>({5}, {1.0 * k, 2, 4, 8, 16.0 * (k + 1)})});
+  Session s(g, cpus(3));
+  for (int rep = 0; rep < 20; ++rep) {
+    auto r = s.run({ys[0], ys[1], ys[2], ms[2]}, feeds);
+    for (int k = 0; k < 3; ++k) expect_tensor(r[static_cast<size_t>(k)], {5}, {3, 6, 12, 24, 96});
+    expect_tensor(r[3], {5}, {1, 2, 4, 8, 32});
+  }
+  // Fetching one member runs the others too (they would wait for each other otherwise).
+  auto one = s.run({ys[1]}, feeds);
+  expect_tensor(one[0], {5}, {3, 6, 12, 24, 96});
+  // The gradient meets by its own key.
+  auto grads = gradients({ops::add_n({ops::sum(ys[0]), ops::sum(ys[1] * 2.0), ops::sum(ys[2] * 3.0)})}, xs);
+  auto gr = s.run(grads, feeds);
+  for (int k = 0; k < 3; ++k) expect_tensor(gr[static_cast<size_t>(k)], {5}, {6, 6, 6, 6, 6});
+  // Sequential sessions cannot run nodes that meet: a clear error, not a hang.
+  Session seq(g, cpus(3, true));
+  expect_error([&] { seq.run({ys[0], ys[1], ys[2]}, feeds); }, {"instance 'sum'", "sequential"});
+}
+
+TEST(CollectiveOps, BroadcastServedByOneNodePerDeviceHasAGradient) {
+  Graph g;
+  DefaultGraphGuard guard(g);
+  std::vector<Output> xs, ys;
+  std::vector<Device> group = {Device::cpu(0), Device::cpu(1)};
+  for (int k = 0; k < 2; ++k) {
+    DeviceScope d(g, group[static_cast<size_t>(k)]);
+    xs.push_back(ops::placeholder(DType::F64, {3}, "x" + std::to_string(k)));
+    dist::CollectiveOptions o;
+    o.devices = {group[static_cast<size_t>(k)]};
+    o.group_devices = group;
+    o.instance = "bcast";
+    ys.push_back(dist::broadcast({xs.back()}, /*root=*/1, o)[0]);
+  }
+  auto grads = gradients({ops::add(ops::sum(ys[0] * 2.0), ops::sum(ys[1] * 5.0))}, xs);
+  Session s(g, cpus(2));
+  FeedDict feeds = {{xs[0], Tensor::from_vector<double>({3}, {1, 2, 3})},
+                    {xs[1], Tensor::from_vector<double>({3}, {7, 8, 9})}};
+  auto r = s.run({ys[0], ys[1], grads[0], grads[1]}, feeds);
+  expect_tensor(r[0], {3}, {7, 8, 9});
+  expect_tensor(r[1], {3}, {7, 8, 9});
+  expect_tensor(r[2], {3}, {0, 0, 0});  // not the root
+  expect_tensor(r[3], {3}, {7, 7, 7});  // the root: both outputs' gradients
+}
+
+TEST(CollectiveOps, MembersAreOrderedAsOneNode) {
+  // Lane 0 builds A (member 0) before y; member 1's input is y copied to
+  // cpu:1. Ordered node by node, lane 0 would run A (waiting for member 1)
+  // before y, which member 1 waits for: the executor runs every member's
+  // dependencies first.
+  Graph g;
+  DefaultGraphGuard guard(g);
+  Output x0, y;
+  {
+    DeviceScope d(g, Device::cpu(0));
+    x0 = ops::placeholder(DType::F64, {2}, "x0");
+  }
+  std::vector<Device> group = {Device::cpu(0), Device::cpu(1)};
+  dist::CollectiveOptions o;
+  o.group_devices = group;
+  o.instance = "late";
+  o.devices = {Device::cpu(0)};
+  Output a = dist::all_reduce({x0}, ReduceOp::kSum, o)[0];
+  {
+    DeviceScope d(g, Device::cpu(0));
+    y = ops::mul(x0, ops::scalar_like(3.0, x0), "y");
+  }
+  Output b;
+  {
+    DeviceScope d(g, Device::cpu(1));
+    o.devices = {Device::cpu(1)};
+    b = dist::all_reduce({ops::identity(y)}, ReduceOp::kSum, o)[0];
+  }
+  SessionOptions opt = cpus(2);
+  opt.timeout_seconds = 20;
+  Session s(g, opt);
+  for (int rep = 0; rep < 50; ++rep) {
+    auto r = s.run({a, b}, {{x0, Tensor::from_vector<double>({2}, {1, 5})}});
+    expect_tensor(r[0], {2}, {4, 20});
+    expect_tensor(r[1], {2}, {4, 20});
+  }
+  // A member depending on another member is a cycle, reported as such.
+  {
+    DeviceScope d(g, Device::cpu(1));
+    o.devices = {Device::cpu(1)};
+    o.instance = "cyclic";
+    o.devices = {Device::cpu(0)};
+    Output c0 = dist::all_reduce({x0}, ReduceOp::kSum, o)[0];
+    o.devices = {Device::cpu(1)};
+    Output c1 = dist::all_reduce({ops::identity(c0)}, ReduceOp::kSum, o)[0];
+    expect_error([&] { s.run({c1}, {{x0, Tensor::from_vector<double>({2}, {1, 5})}}); },
+                 {"cycle", "meet at run time"});
+  }
+}
+
+TEST(CollectiveOps, IncompleteOrRepeatedInstancesAreNamed) {
+  Graph g;
+  DefaultGraphGuard guard(g);
+  std::vector<Output> xs;
+  for (int k = 0; k < 3; ++k) {
+    DeviceScope d(g, Device::cpu(k));
+    xs.push_back(ops::placeholder(DType::F32, {2}, "x" + std::to_string(k)));
+  }
+  dist::CollectiveOptions o;
+  o.group_devices = {Device::cpu(0), Device::cpu(1), Device::cpu(2)};
+  o.instance = "bn/moments";
+  o.devices = {Device::cpu(0)};
+  Output m0 = dist::all_reduce({xs[0]}, ReduceOp::kMean, o)[0];
+  o.devices = {Device::cpu(2)};
+  dist::all_reduce({xs[2]}, ReduceOp::kMean, o);
+  expect_error([&] { dist::check_collective_instances(g); },
+               {"collective instance 'bn/moments'", "none on cpu:1", "every tower"});
+  // Running it is the same error at once, not a wait for the missing member.
+  {
+    SessionOptions opt = cpus(3);
+    opt.timeout_seconds = 300;
+    Session s(g, opt);
+    FeedDict feeds;
+    for (int k = 0; k < 3; ++k) feeds.push_back({xs[static_cast<size_t>(k)], Tensor::full(DType::F32, {2}, 1.0)});
+    auto t0 = std::chrono::steady_clock::now();
+    expect_error([&] { s.run({m0}, feeds); }, {"collective instance 'bn/moments'", "none on cpu:1"});
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(60));
+  }
+  o.devices = {Device::cpu(1)};
+  dist::all_reduce({xs[1]}, ReduceOp::kMean, o);
+  dist::check_collective_instances(g);  // complete now
+  o.devices = {Device::cpu(1)};
+  dist::all_reduce({xs[1]}, ReduceOp::kMean, o);
+  expect_error([&] { dist::check_collective_instances(g); }, {"cpu:1 is served by 2 nodes"});
+  // A participant outside the group, and a group without an instance key.
+  o.instance = "other";
+  o.group_devices = {Device::cpu(0), Device::cpu(1)};
+  o.devices = {Device::cpu(2)};
+  expect_error([&] { dist::all_reduce({xs[2]}, ReduceOp::kSum, o); },
+               {"cpu:2 is not in group_devices"});
+  o.instance = "";
+  expect_error([&] { dist::all_reduce({xs[0]}, ReduceOp::kSum, o); }, {"needs an instance key"});
 }
 
 }  // namespace

@@ -6,12 +6,18 @@
 // devices, and the error cases.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdlib>
 #include <random>
 
+#include "core/op_registry.h"
 #include "dist/multi_device_trainers.h"
 #include "layers/layers.h"
 #include "tests/support/op_test_util.h"
+#include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
 #include "tests/train/train_test_util.h"
 #include "train/callbacks.h"
@@ -198,6 +204,31 @@ TEST(MultiDeviceTrainers, ReplicatedEqualsSimpleTrainerOnTheWholeBatch) {
   }
 }
 
+// The device of the node `prefix...` whose name contains `part`.
+std::vector<std::pair<std::string, Device>> nodes_under(const Graph& g, const std::string& prefix) {
+  std::vector<std::pair<std::string, Device>> out;
+  for (int id = 0; id < g.num_nodes(); ++id)
+    if (g.node(id)->name().rfind(prefix, 0) == 0) out.push_back({g.node(id)->name(), g.node(id)->device()});
+  return out;
+}
+
+TEST(MultiDeviceTrainers, NaiveModesSumOnTensorpacksDevices) {
+  // 4 gradients (fc0/W, fc0/b, fc1/W, fc1/b) in reverse: fc1/b on devices[0],
+  // fc1/W on devices[1], fc0/b on devices[2], fc0/W on devices[0]; "cpu" mode: all on cpu:0.
+  auto init = initial_values(Opt::kSGD);
+  std::vector<Device> devs = {Device::cpu(2), Device::cpu(1), Device::cpu(0)};
+  SyncMultiGPUTrainerReplicated t(devs, true, "gpu");
+  run(t, std::make_shared<TowerModel>(Opt::kSGD, 0.1), batches(3, 2, 1), 1, init);
+  auto sums = nodes_under(t.graph(), "AllReduceNaive/add_n");
+  ASSERT_EQ(sums.size(), 4u);
+  std::vector<Device> want = {devs[0], devs[1], devs[2], devs[0]};  // creation order = reverse
+  for (size_t r = 0; r < 4; ++r) EXPECT_EQ(sums[r].second, want[r]) << sums[r].first;
+  SyncMultiGPUTrainerReplicated c({Device::cpu(1), Device::cpu(2)}, true, "cpu");
+  run(c, std::make_shared<TowerModel>(Opt::kSGD, 0.1), batches(2, 2, 1), 1, init);
+  for (const auto& [name, dev] : nodes_under(c.graph(), "AllReduceNaive/add_n"))
+    EXPECT_EQ(dev, Device::cpu(0)) << name;
+}
+
 TEST(MultiDeviceTrainers, AdamBiasCorrectionAdvancesOncePerStep) {
   auto init = initial_values(Opt::kAdam);
   SyncMultiGPUTrainerReplicated t(cpus(3));
@@ -260,6 +291,32 @@ TEST(MultiDeviceTrainers, HierarchicalModePacksLargeGradients) {
   for (int id = 0; id < t.graph().num_nodes(); ++id)
     packed = packed || t.graph().node(id)->name().find("AllReduceHierarchical/pack") != std::string::npos;
   EXPECT_TRUE(packed);
+  // Chunk i: the half holding device i summed on device i, the other half on (i + 4) % 8.
+  auto sums = [&](const std::string& prefix) {
+    std::vector<const Node*> out;
+    for (const auto& [name, dev] : nodes_under(t.graph(), prefix))
+      if (t.graph().find_node(name)->op_type() == "AddN") out.push_back(t.graph().find_node(name));
+    return out;
+  };
+  // Where an input comes from (through a Copy node).
+  auto source_device = [](const Output& in) {
+    return in.node->op_def().is_copy() ? in.node->input(0).device() : in.device();
+  };
+  auto g0 = sums("AllReduceHierarchical/group0_sum"), g1 = sums("AllReduceHierarchical/group1_sum");
+  ASSERT_EQ(g0.size(), 8u);
+  ASSERT_EQ(g1.size(), 8u);
+  for (int i = 0; i < 8; ++i) {
+    const Node* a = g0[static_cast<size_t>(i)];
+    const Node* b = g1[static_cast<size_t>(i)];
+    EXPECT_EQ(a->device(), Device::cpu(i)) << a->name();
+    EXPECT_EQ(b->device(), Device::cpu((i + 4) % 8)) << b->name();
+    ASSERT_EQ(a->num_inputs(), 4);
+    ASSERT_EQ(b->num_inputs(), 4);
+    for (int j = 0; j < 4; ++j) {
+      EXPECT_EQ(source_device(a->input(j)).index / 4, i / 4) << a->name();
+      EXPECT_EQ(source_device(b->input(j)).index / 4, 1 - i / 4) << b->name();
+    }
+  }
   expect_same_variables(want.values, got.values, 1e-12, "hierarchical (packed)");
 }
 
@@ -330,6 +387,20 @@ TEST(MultiDeviceTrainers, AsyncTowersEachApplyTheirGradients) {
                  init);
   EXPECT_EQ(got.values.at("global_step").item<int64_t>(), 20);
   EXPECT_GT(max_rel_diff(init.at("fc0/W"), got.values.at("fc0/W")), 1e-3);
+  // One update op per tower; without scaling the same data moves the variables further.
+  int applies = 0;
+  for (int id = 0; id < t.graph().num_nodes(); ++id)
+    applies += t.graph().node(id)->name().rfind("apply_grad_", 0) == 0 &&
+               t.graph().node(id)->name().find('/') == std::string::npos;
+  EXPECT_EQ(applies, 2);
+  AsyncMultiGPUTrainer u(cpus(2), /*scale_gradient=*/false);
+  auto unscaled = run(u, std::make_shared<TowerModel>(Opt::kSGD, 0.1), batches(2 * 1, kBatch, 46), 1,
+                      init);
+  AsyncMultiGPUTrainer v(cpus(2));
+  auto scaled = run(v, std::make_shared<TowerModel>(Opt::kSGD, 0.1), batches(2 * 1, kBatch, 46), 1,
+                    init);
+  EXPECT_GT(max_rel_diff(init.at("fc1/b"), unscaled.values.at("fc1/b")),
+            1.5 * max_rel_diff(init.at("fc1/b"), scaled.values.at("fc1/b")));
 }
 
 TEST(MultiDeviceTrainers, SyncMultiGPUTrainerIsParameterServerOnTheCpu) {
@@ -448,22 +519,79 @@ TEST(MultiDeviceTrainers, StagingInputTrainsLikeFeedInput) {
   auto data = batches(kTowers * kSteps, kBatch, 49);
   SyncMultiGPUTrainerReplicated a(cpus(kTowers));
   auto want = run(a, std::make_shared<TowerModel>(Opt::kMomentum, 0.1), data, kSteps, init);
-  // Through launch_train_with_config's wrapping: a dataflow becomes StagingInput(QueueInput).
+  // The same data through a StagingInput (what launch_train_with_config uses
+  // for a dataflow and several towers): the same variables, every step staged.
   SyncMultiGPUTrainerReplicated b(cpus(kTowers));
+  auto staging = std::make_shared<StagingInput>(
+      std::make_shared<QueueInput>(std::make_shared<DataFromList>(data, false)), 2);
   TrainConfig cfg;
   cfg.model = std::make_shared<TowerModel>(Opt::kMomentum, 0.1);
-  cfg.dataflow = std::make_shared<DataFromList>(data, false);
+  cfg.data = staging;
   cfg.max_epoch = 1;  // steps_per_epoch = 8 datapoints / 2 towers
   cfg.extra_callbacks = std::vector<CallbackPtr>{};
   cfg.monitors = std::vector<MonitorPtr>{};
   cfg.session_init = std::make_shared<DictRestore>(init);
   launch_train_with_config(cfg, b);
   EXPECT_EQ(b.global_step(), kSteps);
+  EXPECT_GE(staging->staged_steps(), kSteps);
   expect_same_variables(want.values, get_variable_values(b.session()), 0.0, "staging");
-  bool staged = false;
-  for (int id = 0; id < b.graph().num_nodes(); ++id)
-    staged = staged || b.graph().node(id)->name() == "input1/x";
-  EXPECT_TRUE(staged);
+}
+
+// A dataflow that fails at its `fail_at`-th datapoint (an epoch of `n`).
+class FailingData : public DataFlow {
+ public:
+  FailingData(int n, int fail_at) : n_(n), fail_at_(fail_at), data_(batches(n, 2, 4)) {}
+  bool has_size() const override { return true; }
+  int64_t size() const override { return n_; }
+  std::string name() const override { return "FailingData"; }
+
+ protected:
+  void begin_epoch_impl() override { i_ = 0; }
+  bool next_impl(Datapoint& dp) override {
+    if (i_ == fail_at_) throw_error("FailingData: broken record ", i_);
+    if (i_ >= n_) return false;
+    dp = data_[static_cast<size_t>(i_++)];
+    return true;
+  }
+
+ private:
+  int n_, fail_at_, i_ = 0;
+  std::vector<Datapoint> data_;
+};
+
+TEST(MultiDeviceTrainers, StagingInputReportsDataErrorsAndTheEndOfTheData) {
+  // An error of the dataflow reaches the training loop after the steps staged before it.
+  {
+    SyncMultiGPUTrainerReplicated t(cpus(2));
+    TrainConfig cfg;
+    cfg.model = std::make_shared<TowerModel>(Opt::kSGD, 0.1);
+    cfg.data = std::make_shared<StagingInput>(std::make_shared<FeedInput>(std::make_shared<FailingData>(8, 5)));
+    cfg.max_epoch = 1;
+    cfg.monitors = std::vector<MonitorPtr>{};
+    cfg.extra_callbacks = std::vector<CallbackPtr>{};
+    int64_t steps_done = -1;
+    try {
+      launch_train_with_config(cfg, t);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("broken record 5"), std::string::npos) << e.what();
+      steps_done = t.global_step();
+    }
+    EXPECT_EQ(steps_done, 2);  // datapoints 0-3 made two steps; 4 and the failing 5 none
+  }
+  // A finite dataflow ends training cleanly, never with half a step.
+  {
+    SyncMultiGPUTrainerReplicated t(cpus(2));
+    TrainConfig cfg;
+    cfg.model = std::make_shared<TowerModel>(Opt::kSGD, 0.1);
+    cfg.data = std::make_shared<StagingInput>(std::make_shared<FeedInput>(
+        std::make_shared<DataFromList>(batches(5, 2, 3), false), /*infinite=*/false));
+    cfg.steps_per_epoch = 10;
+    cfg.max_epoch = 1;
+    cfg.monitors = std::vector<MonitorPtr>{};
+    cfg.extra_callbacks = std::vector<CallbackPtr>{};
+    launch_train_with_config(cfg, t);
+    EXPECT_EQ(t.global_step(), 2);
+  }
 }
 
 // ---- replicas, checkpoints, restore ---------------------------------------------------------
@@ -481,17 +609,25 @@ TEST(MultiDeviceTrainers, ReplicasAreCopiedFromTheMastersAtEveryEpoch) {
     tr.session().set_variable_value(rep, Tensor::full(DType::F64, {4, 6}, 3.0));
   };
   std::map<std::string, Tensor> at_epoch_end;
+  double differed = 0;
+  auto check = std::make_shared<LambdaCallback>();
+  check->before_run = [&](Trainer& tr) {
+    if (perturbed && differed == 0)
+      differed = max_rel_diff(var_value(tr, "fc0/W/Momentum"), var_value(tr, "tower1/fc0/W/Momentum"));
+    return SessionRunArgs{};
+  };
   auto after = std::make_shared<LambdaCallback>();
   after->trigger_epoch = [&](Trainer& tr) {
     for (const char* n : {"fc0/W/Momentum", "tower1/fc0/W/Momentum", "fc0/W", "tower1/fc0/W"})
       at_epoch_end[n] = var_value(tr, n);
   };
   run(t, std::make_shared<TowerModel>(Opt::kMomentum, 0.1), batches(4, 2, 3), 2, init,
-      {probe, after});
+      {probe, check, after});
   EXPECT_EQ(max_rel_diff(at_epoch_end.at("fc0/W/Momentum"), at_epoch_end.at("tower1/fc0/W/Momentum")), 0.0);
   EXPECT_EQ(max_rel_diff(at_epoch_end.at("fc0/W"), at_epoch_end.at("tower1/fc0/W")), 0.0);
   // Before the broadcast they differed (the perturbation took effect).
   EXPECT_TRUE(perturbed);
+  EXPECT_GT(differed, 0.1);
   ASSERT_NE(t.sync_variables_op(), nullptr);
 }
 
@@ -583,6 +719,13 @@ TEST(MultiDeviceTrainers, DataParallelInferenceRunnerGivesInferenceRunnersNumber
   cfg.callbacks = {single, parallel};
   cfg.session_init = std::make_shared<DictRestore>(init);
   launch_train_with_config(cfg, t);
+  bool reads_replica = false;
+  for (const auto& [name, dev] : nodes_under(t.graph(), "InferenceTower1/")) {
+    EXPECT_EQ(dev, Device::cpu(1)) << name;
+    const Node* n = t.graph().find_node(name);
+    for (const Output& in : n->inputs()) reads_replica = reads_replica || in.node->name().rfind("tower1/fc0/W", 0) == 0;
+  }
+  EXPECT_TRUE(reads_replica);
   auto& m = t.monitors();
   for (auto [a, b] : {std::pair<const char*, const char*>{"validation_cost", "dp_cost"},
                       {"err", "dp_err"}}) {
@@ -643,6 +786,65 @@ TEST(MultiDeviceTrainers, TowersWithDifferentGradientsAreNamed) {
   SyncMultiGPUTrainerParameterServer p(cpus(2));
   expect_error([&] { run(p, std::make_shared<UnevenModel>(), batches(2, 2, 1), 1, {}); },
                {"variable 'extra/W' does not exist", "tower 'tower1'"});
+}
+
+
+// ---- resume after SIGKILL in 2-tower mode -----------------------------------------------------
+
+// Trains the 2-tower replicated trainer to `max_epoch` in `dir` with a
+// checkpoint per epoch (auto-resumed); `kill_before_epoch` > 0 kills the
+// process with SIGKILL when that epoch starts.
+std::map<std::string, Tensor> train_two_towers(const std::string& dir, int max_epoch,
+                                               int kill_before_epoch, int* started_at = nullptr) {
+  TrainConfig cfg;
+  cfg.model = std::make_shared<TowerModel>(Opt::kAdam, 0.05);
+  cfg.dataflow = std::make_shared<DataFromList>(batches(8, 3, 61), false);  // 4 steps per epoch
+  cfg.max_epoch = max_epoch;
+  cfg.logdir = dir;
+  cfg.extra_callbacks = std::vector<CallbackPtr>{};
+  cfg.monitors = std::vector<MonitorPtr>{std::make_shared<JSONWriter>()};
+  auto killer = std::make_shared<LambdaCallback>();
+  killer->before_epoch = [kill_before_epoch](Trainer& t) {
+    if (t.epoch_num() == kill_before_epoch) ::raise(SIGKILL);
+  };
+  // Something for stats.json to record each epoch (the resume reads its last epoch).
+  killer->trigger_epoch = [](Trainer& t) { t.monitors().put_scalar("epoch_done", t.epoch_num()); };
+  cfg.callbacks = {std::make_shared<ModelSaver>(), killer};
+  cfg.session_init = std::make_shared<DictRestore>(initial_values(Opt::kAdam));
+  cfg = AutoResumeTrainConfig(cfg);
+  if (started_at) *started_at = cfg.starting_epoch;
+  SyncMultiGPUTrainerReplicated t(cpus(2));
+  launch_train_with_config(cfg, t);
+  return get_variable_values(t.session());
+}
+
+// Run by ResumesAfterSigkill in a child process (the test binary itself).
+TEST(MultiDeviceTrainers, DISABLED_KilledChild) {
+  const char* dir = std::getenv("SPIRE_TEST_RESUME_DIR");
+  ASSERT_NE(dir, nullptr);
+  train_two_towers(dir, 4, 3);
+  FAIL() << "the child was not killed";
+}
+
+TEST(MultiDeviceTrainers, ResumesAfterSigkillInTwoTowerMode) {
+  TempDir straight, killed;
+  auto want = train_two_towers(straight.path(), 4, 0);
+  std::string out;
+  const std::string cmd = "SPIRE_TEST_RESUME_DIR='" + killed.path() +
+                          "' /proc/" + std::to_string(::getpid()) +
+                          "/exe --gtest_also_run_disabled_tests "
+                          "--gtest_filter=MultiDeviceTrainers.DISABLED_KilledChild 2>&1";
+  const int rc = run_command(cmd, &out);
+  // The shell reports a child killed by SIGKILL as 128 + 9.
+  EXPECT_TRUE(rc == 128 + SIGKILL || rc == -1) << "the child should die of SIGKILL (rc " << rc
+                                                << "); output:\n" << out;
+  EXPECT_EQ(JSONWriter::load_existing_epoch_number(killed.path()), 2) << out;
+  int started = 0;
+  auto got = train_two_towers(killed.path(), 4, 0, &started);
+  EXPECT_EQ(started, 3);
+  expect_same_variables(want, got, 1e-12, "resumed");
+  EXPECT_EQ(got.at("global_step").item<int64_t>(), 16);
+  EXPECT_GT(max_rel_diff(initial_values(Opt::kAdam).at("fc0/W"), got.at("fc0/W")), 1e-3);
 }
 
 }  // namespace
