@@ -7,7 +7,8 @@
 #   memcheck  the tests of $MEMCHECK_FILTER (kept short) once under
 #             compute-sanitizer --tool memcheck
 #   bench     build/.../bench/gpu_kernels, gpu_train_step, and allreduce_bandwidth on the
-#             visible GPUs with Spire's ring and with NCCL (appended to gpu_train_step.txt)
+#             visible GPUs with Spire's ring and with NCCL, and trainer_throughput.sh
+#             (MNIST training on 1..N GPUs, replicated) (appended to gpu_train_step.txt)
 #   torch     bench/mnist_step_torch.py (the same training step in PyTorch)
 # then prints a summary and the benchmark tables, the kernel table last.
 #
@@ -353,7 +354,7 @@ do_build() {
   local targets=()
   if (( TESTS_BUILT )) && (( want_test || want_memcheck || !want_bench )); then targets+=(spire_tests); fi
   if (( want_bench || !(want_test || want_memcheck) )) || (( ${#targets[@]} == 0 )); then
-    targets+=(gpu_kernels gpu_train_step allreduce_bandwidth)
+    targets+=(gpu_kernels gpu_train_step allreduce_bandwidth mnist_convnet)
   fi
   echo "== build: cmake --build $BUILD_DIR -j $JOBS --target ${targets[*]}" >>"$BUILD_LOG"
   echo "gpu_check: building ${targets[*]} in $BUILD_DIR with $JOBS jobs (log: $BUILD_LOG)..."
@@ -493,6 +494,11 @@ do_bench() {
     { echo; cat "$tmp"; } >>"$TRAIN_OUT"
     rm -f "$tmp"
   done
+  # Multi-GPU training throughput of the main job (K = 1..N GPUs, replicated trainer).
+  run_bench "trainer_throughput" "$tmp" "$REPO/bench/trainer_throughput.sh" --build "$BUILD_DIR" \
+    --gpus "$(( ngpu > 0 ? ngpu : 1 ))" --trainers replicated
+  { echo; cat "$tmp"; } >>"$TRAIN_OUT"
+  rm -f "$tmp"
 }
 
 do_torch() {

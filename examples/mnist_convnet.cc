@@ -10,7 +10,15 @@
 //
 //   ./build/examples/mnist_convnet [--data DIR] [--logdir DIR] [--max-epoch N]
 //                                  [--steps-per-epoch N] [--threads N] [--device D]
-//                                  [--help]
+//                                  [--trainer simple|replicated|ps|async]
+//                                  [--devices cpu:0,cpu:1 | --gpus N] [--help]
+//
+// --trainer picks tensorpack's trainer (one line of change, as there):
+// SimpleTrainer, SyncMultiGPUTrainerReplicated, SyncMultiGPUTrainerParameterServer
+// or AsyncMultiGPUTrainer over --devices (virtual CPU devices or GPUs; --gpus N
+// is gpu:0..gpu:N-1). Every tower takes its own batch of 128, so an epoch of
+// K towers is 468 / K steps of K x 128 images; validation runs on every
+// device (DataParallelInferenceRunner). --threads is split among the CPU devices.
 //
 // --device gpu (or gpu:N, cuda, cuda:N) builds the whole trainer graph (the
 // tower, Adam and its slots, the global step, the callbacks' nodes) on that
@@ -28,6 +36,7 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -35,6 +44,7 @@
 #include <vector>
 
 #include "device_flag.h"
+#include "dist/multi_device_trainers.h"
 #include "mnist_model.h"
 #include "spire.h"
 #include "train/callbacks.h"
@@ -97,6 +107,8 @@ struct Flags {
   int64_t steps_per_epoch = 0;
   int threads = 2;
   std::string device = "cpu";
+  std::string trainer = "simple";
+  std::string devices;
 };
 
 void usage(const char* argv0) {
@@ -111,7 +123,11 @@ void usage(const char* argv0) {
       "  --max-epoch N        last epoch to train (default %d)\n"
       "  --steps-per-epoch N  training steps per epoch (default: one pass, 468 batches of 128)\n"
       "  --threads N          CPU threads of the session's kernels (default 2; 0 = all cores)\n"
-      "  --device D           %s: where the graph runs\n",
+      "  --device D           %s: where the graph runs (simple trainer)\n"
+      "  --trainer T          simple (default), replicated, ps or async\n"
+      "  --devices LIST       the towers' devices, e.g. cpu:0,cpu:1 or gpu:0,gpu:1 (default\n"
+      "                       cpu:0,cpu:1 for the multi-device trainers)\n"
+      "  --gpus N             shorthand for --devices gpu:0,...,gpu:N-1\n",
       argv0, kDefaultMaxEpoch, spire_examples::device_flag_spellings());
 }
 
@@ -178,15 +194,29 @@ bool parse_flags(int argc, char** argv, Flags* f) {
     else if (key == "--steps-per-epoch") f->steps_per_epoch = parse_int(key, val, 1);
     else if (key == "--threads") f->threads = static_cast<int>(parse_int(key, val, 0));
     else if (key == "--device") f->device = val;
+    else if (key == "--trainer") f->trainer = val;
+    else if (key == "--devices") f->devices = val;
+    else if (key == "--gpus") {
+      const int64_t n = parse_int(key, val, 1);
+      f->devices.clear();
+      for (int64_t i = 0; i < n; ++i) f->devices += (i ? ",gpu:" : "gpu:") + std::to_string(i);
+    }
     else throw_error("unknown argument '", key, "' (see --help)");
   }
   if (f->logdir.empty()) throw_error("--logdir must not be empty");
+  if (f->trainer != "simple" && f->trainer != "replicated" && f->trainer != "ps" &&
+      f->trainer != "async")
+    throw_error("--trainer: expected simple, replicated, ps or async, got '", f->trainer, "'");
+  if (f->trainer == "simple" && !f->devices.empty())
+    throw_error("--devices/--gpus need a multi-device --trainer (replicated, ps or async); the "
+                "simple trainer runs on --device");
+  if (f->trainer != "simple" && f->devices.empty()) f->devices = "cpu:0,cpu:1";
   return true;
 }
 
 // The validation accuracy of the last epoch that recorded one: from this
 // run's monitors, else from stats.json (e.g. when nothing was left to train).
-bool final_stat(const SimpleTrainer& trainer, const std::string& logdir, const std::string& name,
+bool final_stat(const Trainer& trainer, const std::string& logdir, const std::string& name,
                 double* value, int* epoch) {
   auto stats = JSONWriter::load_existing_json(logdir);
   for (auto it = stats.rbegin(); it != stats.rend(); ++it) {
@@ -215,10 +245,13 @@ int main(int argc, char** argv) {
       return 0;
     }
     const Device device = spire_examples::parse_device_flag(flags.device);
+    const std::vector<Device> towers =
+        flags.devices.empty() ? std::vector<Device>{} : parse_device_list(flags.devices);
     const std::string data_dir = resolve_data_dir(flags.data);
     make_dirs(flags.logdir);
     logger::info("MNIST from ", data_dir, "; logs and checkpoints in ", flags.logdir, "; ",
-                 flags.threads, " kernel thread(s); graph on ", device.to_string());
+                 flags.threads, " kernel thread(s); trainer ", flags.trainer, " on ",
+                 towers.empty() ? device.to_string() : flags.devices);
 
     // Data: 468 shuffled batches of 128 per epoch; the test set in 40 batches
     // of 250 (tensorpack uses 256 with a remainder; 250 divides 10000, so
@@ -228,16 +261,20 @@ int main(int argc, char** argv) {
     auto test_df = std::make_shared<BatchData>(std::make_shared<Mnist>("test", data_dir, false), 250,
                                                /*remainder=*/true);
 
+    std::vector<InferencerPtr> inferencers = {
+        std::make_shared<ScalarStats>(std::vector<std::string>{"cross_entropy_loss", "accuracy"}),
+        std::make_shared<ClassificationError>("incorrect_vector")};
+    CallbackPtr validation =
+        towers.size() > 1
+            ? CallbackPtr(std::make_shared<DataParallelInferenceRunner>(test_df, inferencers, towers))
+            : CallbackPtr(std::make_shared<InferenceRunner>(test_df, inferencers));
+
     TrainConfig config;
     config.model = std::make_shared<MnistConvNet>();
     config.dataflow = train_df;  // fed through a QueueInput
     config.callbacks = {
         std::make_shared<ModelSaver>(),
-        std::make_shared<InferenceRunner>(
-            test_df, std::vector<InferencerPtr>{
-                         std::make_shared<ScalarStats>(std::vector<std::string>{"cross_entropy_loss",
-                                                                                "accuracy"}),
-                         std::make_shared<ClassificationError>("incorrect_vector")}),
+        validation,
         std::make_shared<MaxSaver>("validation_accuracy"),
         std::make_shared<ScheduledHyperParamSetter>(
             "learning_rate", ScheduledHyperParamSetter::Schedule{{0, 1e-3}, {3, 3e-4}, {6, 1e-4}, {9, 3e-5}}),
@@ -245,6 +282,8 @@ int main(int argc, char** argv) {
     };
     SessionOptions session_options;
     session_options.num_threads = flags.threads;
+    for (const Device& d : towers)  // the CPU devices the towers use share --threads
+      if (d.is_cpu()) session_options.num_cpu_devices = std::max(session_options.num_cpu_devices, d.index + 1);
     config.session_creator = new_session_creator(session_options);
     config.steps_per_epoch = flags.steps_per_epoch;
     config.max_epoch = flags.max_epoch;
@@ -257,21 +296,25 @@ int main(int argc, char** argv) {
       mnist_train->set_next_epoch(config.starting_epoch - 1);
     }
 
-    SimpleTrainer trainer;
+    std::unique_ptr<SingleCostTrainer> trainer;
+    if (flags.trainer == "simple") trainer = std::make_unique<SimpleTrainer>();
+    else if (flags.trainer == "replicated") trainer = std::make_unique<SyncMultiGPUTrainerReplicated>(towers);
+    else if (flags.trainer == "ps") trainer = std::make_unique<SyncMultiGPUTrainerParameterServer>(towers);
+    else trainer = std::make_unique<AsyncMultiGPUTrainer>(towers);
     {
-      DeviceScope on_device(trainer.graph(), device);
-      launch_train_with_config(config, trainer);
+      DeviceScope on_device(trainer->graph(), flags.trainer == "simple" ? device : Device::cpu(0));
+      launch_train_with_config(config, *trainer);
     }
 
     double acc = 0, err = 0;
     int epoch = 0, err_epoch = 0;
-    if (!final_stat(trainer, flags.logdir, "validation_accuracy", &acc, &epoch)) {
+    if (!final_stat(*trainer, flags.logdir, "validation_accuracy", &acc, &epoch)) {
       std::printf("no validation accuracy was recorded\n");
       return 0;
     }
     std::printf("final validation_accuracy (epoch %d, %s/stats.json): %.4f", epoch,
                 flags.logdir.c_str(), acc);
-    if (final_stat(trainer, flags.logdir, "validation_error", &err, &err_epoch) && err_epoch == epoch)
+    if (final_stat(*trainer, flags.logdir, "validation_error", &err, &err_epoch) && err_epoch == epoch)
       std::printf(" (validation_error %.4f)", err);
     std::printf("\n");
     return 0;
