@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <set>
 #include <atomic>
 #include <condition_variable>
 #include <sstream>
@@ -17,8 +19,87 @@ namespace spire {
 
 namespace {
 
+// Reorders `dfs` (the needed nodes in depth-first order; rendezvous
+// members consecutive) into another topological order in which the
+// devices take turns: each device's next node is its ready node (all
+// inputs placed) that comes first in `dfs`, and the devices alternate as
+// if every node took the same time. Every lane then runs its own work
+// before work that waits on another lane's later nodes: in a depth-first
+// order one tower's gradient copies to device 1 come before tower 1's
+// forward pass on device 1, which would then wait for all of tower 0. With
+// one device this is `dfs` itself (the ready node first in `dfs` is always
+// the next one of `dfs`). A rendezvous group and a multi-device node are
+// placed as one unit, when all their inputs are placed.
+std::vector<Node*> interleave_devices(
+    const std::vector<Node*>& dfs,
+    const std::unordered_map<const Node*, const std::vector<Node*>*>& group_of,
+    const std::map<Output, int>& fed) {
+  // Units: one per node, one per rendezvous group (its members in `dfs` order).
+  std::unordered_map<const Node*, int> unit_of;
+  std::vector<std::vector<Node*>> units;
+  for (Node* n : dfs) {
+    auto g = group_of.find(n);
+    if (g != group_of.end()) {
+      auto first = unit_of.find(g->second->front());
+      if (first != unit_of.end()) {
+        unit_of[n] = first->second;
+        units[static_cast<size_t>(first->second)].push_back(n);
+        continue;
+      }
+      for (Node* m : *g->second) unit_of[m] = static_cast<int>(units.size());
+    } else {
+      unit_of[n] = static_cast<int>(units.size());
+    }
+    units.push_back({n});
+  }
+  const int nu = static_cast<int>(units.size());
+  std::vector<int> pending(static_cast<size_t>(nu), 0);
+  std::vector<std::vector<int>> dependents(static_cast<size_t>(nu));
+  for (int u = 0; u < nu; ++u) {
+    std::set<int> deps;
+    for (Node* n : units[static_cast<size_t>(u)]) {
+      for (const Output& in : n->inputs())
+        if (!fed.count(in)) deps.insert(unit_of.at(in.node));
+      for (Node* c : n->control_inputs()) {
+        auto it = unit_of.find(c);
+        if (it != unit_of.end()) deps.insert(it->second);  // absent: a met (fed) control input
+      }
+    }
+    deps.erase(u);
+    pending[static_cast<size_t>(u)] = static_cast<int>(deps.size());
+    for (int d : deps) dependents[static_cast<size_t>(d)].push_back(u);
+  }
+  // One ready queue per device (a unit's device: its first node's), by dfs position.
+  std::map<Device, std::set<int>> ready;
+  auto device_of = [&](int u) { return units[static_cast<size_t>(u)].front()->device(); };
+  for (int u = 0; u < nu; ++u)
+    if (pending[static_cast<size_t>(u)] == 0) ready[device_of(u)].insert(u);
+  std::vector<Node*> out;
+  out.reserve(dfs.size());
+  // Rounds: every device with a ready unit places one; what they make ready
+  // becomes ready for the next round (as if each unit took one time step).
+  std::vector<int> next;
+  while (out.size() < dfs.size()) {
+    bool placed = false;
+    next.clear();
+    for (auto& [device, queue] : ready) {
+      if (queue.empty()) continue;
+      const int u = *queue.begin();
+      queue.erase(queue.begin());
+      for (Node* n : units[static_cast<size_t>(u)]) out.push_back(n);
+      for (int v : dependents[static_cast<size_t>(u)])
+        if (--pending[static_cast<size_t>(v)] == 0) next.push_back(v);
+      placed = true;
+    }
+    if (!placed) throw_error("Session::run: internal error: no node is ready to order");
+    for (int v : next) ready[device_of(v)].insert(v);
+  }
+  return out;
+}
+
 // Depth-first search from the fetches and targets: the needed nodes in a
-// topological order (inputs before consumers), cutting at fed outputs.
+// topological order (inputs before consumers), cutting at fed outputs; then
+// the devices' nodes interleaved (interleave_devices).
 std::vector<Node*> topological_order(Graph& graph, const std::vector<Output>& fetches,
                                      const std::vector<Node*>& targets,
                                      const std::map<Output, int>& fed) {
@@ -115,7 +196,7 @@ std::vector<Node*> topological_order(Graph& graph, const std::vector<Output>& fe
       push(dep);
     }
   }
-  return order;
+  return interleave_devices(order, group_of, fed);
 }
 
 // Fails unless the session has `device` (CPU devices come from the options;

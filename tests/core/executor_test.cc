@@ -175,6 +175,47 @@ TEST(Executor, PlansOneLanePerDeviceInTopologicalOrder) {
   EXPECT_EQ(std::count(st.begin(), st.end(), '\n'), 1) << st;
 }
 
+TEST(Executor, EachLaneRunsItsOwnWorkBeforeWorkThatWaitsOnAnotherLane) {
+  // c (cpu:1) = copy of tower 0's result + tower 1's result. Depth first,
+  // cpu:1 would copy tower 0's result (waiting for all of tower 0) before
+  // starting tower 1; the plan interleaves the devices, so cpu:1 computes
+  // tower 1 first.
+  Graph g;
+  DefaultGraphGuard guard(g);
+  Output x0, x1, b0, b1;
+  {
+    DeviceScope d(g, Device::cpu(0));
+    x0 = ops::placeholder(DType::F32, {4}, "x0");
+    b0 = ops::exp(ops::neg(x0, "a0"), "b0");
+  }
+  Output c;
+  {
+    DeviceScope d(g, Device::cpu(1));
+    x1 = ops::placeholder(DType::F32, {4}, "x1");
+    Output early = ops::identity(b0, "uses_b0");  // made before tower 1: first in depth-first order
+    b1 = ops::exp(ops::neg(x1, "a1"), "b1");
+    c = ops::add(early, b1, "c");
+  }
+  Session s(g, cpus(2));
+  FeedDict feeds = {{x0, Tensor::full(DType::F32, {4}, 1.0)}, {x1, Tensor::full(DType::F32, {4}, 2.0)}};
+  std::string text = s.plan_text({c}, feeds);
+  const size_t lane1 = text.find("cpu:1:");
+  ASSERT_NE(lane1, std::string::npos) << text;
+  const std::string l1 = text.substr(lane1);
+  EXPECT_LT(l1.find("a1"), l1.find("copy_to_cpu_1")) << text;
+  EXPECT_LT(l1.find("b1"), l1.find("uses_b0")) << text;
+  expect_tensor(s.run({c}, feeds)[0], {4}, std::vector<double>(4, std::exp(-1.0) + std::exp(-2.0)));
+  // One device: the depth-first order itself (inputs right before their consumer).
+  Graph h;
+  DefaultGraphGuard hg(h);
+  Output y = ops::placeholder(DType::F32, {2}, "y");
+  Output p = ops::neg(y, "p");
+  Output q = ops::exp(y, "q");
+  Output r = ops::add(ops::neg(p, "pp"), ops::exp(q, "qq"), "r");
+  Session one(h, cpus(1));
+  EXPECT_EQ(one.plan_text({r}, {{y, Tensor::zeros(DType::F32, {2})}}), "cpu: p, pp, q, qq, r\n");
+}
+
 TEST(Executor, LanesOfDifferentDevicesRunAtTheSameTime) {
   // Each lane has a rendezvous node that waits for the other: this run only
   // completes when the two lanes run concurrently.
