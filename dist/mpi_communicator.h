@@ -1,0 +1,85 @@
+// Collectives across processes over MPI (builds with SPIRE_MPI; the macro
+// SPIRE_WITH_MPI is then defined). MpiRuntime is the process's MPI
+// runtime; MpiCommunicator puts MPI's own collectives (MPI_Iallreduce and
+// friends: the reference and fallback backend) behind the Communicator
+// interface, one participant per rank. Every call first checks that all
+// ranks make the same call (kind, dtype, count, reduction, root): a
+// mismatch is a spire::Error on every rank naming the first rank that
+// differs, never a hang; every wait polls with the run's cancellation and
+// a timeout. Spire's own ring over MPI point-to-point and NCCL across
+// processes come next behind the same interface (the MPI issue).
+//
+// mpi.h stays out of this header: programs include it without MPI's flags.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "dist/communicator.h"
+
+namespace spire::dist {
+
+/// The process's MPI runtime. MPI may be initialized once per process, so
+/// this is the one process-wide object of dist/: get() initializes MPI
+/// (MPI_THREAD_MULTIPLE: collectives run on the executor's lane threads)
+/// on first use, or adopts an MPI the program initialized itself, and
+/// finalizes it at exit when it initialized it. Throws spire::Error when MPI
+/// cannot give the thread level Spire needs.
+class MpiRuntime {
+ public:
+  static MpiRuntime& get();
+  /// Rank in MPI_COMM_WORLD and the number of ranks.
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  /// Rank among the ranks on this host and their number (Horovod's local_rank/local_size).
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+  ~MpiRuntime();
+  MpiRuntime(const MpiRuntime&) = delete;
+  MpiRuntime& operator=(const MpiRuntime&) = delete;
+
+ private:
+  MpiRuntime();
+  bool initialized_here_ = false;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+};
+
+/// MPI's collectives behind Communicator: this rank's one participant on
+/// `device` (a CPU device), size() = the number of ranks of the world
+/// communicator (duplicated, so Spire's traffic never mixes with the
+/// program's). Calls are serialized per communicator (MPI needs the same
+/// order of collectives on every rank; the per-call agreement check turns a
+/// different order into an error). A wait ends with an error naming the
+/// collective and this rank after the run's timeout (or `timeout_seconds`
+/// when the call has no run), or when the run is cancelled; the
+/// communicator is unusable afterwards (MPI cannot cancel a collective),
+/// and later calls fail at once.
+class MpiCommunicator : public Communicator {
+ public:
+  explicit MpiCommunicator(Device device = Device::cpu(), double timeout_seconds = 60);
+  ~MpiCommunicator() override;
+  std::string name() const override;
+  const std::vector<Device>& devices() const override { return devices_; }
+  int rank() const override;
+  int num_ranks() const override;
+
+  void allreduce(const CollectiveCall& call, std::vector<Participant>& parts, ReduceOp op) override;
+  void broadcast(const CollectiveCall& call, std::vector<Participant>& parts, int root) override;
+  void allgather(const CollectiveCall& call, std::vector<Participant>& parts) override;
+  void reduce_scatter(const CollectiveCall& call, std::vector<Participant>& parts,
+                      ReduceOp op) override;
+  void barrier(const CollectiveCall& call, std::vector<Participant>& parts) override;
+
+ private:
+  struct Impl;
+  void run(CollectiveKind kind, const CollectiveCall& call, std::vector<Participant>& parts,
+           ReduceOp op, int root);
+  std::vector<Device> devices_;
+  double timeout_seconds_;
+  std::unique_ptr<Impl> impl_;
+  std::mutex mu_;
+};
+
+}  // namespace spire::dist

@@ -1,0 +1,197 @@
+// MpiCommunicator on 2, 3 and 4 ranks (ctest runs this program under
+// mpirun; see tests/CMakeLists.txt): every collective with inputs whose
+// sums are exact, compared bit for bit with the expected values on every
+// rank, for empty, one-element, odd and large tensors; ranks that disagree
+// fail on every rank naming the rank; a stalled rank ends every rank's wait
+// with an error within its timeout (in a job of its own: MPI cannot withdraw
+// the abandoned collective); the graph op across ranks.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "core/ops.h"
+#include "core/session.h"
+#include "dist/collective_ops.h"
+#include "dist/mpi_communicator.h"
+
+namespace spire::dist {
+namespace {
+
+int rank() { return MpiRuntime::get().rank(); }
+int nranks() { return MpiRuntime::get().size(); }
+
+// Rank r's input: (r + 1) * (i % 13 + 1) (small integers: every sum is exact).
+Tensor input(DType dt, int64_t n, int r) {
+  Tensor t(dt, Shape{n});
+  visit_dtype(dt, "fill", [&](auto zero) {
+    using T = decltype(zero);
+    if constexpr (!std::is_same_v<T, bool>)
+      for (int64_t i = 0; i < n; ++i) t.data<T>()[i] = static_cast<T>((r + 1) * (i % 13 + 1));
+  });
+  return t;
+}
+
+template <typename F>
+Tensor make(DType dt, int64_t n, F value) {
+  Tensor t(dt, Shape{n});
+  visit_dtype(dt, "fill", [&](auto zero) {
+    using T = decltype(zero);
+    if constexpr (!std::is_same_v<T, bool>)
+      for (int64_t i = 0; i < n; ++i) t.data<T>()[i] = value(i, zero);
+  });
+  return t;
+}
+
+void expect_bits(const Tensor& got, const Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.dtype(), want.dtype()) << what;
+  ASSERT_EQ(got.num_elements(), want.num_elements()) << what;
+  EXPECT_EQ(std::memcmp(got.raw_data(), want.raw_data(), want.nbytes()), 0) << what << " (rank " << rank() << ")";
+}
+
+CollectiveCall call(const std::string& name) {
+  CollectiveCall c;
+  c.name = name;
+  return c;
+}
+
+TEST(MpiCommunicator, EveryCollectiveIsExactOnEveryRank) {
+  MpiCommunicator comm;
+  const int n = nranks(), r = rank();
+  ASSERT_EQ(comm.size(), n);
+  ASSERT_EQ(comm.rank(), r);
+  for (DType dt : {DType::F32, DType::F64, DType::I32, DType::I64}) {
+    for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{(1 << 18) + 3}}) {
+      const std::string what = str_cat(dtype_name(dt), " x ", count);
+      const int64_t tri = int64_t{n} * (n + 1) / 2;
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax, ReduceOp::kMin}) {
+        std::vector<Participant> parts{{0, input(dt, count, r), Tensor(dt, Shape{count})}};
+        comm.allreduce(call("allreduce"), parts, op);
+        Tensor want = make(dt, count, [&](int64_t i, auto zero) {
+          using T = decltype(zero);
+          const T base = static_cast<T>(i % 13 + 1);
+          switch (op) {
+            case ReduceOp::kSum: return static_cast<T>(tri * (i % 13 + 1));
+            case ReduceOp::kMean: return static_cast<T>(static_cast<T>(tri * (i % 13 + 1)) / static_cast<T>(n));
+            case ReduceOp::kMax: return static_cast<T>(n * base);
+            case ReduceOp::kMin: return base;
+          }
+          return base;
+        });
+        expect_bits(parts[0].output, want, what + " allreduce " + reduce_op_name(op));
+      }
+      // In place.
+      std::vector<Participant> inplace{{0, input(dt, count, r), Tensor()}};
+      inplace[0].output = inplace[0].input;
+      comm.allreduce(call("allreduce_in_place"), inplace, ReduceOp::kSum);
+      expect_bits(inplace[0].output, make(dt, count, [&](int64_t i, auto zero) {
+                    return static_cast<decltype(zero)>(tri * (i % 13 + 1));
+                  }), what + " in place");
+      // Broadcast from the last rank.
+      std::vector<Participant> b{{0, input(dt, count, r), Tensor(dt, Shape{count})}};
+      comm.broadcast(call("broadcast"), b, n - 1);
+      expect_bits(b[0].output, input(dt, count, n - 1), what + " broadcast");
+      // Allgather: block q is rank q's input.
+      std::vector<Participant> g{{0, input(dt, count, r), Tensor(dt, Shape{count * n})}};
+      comm.allgather(call("allgather"), g);
+      Tensor gw(dt, Shape{count * n});
+      for (int q = 0; q < n; ++q) {
+        Tensor in = input(dt, count, q);
+        if (in.nbytes())
+          std::memcpy(static_cast<char*>(gw.raw_data()) + q * in.nbytes(), in.raw_data(), in.nbytes());
+      }
+      expect_bits(g[0].output, gw, what + " allgather");
+      // Reduce-scatter of count * n elements: rank r gets block r of the sum.
+      std::vector<Participant> rs{{0, input(dt, count * n, r), Tensor(dt, Shape{count})}};
+      comm.reduce_scatter(call("reduce_scatter"), rs, ReduceOp::kSum);
+      expect_bits(rs[0].output, make(dt, count, [&](int64_t i, auto zero) {
+                    return static_cast<decltype(zero)>(tri * ((r * count + i) % 13 + 1));
+                  }), what + " reduce_scatter");
+    }
+  }
+  std::vector<Participant> none;
+  comm.barrier(call("barrier"), none);
+}
+
+TEST(MpiCommunicator, RanksThatDisagreeFailOnEveryRankNamingTheRank) {
+  MpiCommunicator comm;
+  const int r = rank();
+  // Rank 1 passes 5 elements, the others 4.
+  std::vector<Participant> p{{0, input(DType::F32, r == 1 ? 5 : 4, r), Tensor(DType::F32, Shape{r == 1 ? 5 : 4})}};
+  try {
+    comm.allreduce(call("grads/fc0"), p, ReduceOp::kSum);
+    ADD_FAILURE() << "no error on rank " << r;
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("allreduce 'grads/fc0'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("ranks disagree: rank 1 passed 5 elements where rank 0 passed 4"),
+              std::string::npos) << msg;
+  }
+  // A different dtype, and a different collective: the same, and the communicator still works.
+  std::vector<Participant> q{{0, input(r == nranks() - 1 ? DType::F64 : DType::F32, 3, r),
+                              Tensor(r == nranks() - 1 ? DType::F64 : DType::F32, Shape{3})}};
+  try {
+    comm.allreduce(call("x"), q, ReduceOp::kSum);
+    ADD_FAILURE() << "no error on rank " << r;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(str_cat("rank ", nranks() - 1, " passed f64 where rank 0 passed f32")),
+              std::string::npos) << e.what();
+  }
+  std::vector<Participant> ok{{0, input(DType::I64, 3, r), Tensor(DType::I64, Shape{3})}};
+  comm.allreduce(call("ok"), ok, ReduceOp::kMax);
+  EXPECT_EQ(ok[0].output.data<int64_t>()[2], 3 * nranks());
+}
+
+TEST(MpiCommunicator, AStalledRankEndsEveryRanksWaitWithinTheTimeout) {
+  // Rank 0 waits 1 s, the others 4 s; rank 0 never joins the second
+  // collective, so every rank ends with an error, none hangs.
+  MpiCommunicator comm(Device::cpu(), rank() == 0 ? 1.0 : 4.0);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<Participant> p{{0, input(DType::F32, 8, rank()), Tensor(DType::F32, Shape{8})}};
+  if (rank() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // stalls
+  bool failed = false;
+  try {
+    comm.allreduce(call("stalled"), p, ReduceOp::kSum);
+    comm.allreduce(call("after"), p, ReduceOp::kSum);
+  } catch (const Error& e) {
+    failed = true;
+    EXPECT_NE(std::string(e.what()).find("timed out"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(str_cat("rank ", rank(), " of ")), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(failed) << "rank " << rank();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  // The broken communicator says so at once.
+  try {
+    comm.allreduce(call("later"), p, ReduceOp::kSum);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unusable"), std::string::npos) << e.what();
+  }
+}
+
+TEST(MpiCommunicator, GraphAllReduceAcrossRanks) {
+  Graph g;
+  DefaultGraphGuard guard(g);
+  Output x = ops::placeholder(DType::F64, {6}, "x");
+  CollectiveOptions o;
+  o.communicator = "world";
+  o.group_size = nranks();
+  Output y = all_reduce({x}, ReduceOp::kSum, o)[0];
+  Session s(g);
+  s.set_resource<Communicator>("world", std::make_shared<MpiCommunicator>());
+  const int64_t tri = int64_t{nranks()} * (nranks() + 1) / 2;
+  for (int rep = 0; rep < 5; ++rep) {
+    Tensor out = s.run({y}, {{x, input(DType::F64, 6, rank())}})[0];
+    for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(out.data<double>()[i], static_cast<double>(tri * (i % 13 + 1)));
+  }
+}
+
+}  // namespace
+}  // namespace spire::dist
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  spire::dist::MpiRuntime::get();  // MPI_Init_thread before any test
+  return RUN_ALL_TESTS();
+}
