@@ -5,12 +5,15 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstring>
 #include <thread>
 
 #include "core/run_context.h"
+#include "dist/ring_device.h"
+#include "dist/ring_schedule.h"
 
 namespace spire::dist {
 
@@ -107,6 +110,7 @@ MpiRuntime::~MpiRuntime() {
 
 struct MpiCommunicator::Impl {
   MPI_Comm comm = MPI_COMM_NULL;
+  int tag = 0;  // this call's message tag (every rank counts calls alike)
   int rank = 0, size = 1;
   std::string broken;  // why the communicator is unusable ("" when it is fine)
   // Buffers of a collective abandoned while MPI may still write them: kept
@@ -115,8 +119,14 @@ struct MpiCommunicator::Impl {
   std::vector<Tensor> abandoned_tensors;
 };
 
-MpiCommunicator::MpiCommunicator(Device device, double timeout_seconds)
-    : devices_{device}, timeout_seconds_(timeout_seconds), impl_(std::make_unique<Impl>()) {
+MpiCommunicator::MpiCommunicator(Device device, double timeout_seconds, MpiAlgorithm algorithm,
+                                 int64_t segment_bytes)
+    : devices_{device},
+      timeout_seconds_(timeout_seconds),
+      algorithm_(algorithm),
+      segment_bytes_(segment_bytes),
+      impl_(std::make_unique<Impl>()) {
+  SPIRE_CHECK(segment_bytes > 0, "MpiCommunicator: segment_bytes must be > 0");
   SPIRE_CHECK(device.is_cpu(), "MpiCommunicator: MPI's collectives take CPU tensors; ", device.to_string(),
               " needs NCCL across processes");
   SPIRE_CHECK(timeout_seconds > 0, "MpiCommunicator: timeout_seconds must be > 0");
@@ -135,7 +145,8 @@ MpiCommunicator::~MpiCommunicator() {
 }
 
 std::string MpiCommunicator::name() const {
-  return str_cat("mpi(rank ", impl_->rank, " of ", impl_->size, ", ", devices_[0].to_string(), ")");
+  return str_cat(algorithm_ == MpiAlgorithm::kRing ? "mpi-ring" : "mpi", "(rank ", impl_->rank, " of ",
+                 impl_->size, ", ", devices_[0].to_string(), ")");
 }
 int MpiCommunicator::rank() const { return impl_->rank; }
 int MpiCommunicator::num_ranks() const { return impl_->size; }
@@ -183,10 +194,12 @@ void MpiCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
   // Polls `req` until it completes; a cancelled run or the timeout leaves the
   // communicator broken (the collective cannot be withdrawn from MPI, so its
   // buffers are kept alive for as long as the communicator exists).
+  std::vector<std::shared_ptr<void>> keep;  // the ring's work buffers
   auto abandon = [&](const std::string& why) {
     impl_->broken = why;
     impl_->abandoned_buffers.push_back(mine);
     impl_->abandoned_buffers.push_back(all);
+    for (auto& b : keep) impl_->abandoned_buffers.push_back(b);
     for (const Participant& q : parts) {
       impl_->abandoned_tensors.push_back(q.input);
       impl_->abandoned_tensors.push_back(q.output);
@@ -253,6 +266,126 @@ void MpiCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
   Participant& p = parts.at(0);
   const MPI_Datatype type = mpi_type(sig.dtype, what);
   const int count = as_int_count(sig.count, what);
+  if (algorithm_ == MpiAlgorithm::kRing && impl_->size > 1) {
+    // Spire's ring over point-to-point messages (see dist/ring_schedule.h).
+    const int n = impl_->size, me = impl_->rank;
+    const int succ = (me + 1) % n, pred = (me + n - 1) % n;
+    const int64_t es = static_cast<int64_t>(dtype_size(sig.dtype));
+    const int64_t seg = std::max<int64_t>(1, segment_bytes_ / es);
+    impl_->tag = (impl_->tag + 1) % 32000;  // MPI guarantees tags up to 32767
+    const int tag = impl_->tag;
+    std::unique_ptr<RingDevice> dev = make_ring_device(Device::cpu(), 0);
+    auto new_buffer = [&](int64_t elems) {
+      auto b = std::make_shared<std::vector<char>>(static_cast<size_t>(std::max<int64_t>(elems, 1) * es));
+      keep.push_back(b);
+      return b->data();
+    };
+    // One step: segments of chunk `send_chunk` of `src` go to the successor
+    // while those of `recv_chunk` arrive from the predecessor at
+    // recv_at(first element); on_segment(lo, hi) runs as each arrives (the
+    // reduction of one segment overlaps the transfer of the next).
+    auto step = [&](const RingSchedule& rs, int send_chunk, const char* src, int recv_chunk,
+                    auto recv_at, auto on_segment, const char* stage) {
+      const int64_t S = rs.segments();
+      std::vector<MPI_Request> recvs(static_cast<size_t>(S)), sends(static_cast<size_t>(S));
+      for (int64_t k = 0; k < S; ++k) {
+        auto [rlo, rhi] = rs.segment(recv_chunk, k);
+        check_mpi(MPI_Irecv(recv_at(rlo), static_cast<int>(rhi - rlo), type, pred, tag, impl_->comm,
+                            &recvs[static_cast<size_t>(k)]), "MPI_Irecv");
+      }
+      for (int64_t k = 0; k < S; ++k) {
+        auto [slo, shi] = rs.segment(send_chunk, k);
+        check_mpi(MPI_Isend(src + slo * es, static_cast<int>(shi - slo), type, succ, tag, impl_->comm,
+                            &sends[static_cast<size_t>(k)]), "MPI_Isend");
+      }
+      for (int64_t k = 0; k < S; ++k) {
+        wait(recvs[static_cast<size_t>(k)], stage);
+        auto [rlo, rhi] = rs.segment(recv_chunk, k);
+        on_segment(rlo, rhi);
+      }
+      for (int64_t k = 0; k < S; ++k) wait(sends[static_cast<size_t>(k)], stage);
+    };
+    // Reduce-scatter over `total` elements of `in` into `work` (which then
+    // holds chunk `me` fully reduced; / n at the last step of a mean).
+    auto reduce_scatter_phase = [&](const char* in, char* work, int64_t total) {
+      RingSchedule rs(n, total, seg);
+      char* temp = new_buffer(rs.chunk_size(0));
+      for (int s = 0; s < n - 1; ++s) {
+        const int rc = rs.rs_chunk(me, s);
+        const int64_t cb = rs.chunk_begin(rc);
+        const int64_t divisor = (s == n - 2 && op == ReduceOp::kMean) ? n : 1;
+        step(rs, rs.mod(int64_t{me} + n - 1 - s), s == 0 ? in : work, rc,
+             [&](int64_t lo) { return temp + (lo - cb) * es; },
+             [&](int64_t lo, int64_t hi) {
+               dev->combine(op, sig.dtype, work + lo * es, in + lo * es, temp + (lo - cb) * es,
+                            Device::cpu(), hi - lo, divisor);
+             },
+             "the ring's reduce-scatter");
+      }
+    };
+    // Allgather: chunk c of `buf` comes from the rank that holds it.
+    auto allgather_phase = [&](char* buf, int64_t total) {
+      RingSchedule rs(n, total, seg);
+      for (int s = 0; s < n - 1; ++s)
+        step(rs, rs.mod(int64_t{me} - s), buf, rs.ag_chunk(me, s),
+             [&](int64_t lo) { return buf + lo * es; }, [](int64_t, int64_t) {},
+             "the ring's allgather");
+    };
+    char* out = static_cast<char*>(p.output.raw_data());
+    const char* in = static_cast<const char*>(p.input.raw_data());
+    switch (kind) {
+      case CollectiveKind::kAllReduce: {
+        // The output may be the input: reduce from a copy of the input then.
+        if (out == in && sig.count) {
+          char* copy = new_buffer(sig.count);
+          std::memcpy(copy, in, static_cast<size_t>(sig.count * es));
+          in = copy;
+        }
+        reduce_scatter_phase(in, out, sig.count);
+        allgather_phase(out, sig.count);
+        break;
+      }
+      case CollectiveKind::kReduceScatter: {
+        char* work = new_buffer(sig.count);
+        reduce_scatter_phase(in, work, sig.count);
+        const int64_t block = sig.count / n;
+        if (block) std::memcpy(out, work + me * block * es, static_cast<size_t>(block * es));
+        break;
+      }
+      case CollectiveKind::kAllGather: {
+        if (sig.count) std::memcpy(out + me * sig.count * es, in, static_cast<size_t>(sig.count * es));
+        allgather_phase(out, sig.count * n);
+        break;
+      }
+      case CollectiveKind::kBroadcast: {
+        // A pipelined chain along the ring from the root.
+        if (me == root && out != in && sig.count) std::memcpy(out, in, static_cast<size_t>(sig.count * es));
+        const int pos = (me - root + n) % n;
+        RingSchedule rs(1, sig.count, seg);  // one chunk: the whole tensor in segments
+        const int64_t S = rs.segments();
+        std::vector<MPI_Request> recvs(static_cast<size_t>(S)), sends(static_cast<size_t>(S));
+        if (pos > 0)
+          for (int64_t k = 0; k < S; ++k) {
+            auto [lo, hi] = rs.segment(0, k);
+            check_mpi(MPI_Irecv(out + lo * es, static_cast<int>(hi - lo), type, pred, tag, impl_->comm,
+                                &recvs[static_cast<size_t>(k)]), "MPI_Irecv");
+          }
+        for (int64_t k = 0; k < S; ++k) {
+          auto [lo, hi] = rs.segment(0, k);
+          if (pos > 0) wait(recvs[static_cast<size_t>(k)], "the broadcast chain");
+          if (pos < n - 1)
+            check_mpi(MPI_Isend(out + lo * es, static_cast<int>(hi - lo), type, succ, tag, impl_->comm,
+                                &sends[static_cast<size_t>(k)]), "MPI_Isend");
+        }
+        if (pos < n - 1)
+          for (int64_t k = 0; k < S; ++k) wait(sends[static_cast<size_t>(k)], "the broadcast chain");
+        break;
+      }
+      case CollectiveKind::kBarrier:
+        break;
+    }
+    return;
+  }
   switch (kind) {
     case CollectiveKind::kAllReduce: {
       if (p.output.raw_data() != p.input.raw_data() && p.input.nbytes())

@@ -1,13 +1,13 @@
 // Collectives across processes over MPI (builds with SPIRE_MPI; the macro
 // SPIRE_WITH_MPI is then defined). MpiRuntime is the process's MPI
-// runtime; MpiCommunicator puts MPI's own collectives (MPI_Iallreduce and
-// friends: the reference and fallback backend) behind the Communicator
-// interface, one participant per rank. Every call first checks that all
+// runtime; MpiCommunicator puts collectives across ranks behind the
+// Communicator interface, one participant per rank: Spire's ring over MPI
+// point-to-point by default, or MPI's own collectives (MPI_Iallreduce and
+// friends: the reference and fallback). Every call first checks that all
 // ranks make the same call (kind, dtype, count, reduction, root): a
 // mismatch is a spire::Error on every rank naming the first rank that
 // differs, never a hang; every wait polls with the run's cancellation and
-// a timeout. Spire's own ring over MPI point-to-point and NCCL across
-// processes come next behind the same interface (the MPI issue).
+// a timeout. NCCL across processes comes next behind the same interface.
 //
 // mpi.h stays out of this header: programs include it without MPI's flags.
 #pragma once
@@ -46,7 +46,14 @@ class MpiRuntime {
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
 };
 
-/// MPI's collectives behind Communicator: this rank's one participant on
+/// How MpiCommunicator moves the data: Spire's ring over MPI point-to-point
+/// (the default: reduce-scatter then allgather in dist/ring_schedule.h's
+/// order, chunks split into pipelined segments, so every rank's result is
+/// bit-identical and runs repeat exactly), or MPI's own collectives (the
+/// reference and fallback).
+enum class MpiAlgorithm { kRing, kMpi };
+
+/// Collectives across ranks behind Communicator: this rank's one participant on
 /// `device` (a CPU device), size() = the number of ranks of the world
 /// communicator (duplicated, so Spire's traffic never mixes with the
 /// program's). Calls are serialized per communicator (MPI needs the same
@@ -58,7 +65,10 @@ class MpiRuntime {
 /// and later calls fail at once.
 class MpiCommunicator : public Communicator {
  public:
-  explicit MpiCommunicator(Device device = Device::cpu(), double timeout_seconds = 60);
+  explicit MpiCommunicator(Device device = Device::cpu(), double timeout_seconds = 60,
+                           MpiAlgorithm algorithm = MpiAlgorithm::kRing,
+                           int64_t segment_bytes = 256 << 10);
+  MpiAlgorithm algorithm() const { return algorithm_; }
   ~MpiCommunicator() override;
   std::string name() const override;
   const std::vector<Device>& devices() const override { return devices_; }
@@ -78,6 +88,8 @@ class MpiCommunicator : public Communicator {
            ReduceOp op, int root);
   std::vector<Device> devices_;
   double timeout_seconds_;
+  MpiAlgorithm algorithm_;
+  int64_t segment_bytes_;
   std::unique_ptr<Impl> impl_;
   std::mutex mu_;
 };

@@ -1,5 +1,6 @@
 // MpiCommunicator on 2, 3 and 4 ranks (ctest runs this program under
-// mpirun; see tests/CMakeLists.txt): every collective with inputs whose
+// mpirun; see tests/CMakeLists.txt), with Spire's ring over MPI
+// point-to-point and with MPI's own collectives: every collective with inputs whose
 // sums are exact, compared bit for bit with the expected values on every
 // rank, for empty, one-element, odd and large tensors; ranks that disagree
 // fail on every rank naming the rank; a stalled rank ends every rank's wait
@@ -56,8 +57,21 @@ CollectiveCall call(const std::string& name) {
   return c;
 }
 
+// Spire's ring with small segments (several per chunk: the pipelined path),
+// with the default 256 KiB, and MPI's own collectives.
+struct Backend {
+  const char* name;
+  MpiAlgorithm algorithm;
+  int64_t segment_bytes;
+};
+const Backend kBackends[] = {{"ring/4KiB", MpiAlgorithm::kRing, 4096},
+                             {"ring/256KiB", MpiAlgorithm::kRing, 256 << 10},
+                             {"mpi", MpiAlgorithm::kMpi, 256 << 10}};
+
 TEST(MpiCommunicator, EveryCollectiveIsExactOnEveryRank) {
-  MpiCommunicator comm;
+ for (const Backend& be : kBackends) {
+  SCOPED_TRACE(be.name);
+  MpiCommunicator comm(Device::cpu(), 60, be.algorithm, be.segment_bytes);
   const int n = nranks(), r = rank();
   ASSERT_EQ(comm.size(), n);
   ASSERT_EQ(comm.rank(), r);
@@ -112,6 +126,25 @@ TEST(MpiCommunicator, EveryCollectiveIsExactOnEveryRank) {
   }
   std::vector<Participant> none;
   comm.barrier(call("barrier"), none);
+ }
+}
+
+TEST(MpiCommunicator, TheRingIsBitIdenticalOnEveryRankAndRun) {
+  // Inputs with rounding (not exact sums): every rank ends with the same
+  // bits, and a second run repeats them.
+  MpiCommunicator comm(Device::cpu(), 60, MpiAlgorithm::kRing, 4096);
+  const int64_t count = 100003;
+  Tensor in(DType::F32, Shape{count});
+  for (int64_t i = 0; i < count; ++i) in.data<float>()[i] = 1.0f / static_cast<float>(i + 3 + 7 * rank());
+  std::vector<Participant> a{{0, in, Tensor(DType::F32, Shape{count})}};
+  std::vector<Participant> b{{0, in, Tensor(DType::F32, Shape{count})}};
+  comm.allreduce(call("a"), a, ReduceOp::kSum);
+  comm.allreduce(call("b"), b, ReduceOp::kSum);
+  expect_bits(b[0].output, a[0].output, "second run");
+  // Rank 0's result, broadcast, equals every rank's.
+  std::vector<Participant> c{{0, a[0].output, Tensor(DType::F32, Shape{count})}};
+  comm.broadcast(call("c"), c, 0);
+  expect_bits(c[0].output, a[0].output, "rank 0's result");
 }
 
 TEST(MpiCommunicator, RanksThatDisagreeFailOnEveryRankNamingTheRank) {
