@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -421,6 +422,19 @@ void MpiCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
     case CollectiveKind::kBarrier:
       break;
   }
+}
+
+MpiAlgorithm mpi_algorithm_from_env() {
+  const char* v = std::getenv("SPIRE_MPI_ALGORITHM");
+  const std::string name = v ? v : "";
+  if (name.empty() || name == "ring") return MpiAlgorithm::kRing;
+  if (name == "mpi") return MpiAlgorithm::kMpi;
+  throw_error("SPIRE_MPI_ALGORITHM='", name, "': expected \"ring\" (Spire's ring, the default) or "
+              "\"mpi\" (MPI's own collectives)");
+}
+
+std::shared_ptr<MpiCommunicator> make_mpi_communicator(Device device, double timeout_seconds) {
+  return std::make_shared<MpiCommunicator>(device, timeout_seconds, mpi_algorithm_from_env());
 }
 
 }  // namespace spire::dist

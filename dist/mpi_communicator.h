@@ -94,4 +94,15 @@ class MpiCommunicator : public Communicator {
   std::mutex mu_;
 };
 
+/// The algorithm named by the environment variable SPIRE_MPI_ALGORITHM
+/// ("ring", the default when unset or empty, or "mpi"); throws spire::Error
+/// naming the variable for any other value.
+MpiAlgorithm mpi_algorithm_from_env();
+
+/// An MpiCommunicator on `device` with the algorithm of
+/// mpi_algorithm_from_env(): how trainers make theirs, so a job switches
+/// to MPI's collectives with SPIRE_MPI_ALGORITHM=mpi and no code change.
+std::shared_ptr<MpiCommunicator> make_mpi_communicator(Device device = Device::cpu(),
+                                                       double timeout_seconds = 60);
+
 }  // namespace spire::dist

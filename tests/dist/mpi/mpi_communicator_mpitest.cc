@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -201,6 +202,23 @@ TEST(MpiCommunicator, AStalledRankEndsEveryRanksWaitWithinTheTimeout) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("unusable"), std::string::npos) << e.what();
   }
+}
+
+TEST(MpiCommunicator, TheEnvironmentChoosesTheAlgorithm) {
+  ::unsetenv("SPIRE_MPI_ALGORITHM");
+  EXPECT_EQ(make_mpi_communicator()->algorithm(), MpiAlgorithm::kRing);
+  ::setenv("SPIRE_MPI_ALGORITHM", "mpi", 1);
+  auto comm = make_mpi_communicator();
+  EXPECT_EQ(comm->algorithm(), MpiAlgorithm::kMpi);
+  EXPECT_NE(comm->name().find("mpi("), std::string::npos) << comm->name();
+  ::setenv("SPIRE_MPI_ALGORITHM", "fastest", 1);
+  try {
+    make_mpi_communicator();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("SPIRE_MPI_ALGORITHM='fastest'"), std::string::npos) << e.what();
+  }
+  ::unsetenv("SPIRE_MPI_ALGORITHM");
 }
 
 TEST(MpiCommunicator, GraphAllReduceAcrossRanks) {
