@@ -2,6 +2,7 @@
 #include "train/callbacks/inference.h"
 
 #include <chrono>
+#include <optional>
 
 #include "core/ops/state_ops.h"
 #include "train/callbacks/misc.h"
@@ -10,6 +11,44 @@
 #include "train/trainer.h"
 
 namespace spire {
+
+namespace {
+
+// The inference tower `name` of the trainer's tower function: reused when
+// the function already has it (it must not be a training tower), else built
+// (placeholders "<name>/<input>", TowerContext(name, is_training = false))
+// on `device` when given, reading the variables of variable scope `vs` (""
+// = the main tower's). `who` names the callback in messages.
+std::shared_ptr<TowerHandle> inference_tower(Trainer& trainer, const std::string& name,
+                                             const std::optional<Device>& device,
+                                             const std::string& vs, const char* who) {
+  auto* tt = dynamic_cast<TowerTrainer*>(&trainer);
+  SPIRE_CHECK(tt, who, " needs a TowerTrainer (a trainer with a tower function)");
+  // Calling the tower function records a tower in it; TowerTrainer only
+  // exposes it const (the object itself is not const).
+  TowerFunc& tf = const_cast<TowerFunc&>(tt->tower_func());
+  for (const auto& h : tf.towers())
+    if (h->ns_name == name) {
+      SPIRE_CHECK(!h->is_training, who, ": tower '", name, "' exists and is a training tower");
+      return h;
+    }
+  Graph& g = trainer.graph();
+  DefaultGraphGuard guard(g);
+  logger::info("[", who, "] Building tower '", name, "' ...");
+  std::optional<DeviceScope> on;
+  if (device) on.emplace(g, *device);
+  std::vector<Output> inputs;
+  {
+    NameScope ns(g, name + "/");
+    for (const auto& d : tf.input_signature())
+      inputs.push_back(ops::placeholder(d.dtype, d.shape, d.name, &g));
+  }
+  TowerContext ctx(name, false, vs, 0, 1, &g);
+  tf(inputs);
+  return tf.towers().back();
+}
+
+}  // namespace
 
 // ---- ScalarStats ------------------------------------------------------------------------
 
@@ -69,30 +108,7 @@ InferenceRunner::InferenceRunner(std::shared_ptr<DataFlow> dataflow,
 }
 
 void InferenceRunner::_setup_graph() {
-  auto* tt = dynamic_cast<TowerTrainer*>(&trainer());
-  SPIRE_CHECK(tt, "InferenceRunner needs a TowerTrainer (a trainer with a tower function)");
-  // Calling the tower function records a tower in it; TowerTrainer only
-  // exposes it const (the object itself is not const).
-  TowerFunc& tf = const_cast<TowerFunc&>(tt->tower_func());
-  for (const auto& h : tf.towers())
-    if (h->ns_name == tower_name_) handle_ = h;
-  if (!handle_) {
-    Graph& g = trainer().graph();
-    DefaultGraphGuard guard(g);
-    logger::info("[InferenceRunner] Building tower '", tower_name_, "' ...");
-    std::vector<Output> inputs;
-    {
-      NameScope ns(g, tower_name_ + "/");
-      for (const auto& d : tf.input_signature())
-        inputs.push_back(ops::placeholder(d.dtype, d.shape, d.name, &g));
-    }
-    TowerContext ctx(tower_name_, false, "", 0, 1, &g);
-    tf(inputs);
-    handle_ = tf.towers().back();
-  } else {
-    SPIRE_CHECK(!handle_->is_training, "InferenceRunner: tower '", tower_name_,
-                "' exists and is a training tower");
-  }
+  handle_ = inference_tower(trainer(), tower_name_, std::nullopt, "", "InferenceRunner");
   fetches_.clear();
   ranges_.clear();
   for (const auto& inf : infs_) {
@@ -155,31 +171,11 @@ DataParallelInferenceRunner::DataParallelInferenceRunner(std::shared_ptr<DataFlo
 void DataParallelInferenceRunner::_setup_graph() {
   auto* tt = dynamic_cast<TowerTrainer*>(&trainer());
   SPIRE_CHECK(tt, "DataParallelInferenceRunner needs a TowerTrainer (a trainer with a tower function)");
-  TowerFunc& tf = const_cast<TowerFunc&>(tt->tower_func());
-  Graph& g = trainer().graph();
-  DefaultGraphGuard guard(g);
   handles_.clear();
-  for (size_t k = 0; k < devices_.size(); ++k) {
-    const std::string name = "InferenceTower" + std::to_string(k);
-    std::shared_ptr<TowerHandle> handle;
-    for (const auto& h : tf.towers())
-      if (h->ns_name == name) handle = h;
-    if (!handle) {
-      DeviceScope on(g, devices_[k]);
-      std::vector<Output> inputs;
-      {
-        NameScope ns(g, name + "/");
-        for (const auto& d : tf.input_signature())
-          inputs.push_back(ops::placeholder(d.dtype, d.shape, d.name, &g));
-      }
-      TowerContext ctx(name, false, tt->variable_scope_on(devices_[k]), 0, 1, &g);
-      tf(inputs);
-      handle = tf.towers().back();
-    }
-    SPIRE_CHECK(!handle->is_training, "DataParallelInferenceRunner: tower '", name,
-                "' exists and is a training tower");
-    handles_.push_back(handle);
-  }
+  for (size_t k = 0; k < devices_.size(); ++k)
+    handles_.push_back(inference_tower(trainer(), "InferenceTower" + std::to_string(k), devices_[k],
+                                       tt->variable_scope_on(devices_[k]),
+                                       "DataParallelInferenceRunner"));
   logger::info("[DataParallelInferenceRunner] Built ", devices_.size(), " inference towers.");
   fetches_.assign(devices_.size(), {});
   ranges_.clear();
