@@ -19,15 +19,6 @@ namespace {
 
 std::string tower_name(int k) { return "tower" + std::to_string(k); }
 
-// "tower3/conv0/W" -> "conv0/W" (names compared across towers).
-std::string strip_tower(const std::string& name) {
-  if (name.compare(0, 5, "tower") != 0) return name;
-  size_t i = 5;
-  while (i < name.size() && name[i] >= '0' && name[i] <= '9') ++i;
-  if (i == 5 || i >= name.size() || name[i] != '/') return name;
-  return name.substr(i + 1);
-}
-
 // Trainable variables whose names start with `prefix` ("" = the global ones).
 std::vector<Output> own_trainables(Graph& g, const std::string& prefix) {
   std::vector<Output> out;
@@ -45,7 +36,7 @@ void check_grad_lists(const std::vector<GradsAndVars>& grads, const std::string&
   std::vector<std::vector<std::string>> names;
   for (const auto& gv : grads) {
     names.emplace_back();
-    for (const auto& p : gv) names.back().push_back(strip_tower(p.second.node->name()));
+    for (const auto& p : gv) names.back().push_back(strip_tower_prefix(p.second.node->name()));
   }
   bool same = true;
   for (size_t k = 1; k < names.size(); ++k) same = same && names[k] == names[0];
@@ -350,7 +341,7 @@ Node* SyncMultiGPUTrainerReplicated::build_sync_op() {
   for (const Variable& v : all_variables(&g)) {
     if (!is_local_variable(v.value)) continue;
     const std::string& name = v.name();
-    const std::string rest = strip_tower(name);
+    const std::string rest = strip_tower_prefix(name);
     if (rest == name || name.compare(0, 6, "tower0") == 0) continue;
     Node* src = g.find_node(rest);
     if (!src || !src->op_def().is_variable()) {

@@ -3,7 +3,6 @@
 // EMA update ops in the main training tower), the EMAs at inference. Built
 // from primitive ops, so autodiff differentiates through the batch statistics.
 #include <algorithm>
-#include <cctype>
 #include <cstdio>
 #include <mutex>
 #include <set>
@@ -15,15 +14,6 @@
 namespace spire {
 
 namespace {
-
-// "tower3/block/bn" -> "block/bn": the towers of one step share the key.
-std::string strip_tower_prefix(const std::string& scope) {
-  if (scope.compare(0, 5, "tower") != 0) return scope;
-  size_t i = 5;
-  while (i < scope.size() && std::isdigit(static_cast<unsigned char>(scope[i]))) ++i;
-  if (i == 5 || (i < scope.size() && scope[i] != '/')) return scope;
-  return i < scope.size() ? scope.substr(i + 1) : std::string();
-}
 
 void logger_warn_once(const std::string& msg) {
   static std::mutex mu;

@@ -65,6 +65,14 @@ void check_new_node_scopes(const Graph& g, int first, const std::string& tower_n
 
 }  // namespace
 
+std::string strip_tower_prefix(const std::string& name) {
+  if (name.compare(0, 5, "tower") != 0) return name;
+  size_t i = 5;
+  while (i < name.size() && name[i] >= '0' && name[i] <= '9') ++i;
+  if (i == 5 || (i < name.size() && name[i] != '/')) return name;
+  return i < name.size() ? name.substr(i + 1) : std::string();
+}
+
 // ---- TowerContext -------------------------------------------------------------
 
 TowerContext::TowerContext(const std::string& ns_name, bool is_training, const std::string& vs_name,

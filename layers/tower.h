@@ -33,6 +33,11 @@ struct InputDesc {
 /// the same calls with the same keys.
 using CrossTowerMean = std::function<Output(const Output& x, const std::string& key)>;
 
+/// "tower3/conv0/W" -> "conv0/W", "tower3" -> "": a name or scope with its
+/// training-tower prefix ("tower<digits>/") removed, so the towers' copies
+/// of one variable or layer compare equal; other names are returned as they are.
+std::string strip_tower_prefix(const std::string& name);
+
 class TowerContext {
  public:
   /// A training tower (is_training = true) or an inference tower (false).

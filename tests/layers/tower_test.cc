@@ -386,5 +386,16 @@ TEST(TowerFunc, RejectsReservedNameScopeInsideFunction) {
   expect_error([&] { bad({x}); }, {"name scope 'tower0/tower3/'", "inside tower 'tower0'", "reserved"});
 }
 
+TEST(Tower, StripTowerPrefix) {
+  EXPECT_EQ(strip_tower_prefix("tower3/conv0/W"), "conv0/W");
+  EXPECT_EQ(strip_tower_prefix("tower12/bn"), "bn");
+  EXPECT_EQ(strip_tower_prefix("tower0"), "");
+  EXPECT_EQ(strip_tower_prefix("conv0/W"), "conv0/W");
+  EXPECT_EQ(strip_tower_prefix("tower/x"), "tower/x");
+  EXPECT_EQ(strip_tower_prefix("towerA/x"), "towerA/x");
+  EXPECT_EQ(strip_tower_prefix("tower1x/y"), "tower1x/y");
+  EXPECT_EQ(strip_tower_prefix("tower-pred-cpu/x"), "tower-pred-cpu/x");
+}
+
 }  // namespace
 }  // namespace spire::testing

@@ -19,7 +19,8 @@ struct MovingSummaryRegistry {
   std::vector<MovingSummary> items;
 };
 
-std::string strip_tower_prefix(const std::string& name) {
+// tensorpack's re.sub("tower[0-9]+/", "", name): every tower prefix, anywhere in the name.
+std::string remove_tower_names(const std::string& name) {
   static const std::regex tower_re("tower[0-9]+/");
   return std::regex_replace(name, tower_re, "");
 }
@@ -27,7 +28,7 @@ std::string strip_tower_prefix(const std::string& name) {
 }  // namespace
 
 std::string summary_name_of(const std::string& tensor_name) {
-  std::string n = strip_tower_prefix(op_name_of(tensor_name));
+  std::string n = remove_tower_names(op_name_of(tensor_name));
   const std::string suffix = "-summary";
   if (n.size() > suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0)
     n = n.substr(0, n.size() - suffix.size());
@@ -60,7 +61,7 @@ std::vector<Output> add_moving_summary(const std::vector<Output>& tensors, doubl
   DefaultGraphGuard guard(g);
   std::vector<Output> updates;
   for (Output c : tensors) {
-    const std::string name = strip_tower_prefix(c.node->name());
+    const std::string name = remove_tower_names(c.node->name());
     bool seen = false;
     for (const auto& s : registry.items)
       if (s.name == name) {
