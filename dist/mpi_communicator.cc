@@ -15,6 +15,7 @@
 #include "core/run_context.h"
 #include "dist/ring_device.h"
 #include "dist/ring_schedule.h"
+#include "train/logger.h"
 
 namespace spire::dist {
 
@@ -72,12 +73,29 @@ int as_int_count(int64_t n, const std::string& what) {
 
 // ---- MpiRuntime -----------------------------------------------------------------------
 
+namespace {
+// Tags on the runtime's control communicator.
+constexpr int kTagFailure = 1;  // "this rank failed: why"
+constexpr int kTagAck = 2;      // "received your failure"
+// Tags on a communicator: ring data cycles below kTagAgree.
+constexpr int kTagAgree = 32001;    // a rank's side of an agreement, to rank 0
+constexpr int kTagVerdict = 32002;  // rank 0's verdict, to every rank
+}  // namespace
+
+struct MpiRuntime::Control {
+  MPI_Comm comm = MPI_COMM_NULL;  // failure announcements only
+  mutable std::mutex mu;
+  bool failed = false;
+  bool announced = false;
+  std::string peer_failure;  // "rank R failed: why" once received
+};
+
 MpiRuntime& MpiRuntime::get() {
   static MpiRuntime runtime;
   return runtime;
 }
 
-MpiRuntime::MpiRuntime() {
+MpiRuntime::MpiRuntime() : control_(std::make_unique<Control>()) {
   int inited = 0;
   check_mpi(MPI_Initialized(&inited), "MPI_Initialized");
   int provided = 0;
@@ -99,12 +117,87 @@ MpiRuntime::MpiRuntime() {
   MPI_Comm_rank(local, &local_rank_);
   MPI_Comm_size(local, &local_size_);
   MPI_Comm_free(&local);
+  check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &control_->comm), "MPI_Comm_dup");
 }
 
 MpiRuntime::~MpiRuntime() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (initialized_here_ && !finalized) MPI_Finalize();
+  if (finalized) return;
+  if (failed()) {
+    // MPI_Finalize would wait for every rank, and a failed job may have a
+    // dead or stalled one: end the job (mpirun stops every rank, exit != 0).
+    std::fprintf(stderr, "[spire] rank %d: the MPI job failed; ending every rank with MPI_Abort\n", rank_);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return;
+  }
+  if (initialized_here_) {
+    MPI_Comm_free(&control_->comm);
+    MPI_Finalize();
+  }
+}
+
+bool MpiRuntime::failed() const {
+  std::lock_guard<std::mutex> lk(control_->mu);
+  return control_->failed;
+}
+
+void MpiRuntime::announce_failure(const std::string& why, double ack_timeout_seconds) {
+  std::lock_guard<std::mutex> lk(control_->mu);
+  control_->failed = true;
+  if (control_->announced || !control_->peer_failure.empty()) return;  // said once; or a reaction to another's
+  control_->announced = true;
+  logger::error("rank ", rank_, " failed, telling the other ranks: ", why);
+  // Leaked on purpose: MPI may still read it when a rank never receives it.
+  const std::string* msg = new std::string(why.substr(0, 4000));
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    MPI_Request req;
+    MPI_Isend(msg->data(), static_cast<int>(msg->size()), MPI_CHAR, r, kTagFailure, control_->comm, &req);
+    MPI_Request_free(&req);
+  }
+  // Wait (bounded) for every rank's acknowledgement: they have then logged
+  // the failure. A dead or stalled rank never answers; the sends to it are
+  // left (the process is ending).
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(ack_timeout_seconds));
+  int acks = 0;
+  while (acks < size_ - 1 && Clock::now() < deadline) {
+    int flag = 0;
+    MPI_Message m;
+    MPI_Status st;
+    MPI_Improbe(MPI_ANY_SOURCE, kTagAck, control_->comm, &flag, &m, &st);
+    if (flag) {
+      char c;
+      MPI_Mrecv(&c, 1, MPI_CHAR, &m, MPI_STATUS_IGNORE);
+      ++acks;
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+}
+
+std::string MpiRuntime::peer_failure() {
+  std::lock_guard<std::mutex> lk(control_->mu);
+  if (!control_->peer_failure.empty()) return control_->peer_failure;
+  int flag = 0;
+  MPI_Message m;
+  MPI_Status st;
+  MPI_Improbe(MPI_ANY_SOURCE, kTagFailure, control_->comm, &flag, &m, &st);
+  if (!flag) return "";
+  int len = 0;
+  MPI_Get_count(&st, MPI_CHAR, &len);
+  std::string why(static_cast<size_t>(len), '\0');
+  MPI_Mrecv(why.data(), len, MPI_CHAR, &m, MPI_STATUS_IGNORE);
+  control_->peer_failure = str_cat("rank ", st.MPI_SOURCE, " failed: ", why);
+  control_->failed = true;
+  logger::error("rank ", rank_, ": ", control_->peer_failure);
+  static const char ack = 1;
+  MPI_Request req;
+  MPI_Isend(&ack, 1, MPI_CHAR, st.MPI_SOURCE, kTagAck, control_->comm, &req);
+  MPI_Request_free(&req);
+  return control_->peer_failure;
 }
 
 // ---- MpiCommunicator --------------------------------------------------------------------
@@ -119,6 +212,180 @@ struct MpiCommunicator::Impl {
   std::vector<std::shared_ptr<void>> abandoned_buffers;
   std::vector<Tensor> abandoned_tensors;
 };
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// One call's waits: every poll honours the run's cancellation, the call's
+// time limit and the other ranks' failure announcements; whatever ends a
+// wait early leaves the communicator broken, keeping the call's buffers
+// alive (MPI cannot withdraw a started operation).
+class CallWaits {
+ public:
+  CallWaits(MpiCommunicator::Impl& impl, std::string what, const RunContext* rc, Clock::duration limit,
+            std::vector<Participant>* parts)
+      : impl_(impl), what_(std::move(what)), rc_(rc), limit_(limit), parts_(parts) {}
+  const std::string& what() const { return what_; }
+  Clock::duration limit() const { return limit_; }
+
+  /// Keeps `b` alive as long as the communicator if the call is abandoned.
+  void keep(std::shared_ptr<void> b) { keep_.push_back(std::move(b)); }
+
+  void abandon(const std::string& why) {
+    impl_.broken = why;
+    for (auto& b : keep_) impl_.abandoned_buffers.push_back(b);
+    if (parts_)
+      for (const Participant& q : *parts_) {
+        impl_.abandoned_tensors.push_back(q.input);
+        impl_.abandoned_tensors.push_back(q.output);
+      }
+  }
+
+  /// Polls done() until it returns true; false when `limit` passed (only
+  /// with throw_on_timeout = false). Throws on cancellation, on another
+  /// rank's failure, and on timeout with timeout_text().
+  template <typename Done, typename Text>
+  bool poll(Done&& done, Clock::duration limit, Text&& timeout_text, bool throw_on_timeout = true) {
+    const Clock::time_point deadline = Clock::now() + limit;
+    for (int spins = 0;; ++spins) {
+      if (done()) return true;
+      if (rc_ && rc_->cancellation && rc_->cancellation->cancelled()) {
+        abandon(str_cat(what_, " was abandoned by a cancelled run"));
+        throw Cancelled(str_cat(what_, ": cancelled while waiting for the other ranks"));
+      }
+      if (spins % 16 == 0) {
+        const std::string failure = MpiRuntime::get().peer_failure();
+        if (!failure.empty()) {
+          abandon(failure);
+          throw_error(what_, ": ", failure);
+        }
+      }
+      if (Clock::now() >= deadline) {
+        if (!throw_on_timeout) return false;
+        const std::string text = timeout_text();
+        abandon(str_cat(what_, ": ", text));
+        throw_error(what_, ": ", text);
+      }
+      if (spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+  /// Waits for `req`; `stage` says what for (and whom) in the timeout's error.
+  void wait(MPI_Request& req, const std::string& stage) {
+    poll([&] {
+           int done = 0;
+           check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+           return done != 0;
+         },
+         limit_,
+         [&] {
+           return str_cat("timed out after ", seconds(limit_), " s waiting for ", stage,
+                          "; a rank may have failed, stalled, or called a different collective");
+         });
+  }
+
+  /// Rank 0 coordinates: every rank sends `mine` to rank 0, which calls
+  /// judge(all ranks' strings) for the verdict ("" = agreed) and sends it
+  /// to every rank; every rank returns it. A rank missing at rank 0 after
+  /// the limit makes the verdict name it (and breaks the communicator on
+  /// every rank that hears it); a rank 0 that does not answer within twice
+  /// the limit is named by the others.
+  std::string coordinate(const std::string& mine,
+                         const std::function<std::string(const std::vector<std::string>&)>& judge) {
+    const int n = impl_.size;
+    if (n == 1) return judge({mine});
+    MPI_Comm comm = impl_.comm;
+    if (impl_.rank != 0) {
+      auto out = std::make_shared<std::string>(mine);
+      keep(out);
+      MPI_Request sreq;
+      check_mpi(MPI_Isend(out->data(), static_cast<int>(out->size()), MPI_CHAR, 0, kTagAgree, comm, &sreq),
+                "MPI_Isend");
+      MPI_Message msg;
+      MPI_Status st;
+      const Clock::duration verdict_limit = 2 * limit_ + std::chrono::seconds(1);
+      poll([&] {
+             int flag = 0;
+             check_mpi(MPI_Improbe(0, kTagVerdict, comm, &flag, &msg, &st), "MPI_Improbe");
+             return flag != 0;
+           },
+           verdict_limit,
+           [&] {
+             return str_cat("rank 0 (the coordinator) did not answer within ", seconds(verdict_limit),
+                            " s: rank 0 failed, exited, stalled, or called a different collective");
+           });
+      int len = 0;
+      MPI_Get_count(&st, MPI_CHAR, &len);
+      std::string verdict(static_cast<size_t>(len), '\0');
+      check_mpi(MPI_Mrecv(verdict.data(), len, MPI_CHAR, &msg, MPI_STATUS_IGNORE), "MPI_Mrecv");
+      wait(sreq, "rank 0 to take this rank's side of the agreement");
+      if (!verdict.empty() && verdict[0] == 'F') abandon(verdict.substr(1));
+      return verdict.empty() ? verdict : verdict.substr(1);
+    }
+    std::vector<std::string> all(static_cast<size_t>(n));
+    std::vector<char> arrived(static_cast<size_t>(n), 0);
+    all[0] = mine;
+    arrived[0] = 1;
+    int missing = n - 1;
+    poll([&] {
+           for (int r = 1; r < n; ++r) {
+             if (arrived[static_cast<size_t>(r)]) continue;
+             int flag = 0;
+             MPI_Message msg;
+             MPI_Status st;
+             check_mpi(MPI_Improbe(r, kTagAgree, comm, &flag, &msg, &st), "MPI_Improbe");
+             if (!flag) continue;
+             int len = 0;
+             MPI_Get_count(&st, MPI_CHAR, &len);
+             std::string& s = all[static_cast<size_t>(r)];
+             s.assign(static_cast<size_t>(len), '\0');
+             check_mpi(MPI_Mrecv(s.data(), len, MPI_CHAR, &msg, MPI_STATUS_IGNORE), "MPI_Mrecv");
+             arrived[static_cast<size_t>(r)] = 1;
+             --missing;
+           }
+           return missing == 0;
+         },
+         limit_, [] { return std::string(); }, /*throw_on_timeout=*/false);
+    // 'F': a failure (the communicator breaks everywhere); 'M': a mismatch; "": agreed.
+    std::string verdict;
+    if (missing) {
+      std::string who;
+      for (int r = 1; r < n; ++r)
+        if (!arrived[static_cast<size_t>(r)]) who += str_cat(who.empty() ? "" : ", ", r);
+      verdict = str_cat("F", missing == 1 ? "rank " : "ranks ", who, " did not arrive within ", seconds(limit_),
+                        " s (failed, exited, stalled, or called a different collective)");
+    } else {
+      const std::string diff = judge(all);
+      if (!diff.empty()) verdict = "M" + diff;
+    }
+    auto text = std::make_shared<std::string>(verdict);
+    keep(text);
+    std::vector<MPI_Request> sends(static_cast<size_t>(n), MPI_REQUEST_NULL);
+    for (int r = 1; r < n; ++r)
+      check_mpi(MPI_Isend(text->data(), static_cast<int>(text->size()), MPI_CHAR, r, kTagVerdict, comm,
+                          &sends[static_cast<size_t>(r)]),
+                "MPI_Isend");
+    for (int r = 1; r < n; ++r) {
+      if (arrived[static_cast<size_t>(r)]) wait(sends[static_cast<size_t>(r)], str_cat("rank ", r, " to take the verdict"));
+      else MPI_Request_free(&sends[static_cast<size_t>(r)]);
+    }
+    if (missing) abandon(verdict.substr(1));
+    return verdict.empty() ? verdict : verdict.substr(1);
+  }
+
+ private:
+  MpiCommunicator::Impl& impl_;
+  std::string what_;
+  const RunContext* rc_;
+  Clock::duration limit_;
+  std::vector<Participant>* parts_;
+  std::vector<std::shared_ptr<void>> keep_;
+};
+
+}  // namespace
 
 MpiCommunicator::MpiCommunicator(Device device, double timeout_seconds, MpiAlgorithm algorithm,
                                  int64_t segment_bytes)
@@ -183,79 +450,48 @@ void MpiCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
   CollectiveSignature sig = local_signature(kind, op, root, impl_->size, devices_, parts, &problem);
   if (!problem.empty()) throw_error(what, ": ", problem);
 
-  using Clock = std::chrono::steady_clock;
   const RunContext* rc = call.run;
   const auto limit = rc && rc->timeout.count() > 0
                          ? std::chrono::duration_cast<Clock::duration>(rc->timeout)
                          : std::chrono::duration_cast<Clock::duration>(
                                std::chrono::duration<double>(timeout_seconds_));
-  // The agreement's buffers live on the heap: an abandoned collective keeps them.
-  auto mine = std::make_shared<std::vector<int64_t>>(5);
-  auto all = std::make_shared<std::vector<int64_t>>(static_cast<size_t>(5 * impl_->size));
-  // Polls `req` until it completes; a cancelled run or the timeout leaves the
-  // communicator broken (the collective cannot be withdrawn from MPI, so its
-  // buffers are kept alive for as long as the communicator exists).
-  std::vector<std::shared_ptr<void>> keep;  // the ring's work buffers
-  auto abandon = [&](const std::string& why) {
-    impl_->broken = why;
-    impl_->abandoned_buffers.push_back(mine);
-    impl_->abandoned_buffers.push_back(all);
-    for (auto& b : keep) impl_->abandoned_buffers.push_back(b);
-    for (const Participant& q : parts) {
-      impl_->abandoned_tensors.push_back(q.input);
-      impl_->abandoned_tensors.push_back(q.output);
-    }
-  };
-  auto wait = [&](MPI_Request& req, const char* stage) {
-    const Clock::time_point deadline = Clock::now() + limit;
-    for (int spins = 0;; ++spins) {
-      int done = 0;
-      check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
-      if (done) return;
-      if (rc && rc->cancellation && rc->cancellation->cancelled()) {
-        abandon(str_cat(what, " was abandoned by a cancelled run"));
-        throw Cancelled(str_cat(what, ": cancelled while waiting for the other ranks"));
-      }
-      if (Clock::now() >= deadline) {
-        abandon(str_cat(what, " timed out"));
-        throw_error(what, ": timed out after ", std::chrono::duration<double>(limit).count(),
-                    " s waiting for the other ranks (", stage,
-                    "); a rank may have failed, stalled, or called a different collective");
-      }
-      if (spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-  };
+  CallWaits waits(*impl_, what, rc, limit, &parts);
+  auto wait = [&](MPI_Request& req, const std::string& stage) { waits.wait(req, stage); };
 
-  // Every rank checks every rank's signature: a mismatch fails everywhere,
-  // naming the first rank that differs from rank 0.
+  // Rank 0 checks every rank's signature: a mismatch fails everywhere,
+  // naming the first rank that differs from rank 0; a rank that never
+  // comes is named after the timeout.
   {
-    *mine = {static_cast<int64_t>(sig.kind), static_cast<int64_t>(sig.op), sig.root,
-             static_cast<int64_t>(sig.dtype), sig.count};
-    MPI_Request req;
-    check_mpi(MPI_Iallgather(mine->data(), 5, MPI_INT64_T, all->data(), 5, MPI_INT64_T, impl_->comm, &req),
-              "MPI_Iallgather");
-    wait(req, "the agreement on the call");
-    auto sig_of = [&](int r) {
-      const int64_t* s = &(*all)[static_cast<size_t>(5 * r)];
-      CollectiveSignature x;
-      x.kind = static_cast<CollectiveKind>(s[0]);
-      x.op = static_cast<ReduceOp>(s[1]);
-      x.root = static_cast<int>(s[2]);
-      x.dtype = static_cast<DType>(s[3]);
-      x.count = s[4];
-      return x;
-    };
-    const CollectiveSignature first = sig_of(0);
-    for (int r = 1; r < impl_->size; ++r) {
-      std::string diff = signature_difference(sig_of(r), first, 0);
-      if (!diff.empty()) {
-        // "participant 0" in the shared wording is rank 0 here.
-        const std::string from = "participant 0";
-        size_t at = diff.find(from);
-        if (at != std::string::npos) diff.replace(at, from.size(), "rank 0");
-        throw_error(what, ": ranks disagree: rank ", r, " ", diff);
+    const int64_t mine[5] = {static_cast<int64_t>(sig.kind), static_cast<int64_t>(sig.op), sig.root,
+                             static_cast<int64_t>(sig.dtype), sig.count};
+    const std::string bytes(reinterpret_cast<const char*>(mine), sizeof(mine));
+    const std::string verdict = waits.coordinate(bytes, [&](const std::vector<std::string>& all) {
+      auto sig_of = [&](int r) {
+        int64_t v[5] = {0, 0, 0, 0, 0};
+        const std::string& b = all[static_cast<size_t>(r)];
+        std::memcpy(v, b.data(), std::min(b.size(), sizeof(v)));
+        CollectiveSignature x;
+        x.kind = static_cast<CollectiveKind>(v[0]);
+        x.op = static_cast<ReduceOp>(v[1]);
+        x.root = static_cast<int>(v[2]);
+        x.dtype = static_cast<DType>(v[3]);
+        x.count = v[4];
+        return x;
+      };
+      const CollectiveSignature first = sig_of(0);
+      for (int r = 1; r < static_cast<int>(all.size()); ++r) {
+        std::string diff = signature_difference(sig_of(r), first, 0);
+        if (!diff.empty()) {
+          // "participant 0" in the shared wording is rank 0 here.
+          const std::string from = "participant 0";
+          size_t at = diff.find(from);
+          if (at != std::string::npos) diff.replace(at, from.size(), "rank 0");
+          return str_cat("ranks disagree: rank ", r, " ", diff);
+        }
       }
-    }
+      return std::string();
+    });
+    if (!verdict.empty()) throw_error(what, ": ", verdict);
   }
 
   MPI_Request req;
@@ -278,7 +514,7 @@ void MpiCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
     std::unique_ptr<RingDevice> dev = make_ring_device(Device::cpu(), 0);
     auto new_buffer = [&](int64_t elems) {
       auto b = std::make_shared<std::vector<char>>(static_cast<size_t>(std::max<int64_t>(elems, 1) * es));
-      keep.push_back(b);
+      waits.keep(b);
       return b->data();
     };
     // One step: segments of chunk `send_chunk` of `src` go to the successor
@@ -286,7 +522,7 @@ void MpiCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
     // recv_at(first element); on_segment(lo, hi) runs as each arrives (the
     // reduction of one segment overlaps the transfer of the next).
     auto step = [&](const RingSchedule& rs, int send_chunk, const char* src, int recv_chunk,
-                    auto recv_at, auto on_segment, const char* stage) {
+                    auto recv_at, auto on_segment, const std::string& stage) {
       const int64_t S = rs.segments();
       std::vector<MPI_Request> recvs(static_cast<size_t>(S)), sends(static_cast<size_t>(S));
       for (int64_t k = 0; k < S; ++k) {
@@ -321,7 +557,7 @@ void MpiCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
                dev->combine(op, sig.dtype, work + lo * es, in + lo * es, temp + (lo - cb) * es,
                             Device::cpu(), hi - lo, divisor);
              },
-             "the ring's reduce-scatter");
+             str_cat("rank ", pred, " in the ring's reduce-scatter"));
       }
     };
     // Allgather: chunk c of `buf` comes from the rank that holds it.
@@ -330,7 +566,7 @@ void MpiCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
       for (int s = 0; s < n - 1; ++s)
         step(rs, rs.mod(int64_t{me} - s), buf, rs.ag_chunk(me, s),
              [&](int64_t lo) { return buf + lo * es; }, [](int64_t, int64_t) {},
-             "the ring's allgather");
+             str_cat("rank ", pred, " in the ring's allgather"));
     };
     char* out = static_cast<char*>(p.output.raw_data());
     const char* in = static_cast<const char*>(p.input.raw_data());
@@ -373,13 +609,13 @@ void MpiCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
           }
         for (int64_t k = 0; k < S; ++k) {
           auto [lo, hi] = rs.segment(0, k);
-          if (pos > 0) wait(recvs[static_cast<size_t>(k)], "the broadcast chain");
+          if (pos > 0) wait(recvs[static_cast<size_t>(k)], str_cat("rank ", pred, " in the broadcast chain"));
           if (pos < n - 1)
             check_mpi(MPI_Isend(out + lo * es, static_cast<int>(hi - lo), type, succ, tag, impl_->comm,
                                 &sends[static_cast<size_t>(k)]), "MPI_Isend");
         }
         if (pos < n - 1)
-          for (int64_t k = 0; k < S; ++k) wait(sends[static_cast<size_t>(k)], "the broadcast chain");
+          for (int64_t k = 0; k < S; ++k) wait(sends[static_cast<size_t>(k)], str_cat("rank ", succ, " in the broadcast chain"));
         break;
       }
       case CollectiveKind::kBarrier:
@@ -422,6 +658,49 @@ void MpiCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
     case CollectiveKind::kBarrier:
       break;
   }
+}
+
+void MpiCommunicator::agree(const std::string& what, const std::vector<std::string>& items) {
+  const std::string full = str_cat(what, " on ", name());
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!impl_->broken.empty()) throw_error(full, ": the communicator is unusable: ", impl_->broken);
+  std::string mine;
+  for (const std::string& it : items) {
+    std::string clean = it;
+    std::replace(clean.begin(), clean.end(), '\n', ' ');
+    mine += clean;
+    mine += '\n';
+  }
+  CallWaits waits(*impl_, full, nullptr,
+                  std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds_)),
+                  nullptr);
+  const std::string verdict = waits.coordinate(mine, [&](const std::vector<std::string>& all) {
+    auto split = [](const std::string& s) {
+      std::vector<std::string> v;
+      size_t at = 0;
+      while (at < s.size()) {
+        size_t nl = s.find('\n', at);
+        v.push_back(s.substr(at, nl - at));
+        at = nl + 1;
+      }
+      return v;
+    };
+    const std::vector<std::string> first = split(all[0]);
+    for (size_t r = 1; r < all.size(); ++r) {
+      if (all[r] == all[0]) continue;
+      const std::vector<std::string> other = split(all[r]);
+      size_t k = 0;
+      while (k < first.size() && k < other.size() && first[k] == other[k]) ++k;
+      auto item = [](const std::vector<std::string>& v, size_t k) {
+        return k < v.size() ? str_cat("'", v[k], "'") : std::string("nothing");
+      };
+      return str_cat("ranks disagree: rank ", r, " has ", other.size(), " items where rank 0 has ", first.size(),
+                     "; the first difference is item ", k, ": rank ", r, " has ", item(other, k),
+                     " where rank 0 has ", item(first, k));
+    }
+    return std::string();
+  });
+  if (!verdict.empty()) throw_error(full, ": ", verdict);
 }
 
 MpiAlgorithm mpi_algorithm_from_env() {

@@ -4,10 +4,14 @@
 // Communicator interface, one participant per rank: Spire's ring over MPI
 // point-to-point by default, or MPI's own collectives (MPI_Iallreduce and
 // friends: the reference and fallback). Every call first checks that all
-// ranks make the same call (kind, dtype, count, reduction, root): a
-// mismatch is a spire::Error on every rank naming the first rank that
-// differs, never a hang; every wait polls with the run's cancellation and
-// a timeout. NCCL across processes comes next behind the same interface.
+// ranks make the same call (kind, dtype, count, reduction, root): rank 0
+// coordinates, as Horovod's controller does, so a mismatch is a
+// spire::Error on every rank naming the first rank that differs, and a rank
+// that never arrives (failed, exited, stalled) is named on every other rank
+// after the timeout, never a hang. Every wait polls with the run's
+// cancellation, the timeout, and the failure announcements of other ranks
+// (MpiRuntime::announce_failure), so a rank that raises ends the others at
+// once. NCCL across processes comes next behind the same interface.
 //
 // mpi.h stays out of this header: programs include it without MPI's flags.
 #pragma once
@@ -36,12 +40,29 @@ class MpiRuntime {
   /// Rank among the ranks on this host and their number (Horovod's local_rank/local_size).
   int local_rank() const { return local_rank_; }
   int local_size() const { return local_size_; }
+
+  /// Tells every other rank that this rank failed (`why`: the error), so
+  /// their waits end at once with a spire::Error naming this rank. Waits
+  /// (bounded by `ack_timeout_seconds`) for the ranks to acknowledge, so
+  /// their errors are reported before the job ends. Marks the runtime failed.
+  void announce_failure(const std::string& why, double ack_timeout_seconds = 5);
+  /// "" while no other rank announced a failure; then "rank R failed: why"
+  /// (from then on; the runtime is marked failed). Non-blocking: every
+  /// communicator wait polls it.
+  std::string peer_failure();
+  /// True after a failure was announced or received. A failed runtime ends
+  /// the process with MPI_Abort at exit instead of MPI_Finalize (which
+  /// would wait forever for a dead or stalled rank), so mpirun ends every
+  /// rank and exits non-zero: no process is left behind.
+  bool failed() const;
   ~MpiRuntime();
   MpiRuntime(const MpiRuntime&) = delete;
   MpiRuntime& operator=(const MpiRuntime&) = delete;
 
  private:
   MpiRuntime();
+  struct Control;
+  std::unique_ptr<Control> control_;
   bool initialized_here_ = false;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
 };
@@ -82,8 +103,17 @@ class MpiCommunicator : public Communicator {
                       ReduceOp op) override;
   void barrier(const CollectiveCall& call, std::vector<Participant>& parts) override;
 
- private:
+  /// Checks that every rank passes the same `items` (e.g. the collectives
+  /// a trainer's step will run, "name: kind dtype[shape]"), through rank 0:
+  /// a difference throws on EVERY rank a spire::Error naming `what`, the
+  /// first rank that differs, the first differing position and both items;
+  /// a rank that does not arrive within the timeout is named the same way.
+  void agree(const std::string& what, const std::vector<std::string>& items);
+
+ /// (Implementation detail.)
   struct Impl;
+
+ private:
   void run(CollectiveKind kind, const CollectiveCall& call, std::vector<Participant>& parts,
            ReduceOp op, int root);
   std::vector<Device> devices_;

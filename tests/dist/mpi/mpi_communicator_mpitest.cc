@@ -5,10 +5,14 @@
 // rank, for empty, one-element, odd and large tensors; ranks that disagree
 // fail on every rank naming the rank; a stalled rank ends every rank's wait
 // with an error within its timeout (in a job of its own: MPI cannot withdraw
-// the abandoned collective); the graph op across ranks.
+// the abandoned collective); agreement on lists; the graph op across
+// ranks. With --spire-failure=MODE it runs one rank failure for
+// rank_failures.py instead of the tests.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -190,7 +194,9 @@ TEST(MpiCommunicator, AStalledRankEndsEveryRanksWaitWithinTheTimeout) {
     comm.allreduce(call("after"), p, ReduceOp::kSum);
   } catch (const Error& e) {
     failed = true;
-    EXPECT_NE(std::string(e.what()).find("timed out"), std::string::npos) << e.what();
+    // Rank 0 names the ranks that did not come; they hear the same verdict.
+    const std::string who = nranks() == 2 ? "rank 1 did not arrive" : "ranks 1, 2";
+    EXPECT_NE(std::string(e.what()).find(who), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find(str_cat("rank ", rank(), " of ")), std::string::npos) << e.what();
   }
   EXPECT_TRUE(failed) << "rank " << rank();
@@ -202,6 +208,40 @@ TEST(MpiCommunicator, AStalledRankEndsEveryRanksWaitWithinTheTimeout) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("unusable"), std::string::npos) << e.what();
   }
+}
+
+TEST(MpiCommunicator, RanksAgreeOnListsOrFailEverywhereNamingTheFirstDifference) {
+  MpiCommunicator comm;
+  const std::vector<std::string> list{"AllReduce/bucket0: f32[120]", "AllReduce/bucket1: f32[7]"};
+  comm.agree("the step's collectives", list);  // the same everywhere: passes
+  comm.agree("nothing", {});
+  // The last rank has one more item; then a different second item.
+  std::vector<std::string> longer = list;
+  if (rank() == nranks() - 1) longer.push_back("AllReduce/extra: f64[3]");
+  try {
+    comm.agree("the step's collectives", longer);
+    ADD_FAILURE() << "no error on rank " << rank();
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(str_cat("the step's collectives on mpi-ring(rank ", rank())), std::string::npos) << msg;
+    EXPECT_NE(msg.find(str_cat("rank ", nranks() - 1, " has 3 items where rank 0 has 2; the first difference is "
+                               "item 2: rank ", nranks() - 1, " has 'AllReduce/extra: f64[3]' where rank 0 has nothing")),
+              std::string::npos) << msg;
+  }
+  std::vector<std::string> other = list;
+  if (rank() == 1) other[1] = "AllReduce/bucket1: f64[7]";
+  try {
+    comm.agree("the step's collectives", other);
+    ADD_FAILURE() << "no error on rank " << rank();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("item 1: rank 1 has 'AllReduce/bucket1: f64[7]' where rank 0 has "
+                                         "'AllReduce/bucket1: f32[7]'"),
+              std::string::npos) << e.what();
+  }
+  // A mismatch leaves the communicator usable.
+  std::vector<Participant> ok{{0, input(DType::I32, 3, rank()), Tensor(DType::I32, Shape{3})}};
+  comm.allreduce(call("ok"), ok, ReduceOp::kSum);
+  EXPECT_EQ(ok[0].output.data<int32_t>()[2], 3 * nranks() * (nranks() + 1) / 2);
 }
 
 TEST(MpiCommunicator, TheEnvironmentChoosesTheAlgorithm) {
@@ -241,7 +281,48 @@ TEST(MpiCommunicator, GraphAllReduceAcrossRanks) {
 }  // namespace
 }  // namespace spire::dist
 
+namespace {
+
+// A rank failure for tests/dist/mpi/rank_failures.py (not a gtest: the job
+// must end, non-zero, as a real one would). Every rank runs one good
+// allreduce; then rank 1 fails by `mode` ("raise": announces its error and
+// exits 1, as a trainer does; "kill": SIGKILL; "stall": sleeps; "exit":
+// leaves main early) while the others call the next allreduce (3 s timeout),
+// print their error and announce it, as a trainer does.
+int run_failure(const std::string& mode) {
+  using namespace spire;
+  using namespace spire::dist;
+  MpiRuntime& rt = MpiRuntime::get();
+  MpiCommunicator comm(Device::cpu(), 3.0);
+  std::vector<Participant> p{{0, input(DType::F32, 1000, rt.rank()), Tensor(DType::F32, Shape{1000})}};
+  comm.allreduce(call("good"), p, ReduceOp::kSum);
+  std::fprintf(stderr, "rank %d: first allreduce done\n", rt.rank());
+  if (rt.rank() == 1) {
+    if (mode == "raise") {
+      rt.announce_failure("the model raised: boom", 2.0);
+      return 1;
+    }
+    if (mode == "kill") ::raise(SIGKILL);
+    if (mode == "stall") std::this_thread::sleep_for(std::chrono::seconds(600));
+    if (mode == "exit") return 0;
+  }
+  try {
+    comm.allreduce(call("next"), p, ReduceOp::kSum);
+    std::fprintf(stderr, "rank %d: no error\n", rt.rank());
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "rank %d: spire::Error: %s\n", rt.rank(), e.what());
+    rt.announce_failure(e.what(), 2.0);
+    return 1;
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  const std::string flag = "--spire-failure=";
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]).rfind(flag, 0) == 0) return run_failure(std::string(argv[i]).substr(flag.size()));
   ::testing::InitGoogleTest(&argc, argv);
   spire::dist::MpiRuntime::get();  // MPI_Init_thread before any test
   return RUN_ALL_TESTS();

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""A failing rank never leaves the others hanging (ctest runs this; see
+tests/CMakeLists.txt): runs `spire_mpi_tests --spire-failure=MODE` under
+mpirun, where rank 1 raises (announcing its error), is SIGKILLed, stalls or
+exits early while the other ranks wait in an allreduce with a 3 s timeout,
+and checks that the whole job ends non-zero within a time bound, that the
+surviving ranks' errors name rank 1 (for SIGKILL, mpirun names it and ends
+the others), and that no process of the job is left behind.
+
+usage: rank_failures.py MPIEXEC SPIRE_MPI_TESTS NRANKS [MODE...]
+"""
+import os
+import subprocess
+import sys
+import time
+
+BOUND_S = {"raise": 10, "kill": 15, "stall": 20, "exit": 20}
+
+
+def leftovers(tag):
+    out = subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True).stdout.split()
+    return [p for p in out if int(p) != os.getpid()]
+
+
+def main():
+    mpiexec, binary, nranks = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    modes = sys.argv[4:] or ["raise", "kill", "stall", "exit"]
+    failures = []
+    for mode in modes:
+        flag = f"--spire-failure={mode}"
+        cmd = [mpiexec, "-np", str(nranks), binary, flag]
+        start = time.monotonic()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+            out, rc = proc.stdout + proc.stderr, proc.returncode
+        except subprocess.TimeoutExpired as e:
+            out, rc = (e.stdout or b"").decode() + (e.stderr or b"").decode(), None
+        took = time.monotonic() - start
+        problems = []
+        if rc is None:
+            problems.append("the job hung (killed after 90 s)")
+        elif rc == 0:
+            problems.append("the job exited 0")
+        if took > BOUND_S[mode]:
+            problems.append(f"the job took {took:.1f} s (bound {BOUND_S[mode]} s)")
+        survivors = [r for r in range(nranks) if r != 1]
+        if mode == "kill":
+            if "rank 1" not in out:
+                problems.append("nothing names rank 1")
+        else:
+            for r in survivors:
+                lines = [l for l in out.splitlines() if l.startswith(f"rank {r}: spire::Error")]
+                want = "rank 1 failed: the model raised: boom" if mode == "raise" else "rank 1 did not arrive"
+                if not any(want in l for l in lines):
+                    problems.append(f"rank {r} did not report '{want}'")
+        time.sleep(0.5)
+        left = leftovers(flag)
+        if left:
+            problems.append(f"processes left behind: {left}")
+            subprocess.run(["pkill", "-9", "-f", flag])
+        status = "ok" if not problems else "FAILED: " + "; ".join(problems)
+        print(f"[{mode}, {nranks} ranks] exit {rc} after {took:.1f} s: {status}")
+        if problems:
+            print(out)
+            failures.append(mode)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
