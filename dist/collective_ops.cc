@@ -500,4 +500,33 @@ void check_collective_instances(const Graph& g) {
   if (!problem.empty()) throw Error(problem);
 }
 
+std::vector<Node*> collective_nodes(const Graph& g, const std::string& communicator) {
+  static const char* const kOps[] = {"AllReduce", "Broadcast", "AllGather", "ReduceScatter"};
+  std::vector<Node*> out;
+  for (const auto& n : g.nodes()) {
+    bool collective = false;
+    for (const char* op : kOps) collective = collective || n->op_type() == op;
+    if (collective && n->attr<std::string>("communicator") == communicator) out.push_back(n.get());
+  }
+  return out;
+}
+
+std::string describe_collective(const Node* n) {
+  std::string what = n->op_type();
+  if (n->has_attr("reduction")) what += "(" + n->attr<std::string>("reduction") + ")";
+  if (n->op_type() == "Broadcast") what += str_cat("(root ", n->attr<int64_t>("root"), ")");
+  std::string outs;
+  for (int i = 0; i < n->num_outputs(); ++i)
+    outs += str_cat(i ? ", " : "", dtype_name(n->output_dtype(i)), n->output_shape(i).to_string());
+  return str_cat(n->name(), ": ", what, " ", outs);
+}
+
+void order_collectives(const std::vector<Node*>& nodes) {
+  for (size_t i = 1; i < nodes.size(); ++i) {
+    SPIRE_CHECK(nodes[i - 1]->id() < nodes[i]->id(), "order_collectives: ", nodes[i]->name(),
+                " was made before ", nodes[i - 1]->name(), "; pass the nodes in creation order");
+    nodes[i]->add_control_input(nodes[i - 1]);
+  }
+}
+
 }  // namespace spire::dist

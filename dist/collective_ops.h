@@ -78,4 +78,20 @@ std::vector<Output> reduce_scatter(const std::vector<Output>& xs, ReduceOp op = 
 /// leave the others waiting).
 void check_collective_instances(const Graph& g);
 
+/// The collective nodes of `g` on `communicator` (their "communicator"
+/// attr), in creation order.
+std::vector<Node*> collective_nodes(const Graph& g, const std::string& communicator);
+
+/// "AllReduce/bucket0: AllReduce(mean) f32[1234]": what processes compare
+/// before training (MpiCommunicator::agree), so a graph that differs
+/// between ranks is an error naming the first difference, not a hang.
+std::string describe_collective(const Node* n);
+
+/// Gives `nodes` an explicit order: n[i] gets a control input from
+/// n[i - 1], so every run, whatever else it fetches (hooks, chief-only
+/// callbacks), calls them in this order on every process, as MPI needs.
+/// Pass nodes in creation order (a node never depends on a later one, so
+/// no cycle can form); throws spire::Error otherwise.
+void order_collectives(const std::vector<Node*>& nodes);
+
 }  // namespace spire::dist

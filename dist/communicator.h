@@ -29,6 +29,14 @@
 
 namespace spire::dist {
 
+/// Thrown by a collective or an agreement on EVERY process when the
+/// processes disagree on it (a different dtype, count or list): no process
+/// failed, so a distributed trainer does not announce it as one.
+class CollectiveMismatch : public Error {
+ public:
+  explicit CollectiveMismatch(const std::string& what) : Error(what) {}
+};
+
 /// How values of the participants combine.
 enum class ReduceOp { kSum, kMean, kMax, kMin };
 
@@ -106,6 +114,13 @@ class Communicator {
                               ReduceOp op) = 0;
   /// Returns once every participant has called (parts' tensors unused).
   virtual void barrier(const CollectiveCall& call, std::vector<Participant>& parts) = 0;
+  /// Checks that every process passes the same `items` (e.g. the
+  /// collectives each will run); throws spire::Error on every process
+  /// naming `what` and the first difference. One process (the default):
+  /// nothing to compare.
+  virtual void agree(const std::string& what, const std::vector<std::string>& items) {
+    (void)what, (void)items;
+  }
 };
 
 /// What is wrong with the `parts` of a call to `comm` (no participant, a

@@ -491,7 +491,10 @@ void MpiCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
       }
       return std::string();
     });
-    if (!verdict.empty()) throw_error(what, ": ", verdict);
+    if (!verdict.empty()) {
+      if (impl_->broken.empty()) throw CollectiveMismatch(str_cat(what, ": ", verdict));
+      throw_error(what, ": ", verdict);
+    }
   }
 
   MPI_Request req;
@@ -700,7 +703,10 @@ void MpiCommunicator::agree(const std::string& what, const std::vector<std::stri
     }
     return std::string();
   });
-  if (!verdict.empty()) throw_error(full, ": ", verdict);
+  if (!verdict.empty()) {
+    if (impl_->broken.empty()) throw CollectiveMismatch(str_cat(full, ": ", verdict));
+    throw_error(full, ": ", verdict);
+  }
 }
 
 MpiAlgorithm mpi_algorithm_from_env() {

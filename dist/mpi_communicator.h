@@ -108,7 +108,7 @@ class MpiCommunicator : public Communicator {
   /// a difference throws on EVERY rank a spire::Error naming `what`, the
   /// first rank that differs, the first differing position and both items;
   /// a rank that does not arrive within the timeout is named the same way.
-  void agree(const std::string& what, const std::vector<std::string>& items);
+  void agree(const std::string& what, const std::vector<std::string>& items) override;
 
  /// (Implementation detail.)
   struct Impl;

@@ -10,7 +10,7 @@
 //
 //   ./build/examples/mnist_convnet [--data DIR] [--logdir DIR] [--max-epoch N]
 //                                  [--steps-per-epoch N] [--threads N] [--device D]
-//                                  [--trainer simple|replicated|ps|async]
+//                                  [--trainer simple|replicated|ps|async|horovod]
 //                                  [--devices cpu:0,cpu:1 | --gpus N] [--help]
 //
 // --trainer picks tensorpack's trainer (one line of change, as there):
@@ -19,6 +19,16 @@
 // is gpu:0..gpu:N-1). Every tower takes its own batch of 128, so an epoch of
 // K towers is 468 / K steps of K x 128 images; validation runs on every
 // device (DataParallelInferenceRunner). --threads is split among the CPU devices.
+//
+// --trainer horovod is tensorpack's HorovodTrainer, one process per rank:
+//   mpirun -np 2 ./build/examples/mnist_convnet --trainer horovod
+// (as root add --allow-run-as-root; more ranks than cores need
+// --oversubscribe). Each rank takes its own shard of the batches (468 / N
+// steps of N x 128 images per epoch), validates its half of the test set
+// and sums the counts with the others (DistributedInferenceRunner); rank 0
+// alone writes the log directory and decides what to resume. --threads
+// defaults to the cores divided by the ranks on this host. Every rank
+// prints a checksum of its variables at the end (equal on every rank).
 //
 // --device gpu (or gpu:N, cuda, cuda:N) builds the whole trainer graph (the
 // tower, Adam and its slots, the global step, the callbacks' nodes) on that
@@ -41,9 +51,11 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "device_flag.h"
+#include "dist/horovod_trainer.h"
 #include "dist/multi_device_trainers.h"
 #include "mnist_model.h"
 #include "spire.h"
@@ -105,7 +117,7 @@ struct Flags {
   std::string logdir = "train_log/mnist_convnet";
   int max_epoch = kDefaultMaxEpoch;
   int64_t steps_per_epoch = 0;
-  int threads = 2;
+  int threads = -1;  // -1: 2, or for horovod the cores / the ranks on this host
   std::string device = "cpu";
   std::string trainer = "simple";
   std::string devices;
@@ -124,7 +136,7 @@ void usage(const char* argv0) {
       "  --steps-per-epoch N  training steps per epoch (default: one pass, 468 batches of 128)\n"
       "  --threads N          CPU threads of the session's kernels (default 2; 0 = all cores)\n"
       "  --device D           %s: where the graph runs (simple trainer)\n"
-      "  --trainer T          simple (default), replicated, ps or async\n"
+      "  --trainer T          simple (default), replicated, ps, async, or horovod (under mpirun)\n"
       "  --devices LIST       the towers' devices, e.g. cpu:0,cpu:1 or gpu:0,gpu:1 (default\n"
       "                       cpu:0,cpu:1 for the multi-device trainers)\n"
       "  --gpus N             shorthand for --devices gpu:0,...,gpu:N-1\n",
@@ -205,13 +217,27 @@ bool parse_flags(int argc, char** argv, Flags* f) {
   }
   if (f->logdir.empty()) throw_error("--logdir must not be empty");
   if (f->trainer != "simple" && f->trainer != "replicated" && f->trainer != "ps" &&
-      f->trainer != "async")
-    throw_error("--trainer: expected simple, replicated, ps or async, got '", f->trainer, "'");
-  if (f->trainer == "simple" && !f->devices.empty())
-    throw_error("--devices/--gpus need a multi-device --trainer (replicated, ps or async); the "
-                "simple trainer runs on --device");
-  if (f->trainer != "simple" && f->devices.empty()) f->devices = "cpu:0,cpu:1";
+      f->trainer != "async" && f->trainer != "horovod")
+    throw_error("--trainer: expected simple, replicated, ps, async or horovod, got '", f->trainer, "'");
+  if ((f->trainer == "simple" || f->trainer == "horovod") && !f->devices.empty())
+    throw_error("--devices/--gpus need a multi-device --trainer (replicated, ps or async); the ",
+                f->trainer, " trainer runs on --device");
+  if (f->trainer != "simple" && f->trainer != "horovod" && f->devices.empty()) f->devices = "cpu:0,cpu:1";
   return true;
+}
+
+// FNV-1a over the bytes of every global variable, in name order: equal on
+// every rank of a horovod run (and between runs that train alike).
+uint64_t variables_checksum(Trainer& trainer) {
+  std::vector<Output> vars = global_variables("", &trainer.graph());
+  std::sort(vars.begin(), vars.end(), [](const Output& a, const Output& b) { return a.name() < b.name(); });
+  std::vector<Tensor> values = trainer.sess().run(vars);
+  uint64_t h = 1469598103934665603ull;
+  for (const Tensor& t : values) {
+    const auto* p = static_cast<const unsigned char*>(t.raw_data());
+    for (size_t i = 0; i < t.nbytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  }
+  return h;
 }
 
 // The validation accuracy of the last epoch that recorded one: from this
@@ -244,7 +270,12 @@ int main(int argc, char** argv) {
       usage(argv[0]);
       return 0;
     }
-    const Device device = spire_examples::parse_device_flag(flags.device);
+    Device device = spire_examples::parse_device_flag(flags.device);
+    const bool horovod = flags.trainer == "horovod";
+    if (flags.threads < 0)
+      flags.threads = horovod ? std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / hvd::local_size())
+                              : 2;
+    if (horovod && device.is_cuda()) device = Device::cuda(hvd::local_rank());  // one GPU per rank
     const std::vector<Device> towers =
         flags.devices.empty() ? std::vector<Device>{} : parse_device_list(flags.devices);
     const std::string data_dir = resolve_data_dir(flags.data);
@@ -265,7 +296,9 @@ int main(int argc, char** argv) {
         std::make_shared<ScalarStats>(std::vector<std::string>{"cross_entropy_loss", "accuracy"}),
         std::make_shared<ClassificationError>("incorrect_vector")};
     CallbackPtr validation =
-        towers.size() > 1
+        horovod ? CallbackPtr(std::make_shared<DistributedInferenceRunner>(test_df, inferencers, hvd::rank(),
+                                                                           hvd::size()))
+        : towers.size() > 1
             ? CallbackPtr(std::make_shared<DataParallelInferenceRunner>(test_df, inferencers, towers))
             : CallbackPtr(std::make_shared<InferenceRunner>(test_df, inferencers));
 
@@ -289,20 +322,31 @@ int main(int argc, char** argv) {
     config.max_epoch = flags.max_epoch;
     config.logdir = flags.logdir;
 
+    std::unique_ptr<SingleCostTrainer> trainer;
+    if (flags.trainer == "simple") trainer = std::make_unique<SimpleTrainer>();
+    else if (flags.trainer == "replicated") trainer = std::make_unique<SyncMultiGPUTrainerReplicated>(towers);
+    else if (flags.trainer == "ps") trainer = std::make_unique<SyncMultiGPUTrainerParameterServer>(towers);
+    else if (flags.trainer == "async") trainer = std::make_unique<AsyncMultiGPUTrainer>(towers);
+    else {
+      HorovodOptions options;
+      options.device = device;
+      trainer = std::make_unique<HorovodTrainer>(options);
+    }
+
     config = AutoResumeTrainConfig(config);
+    if (auto* h = dynamic_cast<HorovodTrainer*>(trainer.get())) {
+      // Rank 0 decides where to resume (the trainer makes every rank run its
+      // loop); the data order follows its starting epoch on every rank.
+      config.starting_epoch = h->broadcast_from_chief(config.starting_epoch, "starting_epoch");
+    }
     if (config.starting_epoch > 1) {
       logger::info("Resuming from epoch ", config.starting_epoch, " of ", flags.logdir);
       // Continue the shuffling sequence where the interrupted run was.
       mnist_train->set_next_epoch(config.starting_epoch - 1);
     }
 
-    std::unique_ptr<SingleCostTrainer> trainer;
-    if (flags.trainer == "simple") trainer = std::make_unique<SimpleTrainer>();
-    else if (flags.trainer == "replicated") trainer = std::make_unique<SyncMultiGPUTrainerReplicated>(towers);
-    else if (flags.trainer == "ps") trainer = std::make_unique<SyncMultiGPUTrainerParameterServer>(towers);
-    else trainer = std::make_unique<AsyncMultiGPUTrainer>(towers);
     {
-      DeviceScope on_device(trainer->graph(), flags.trainer == "simple" ? device : Device::cpu(0));
+      DeviceScope on_device(trainer->graph(), flags.trainer == "simple" || horovod ? device : Device::cpu(0));
       launch_train_with_config(config, *trainer);
     }
 
@@ -317,6 +361,8 @@ int main(int argc, char** argv) {
     if (final_stat(*trainer, flags.logdir, "validation_error", &err, &err_epoch) && err_epoch == epoch)
       std::printf(" (validation_error %.4f)", err);
     std::printf("\n");
+    std::printf("variables checksum%s: %016llx\n", horovod ? str_cat(" (rank ", hvd::rank(), ")").c_str() : "",
+                static_cast<unsigned long long>(variables_checksum(*trainer)));
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

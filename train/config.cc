@@ -37,7 +37,15 @@ void launch_train_with_config(const TrainConfig& config, SingleCostTrainer& trai
   const int towers = std::max<int>(1, static_cast<int>(trainer.tower_devices().size()));
   std::shared_ptr<InputSource> input = config.data;
   if (!input) {
-    auto queue = std::make_shared<QueueInput>(config.dataflow);
+    std::shared_ptr<DataFlow> df = config.dataflow;
+    const auto [shard, shards] = trainer.data_shard();
+    if (shards > 1) {
+      // Distributed trainers: each process reads its own shard.
+      df = std::make_shared<ShardData>(df, shard, shards);
+      logger::info("launch_train_with_config: this process reads shard ", shard, " of ", shards,
+                   " of the dataflow");
+    }
+    auto queue = std::make_shared<QueueInput>(df);
     if (towers > 1) input = std::make_shared<StagingInput>(queue);
     else input = queue;
   }

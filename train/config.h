@@ -65,7 +65,9 @@ struct TrainConfig {
 /// (config.data, or QueueInput(config.dataflow)) and trains with the
 /// config's callbacks + extra callbacks, monitors, session init and loop
 /// settings. A dataflow is fed through QueueInput, wrapped in StagingInput
-/// when the trainer has several towers. Throws spire::Error on an invalid config.
+/// when the trainer has several towers, and read through ShardData when the
+/// trainer trains on a shard of the data (SingleCostTrainer::data_shard()).
+/// Throws spire::Error on an invalid config.
 void launch_train_with_config(const TrainConfig& config, SingleCostTrainer& trainer);
 
 /// tensorpack's AutoResumeTrainConfig: `config` adjusted to resume from its

@@ -223,6 +223,36 @@ bool RepeatedData::next_impl(Datapoint& dp) {
   }
 }
 
+// ---- ShardData --------------------------------------------------------------------------------
+
+ShardData::ShardData(std::shared_ptr<DataFlow> ds, int index, int count, bool drop_remainder)
+    : ProxyDataFlow(std::move(ds)), index_(index), count_(count), drop_remainder_(drop_remainder) {
+  SPIRE_CHECK(count >= 1 && index >= 0 && index < count, "ShardData: shard ", index, " of ", count,
+              " does not exist (need 0 <= index < count)");
+  SPIRE_CHECK(!drop_remainder || ds_->has_size(), "ShardData: drop_remainder needs the size of ", ds_->name(),
+              ", which is unknown");
+}
+
+int64_t ShardData::size() const {
+  const int64_t n = ProxyDataFlow::size();
+  if (drop_remainder_) return n / count_;
+  return n / count_ + (index_ < n % count_ ? 1 : 0);
+}
+
+void ShardData::begin_epoch_impl() {
+  ds_->begin_epoch();
+  pos_ = 0;
+  limit_ = drop_remainder_ ? (ds_->size() / count_) * count_ : -1;
+}
+
+bool ShardData::next_impl(Datapoint& dp) {
+  for (;;) {
+    if (limit_ >= 0 && pos_ >= limit_) return false;
+    if (!ds_->next(dp)) return false;
+    if (pos_++ % count_ == index_) return true;
+  }
+}
+
 // ---- MapData / MapDataComponent --------------------------------------------------------------
 
 MapData::MapData(std::shared_ptr<DataFlow> ds, Func func)

@@ -221,6 +221,31 @@ class RepeatedData : public ProxyDataFlow {
   bool got_any_ = false;
 };
 
+/// Shard `index` of `count` of the upstream (distributed training: each
+/// process reads its own part): the datapoints at positions p of each
+/// epoch with p % count == index. With drop_remainder (training) only the
+/// first (n / count) * count positions count, so every shard yields
+/// n / count datapoints and the processes run the same number of steps;
+/// without (inference) the shards together cover every datapoint once.
+/// Every process must see the upstream in the same order (the same shuffle
+/// seed), so the shards are disjoint in every epoch; each reads (and
+/// skips) the whole upstream. drop_remainder needs the upstream's size.
+class ShardData : public ProxyDataFlow {
+ public:
+  ShardData(std::shared_ptr<DataFlow> ds, int index, int count, bool drop_remainder = true);
+  int64_t size() const override;
+  std::string name() const override { return "ShardData"; }
+
+ protected:
+  void begin_epoch_impl() override;
+  bool next_impl(Datapoint& dp) override;
+
+ private:
+  int index_, count_;
+  bool drop_remainder_;
+  int64_t pos_ = 0, limit_ = -1;
+};
+
 /// Applies `func` to each datapoint; when func returns std::nullopt the
 /// datapoint is skipped. size() is the upstream's (an upper bound when func
 /// skips, as in tensorpack).

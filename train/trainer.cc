@@ -128,13 +128,19 @@ void Trainer::initialize(SessionCreator creator, std::shared_ptr<SessionInit> in
   if (!creator) creator = new_session_creator(default_session_options());
   session_ = std::shared_ptr<Session>(creator(*graph_));
   SPIRE_CHECK(session_, "Trainer::initialize: the session creator returned null");
-  on_session_created(*session_);
-  if (init) {
-    if (is_chief_) {
-      init->init(*session_);
-    } else {
-      logger::info("Not the chief: the session initializer is skipped.");
+  try {
+    on_session_created(*session_);
+    if (init) {
+      if (is_chief_) {
+        init->init(*session_);
+      } else {
+        logger::info("Not the chief: the session initializer is skipped.");
+      }
     }
+    after_session_init(*session_);
+  } catch (const std::exception& e) {
+    on_failure(e);
+    throw;
   }
   hook_ = std::make_unique<CallbacksHook>(*group_);
   session_->add_hook(hook_.get());
@@ -173,6 +179,13 @@ void Trainer::main_loop(int64_t steps_per_epoch, int starting_epoch, int max_epo
     logger::info("Training was stopped by exception ", e.what(), ".");
   } catch (...) {
     try {
+      throw;
+    } catch (const std::exception& e) {
+      on_failure(e);
+    } catch (...) {
+      on_failure(std::runtime_error("an unknown exception"));
+    }
+    try {
       group_->after_train();
     } catch (const std::exception& e) {
       logger::error("after_train failed while handling another error: ", e.what());
@@ -193,6 +206,12 @@ void Trainer::train(const std::vector<CallbackPtr>& callbacks,
                     int starting_epoch, int max_epoch) {
   setup_callbacks(callbacks, monitors);
   initialize(std::move(creator), std::move(init));
+  try {
+    synchronize_loop(steps_per_epoch, starting_epoch, max_epoch);
+  } catch (const std::exception& e) {
+    on_failure(e);
+    throw;
+  }
   main_loop(steps_per_epoch, starting_epoch, max_epoch);
 }
 

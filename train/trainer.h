@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/session.h"
@@ -131,6 +132,20 @@ class Trainer {
   /// session initializer: subclasses check the session (e.g. that their
   /// devices exist).
   virtual void on_session_created(Session& session) { (void)session; }
+  /// Called by initialize() after the session initializer ran (the chief's
+  /// restore), before the graph is finalized: e.g. distributed trainers
+  /// spread the chief's values to every process here.
+  virtual void after_session_init(Session& session) { (void)session; }
+  /// Called by train() before main_loop with the loop it was asked for:
+  /// distributed trainers make every process run the chief's loop (e.g.
+  /// the starting epoch the chief resumes from).
+  virtual void synchronize_loop(int64_t& steps_per_epoch, int& starting_epoch, int& max_epoch) {
+    (void)steps_per_epoch, (void)starting_epoch, (void)max_epoch;
+  }
+  /// Called when an error (not StopTraining) ends initialize() or the main
+  /// loop, before it propagates: distributed trainers tell the other
+  /// processes, so they stop at once instead of waiting for this one.
+  virtual void on_failure(const std::exception& error) { (void)error; }
   /// Shares of the graph and session (for objects that must keep them alive).
   std::shared_ptr<Graph> shared_graph() const { return graph_; }
   std::shared_ptr<Session> shared_session() const;
@@ -210,6 +225,10 @@ class SingleCostTrainer : public TowerTrainer {
   /// on the graph's current device, as SimpleTrainer). The input source is
   /// set up with them, so each tower gets its own batch.
   virtual std::vector<Device> tower_devices() const { return {}; }
+  /// {index, count}: this process trains on shard `index` of `count` of the
+  /// data ({0, 1}: all of it). launch_train_with_config wraps a dataflow in
+  /// ShardData accordingly (distributed trainers: one shard per process).
+  virtual std::pair<int, int> data_shard() const { return {0, 1}; }
 
   /// Sets up the input source, the tower function from get_cost_fn (the
   /// cost must be a scalar) and the training op; registers the callbacks

@@ -265,6 +265,35 @@ TEST(DataFlow, RepeatedDataFiniteAndInfinite) {
                {"num must be -1"});
 }
 
+TEST(DataFlow, ShardDataSplitsEveryEpochIntoDisjointShards) {
+  // 11 shuffled datapoints, 3 shards: with drop_remainder each shard takes 3
+  // (positions 0..8); without, the shards cover all 11 once.
+  for (bool drop : {true, false}) {
+    std::vector<std::vector<int64_t>> shards;
+    std::vector<std::unique_ptr<ShardData>> dfs;
+    for (int k = 0; k < 3; ++k) {
+      dfs.push_back(std::make_unique<ShardData>(std::make_shared<DataFromList>(int_list(11), true, 5), k, 3, drop));
+      EXPECT_EQ(dfs.back()->size(), drop ? 3 : (k < 2 ? 4 : 3));
+      dfs.back()->reset_state();
+    }
+    for (int epoch = 0; epoch < 2; ++epoch) {
+      std::vector<int64_t> all;
+      for (auto& df : dfs) {
+        std::vector<int64_t> got = one_epoch(*df);
+        EXPECT_EQ(static_cast<int64_t>(got.size()), df->size());
+        all.insert(all.end(), got.begin(), got.end());
+      }
+      // Disjoint shards of the same shuffled order.
+      std::vector<int64_t> order = shuffled_indices(11, 5, epoch);
+      std::vector<int64_t> want;
+      for (int k = 0; k < 3; ++k)
+        for (int64_t p = k; p < (drop ? 9 : 11); p += 3) want.push_back(order[static_cast<size_t>(p)]);
+      EXPECT_EQ(all, want) << "epoch " << epoch << (drop ? " drop" : "");
+    }
+  }
+  expect_error([&] { ShardData(std::make_shared<DataFromList>(int_list(4)), 3, 3); }, {"shard 3 of 3"});
+}
+
 TEST(DataFlow, MapDataSkipsAndTransforms) {
   MapData m(std::make_shared<DataFromList>(int_list(10), false),
             [](Datapoint dp) -> std::optional<Datapoint> {

@@ -69,6 +69,19 @@ void ScalarStats::on_fetches(const std::vector<Tensor>& values) {
   ++count_;
 }
 
+std::vector<double> ScalarStats::accumulators() const {
+  std::vector<double> v = sums_;
+  v.push_back(static_cast<double>(count_));
+  return v;
+}
+
+void ScalarStats::set_accumulators(const std::vector<double>& values) {
+  SPIRE_CHECK(values.size() == names_.size() + 1, "ScalarStats::set_accumulators: expected ",
+              names_.size() + 1, " values, got ", values.size());
+  sums_.assign(values.begin(), values.end() - 1);
+  count_ = static_cast<int64_t>(values.back());
+}
+
 std::map<std::string, double> ScalarStats::after_inference() {
   std::map<std::string, double> out;
   if (count_ == 0) return out;
@@ -91,6 +104,12 @@ void ClassificationError::on_fetches(const std::vector<Tensor>& values) {
               vec.type_string(), ")");
   for (int64_t i = 0; i < vec.num_elements(); ++i) wrong_ += vec.element_as_double(i);
   count_ += vec.num_elements();
+}
+
+void ClassificationError::set_accumulators(const std::vector<double>& values) {
+  SPIRE_CHECK(values.size() == 2, "ClassificationError::set_accumulators: expected 2 values, got ", values.size());
+  wrong_ = values[0];
+  count_ = static_cast<int64_t>(values[1]);
 }
 
 std::map<std::string, double> ClassificationError::after_inference() {
@@ -147,6 +166,7 @@ void InferenceRunner::_trigger() {
     }
     ++batches;
   }
+  combine_inferencers(infs_);
   for (auto& inf : infs_)
     for (const auto& [k, v] : inf->after_inference()) trainer().monitors().put_scalar(k, v);
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -35,6 +35,12 @@ class Inferencer {
   /// The statistics of the epoch: name -> value, put to the monitors.
   virtual std::map<std::string, double> after_inference() = 0;
   virtual std::string name() const { return "Inferencer"; }
+  /// The epoch's accumulators as numbers that add up across processes
+  /// (sums and counts), and setting them back (to the sums over every
+  /// process): how a distributed InferenceRunner combines the ranks'
+  /// shards. Empty (the default): this inferencer cannot be combined.
+  virtual std::vector<double> accumulators() const { return {}; }
+  virtual void set_accumulators(const std::vector<double>& values) { (void)values; }
 };
 
 using InferencerPtr = std::shared_ptr<Inferencer>;
@@ -53,6 +59,8 @@ class ScalarStats : public Inferencer {
   void on_fetches(const std::vector<Tensor>& values) override;
   std::map<std::string, double> after_inference() override;
   std::string name() const override { return "ScalarStats"; }
+  std::vector<double> accumulators() const override;
+  void set_accumulators(const std::vector<double>& values) override;
 
  private:
   std::vector<std::string> names_;
@@ -74,6 +82,8 @@ class ClassificationError : public Inferencer {
   void on_fetches(const std::vector<Tensor>& values) override;
   std::map<std::string, double> after_inference() override;
   std::string name() const override { return "ClassificationError"; }
+  std::vector<double> accumulators() const override { return {wrong_, static_cast<double>(count_)}; }
+  void set_accumulators(const std::vector<double>& values) override;
 
  private:
   std::string wrong_name_, summary_name_;
@@ -102,6 +112,11 @@ class InferenceRunner : public Callback {
   void _setup_graph() override;
   void _before_train() override;
   void _trigger() override;
+  /// Called after the epoch's batches, before the inferencers' statistics
+  /// are taken (a distributed runner sums their accumulators over the
+  /// processes here).
+  virtual void combine_inferencers(std::vector<InferencerPtr>& inferencers) { (void)inferencers; }
+  const std::shared_ptr<DataFlow>& dataflow() const { return df_; }
 
  private:
   std::shared_ptr<DataFlow> df_;

@@ -281,6 +281,10 @@ TEST(MpiCommunicator, GraphAllReduceAcrossRanks) {
 }  // namespace
 }  // namespace spire::dist
 
+namespace spire {
+int run_trainer_failure();  // horovod_trainer_mpitest.cc
+}
+
 namespace {
 
 // A rank failure for tests/dist/mpi/rank_failures.py (not a gtest: the job
@@ -291,6 +295,7 @@ namespace {
 // print their error and announce it, as a trainer does.
 int run_failure(const std::string& mode) {
   using namespace spire;
+  if (mode == "trainer") return run_trainer_failure();
   using namespace spire::dist;
   MpiRuntime& rt = MpiRuntime::get();
   MpiCommunicator comm(Device::cpu(), 3.0);

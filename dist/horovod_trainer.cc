@@ -1,0 +1,353 @@
+// HorovodTrainer and DistributedInferenceRunner (see horovod_trainer.h).
+#include "dist/horovod_trainer.h"
+
+#include <algorithm>
+#include <map>
+
+#include "core/ops.h"
+#include "dist/collective_ops.h"
+#include "dist/mpi_communicator.h"
+#include "layers/tower.h"
+#include "layers/variables.h"
+#include "train/dataflow.h"
+#include "train/logger.h"
+
+namespace spire {
+
+// ---- hvd:: ------------------------------------------------------------------------------
+
+namespace hvd {
+#if defined(SPIRE_WITH_MPI)
+int rank() { return dist::MpiRuntime::get().rank(); }
+int local_rank() { return dist::MpiRuntime::get().local_rank(); }
+int size() { return dist::MpiRuntime::get().size(); }
+int local_size() { return dist::MpiRuntime::get().local_size(); }
+#else
+int rank() { return 0; }
+int local_rank() { return 0; }
+int size() { return 1; }
+int local_size() { return 1; }
+#endif
+}  // namespace hvd
+
+namespace {
+
+const char* const kKind = "HorovodTrainer";
+
+// Runs the trainer's broadcast of the global variables (from rank 0) before
+// training and, optionally, at every epoch. Not chief-only: every rank must
+// take part.
+class BroadcastGlobalVariables : public Callback {
+ public:
+  BroadcastGlobalVariables(HorovodTrainer& t, bool every_epoch) : t_(t), every_epoch_(every_epoch) {
+    chief_only_ = false;
+  }
+  std::string name() const override { return "BroadcastGlobalVariables"; }
+
+ protected:
+  void _before_train() override { run(); }
+  void _trigger() override {
+    if (every_epoch_) run();
+  }
+
+ private:
+  void run() {
+    if (t_.broadcast_op()) t_.sess().run({}, {}, {t_.broadcast_op()});
+  }
+  HorovodTrainer& t_;
+  bool every_epoch_;
+};
+
+int64_t num_bytes(const Output& t) { return t.shape().num_elements() * static_cast<int64_t>(dtype_size(t.dtype())); }
+
+// Groups `xs` (visited in `order`) into buckets of one dtype and at most
+// `threshold` bytes (a larger tensor gets its own; tensors of unknown shape
+// each get their own, unpacked).
+std::vector<std::vector<size_t>> make_buckets(const std::vector<Output>& xs, const std::vector<size_t>& order,
+                                              int64_t threshold) {
+  std::vector<std::vector<size_t>> buckets;
+  int64_t bytes = 0;
+  bool open = false;
+  for (size_t i : order) {
+    const Output& x = xs[i];
+    const bool known = x.shape().is_fully_defined();
+    const int64_t b = known ? num_bytes(x) : 0;
+    if (open && known && x.dtype() == xs[buckets.back().front()].dtype() && bytes + b <= threshold) {
+      buckets.back().push_back(i);
+      bytes += b;
+      continue;
+    }
+    buckets.push_back({i});
+    bytes = b;
+    open = known && threshold > 0;
+  }
+  return buckets;
+}
+
+// One collective over a bucket: the tensors flattened and packed into one
+// (unless the bucket has one tensor), `collective` applied, unpacked.
+std::vector<Output> packed(const std::vector<Output>& xs, const std::function<Output(const Output&)>& collective) {
+  if (xs.size() == 1) return {collective(xs[0])};
+  std::vector<Output> flat;
+  std::vector<int64_t> sizes;
+  for (const Output& x : xs) {
+    sizes.push_back(x.shape().num_elements());
+    flat.push_back(ops::reshape(x, Shape{sizes.back()}));
+  }
+  Output r = collective(ops::concat(flat, 0, "pack"));
+  std::vector<Output> parts = ops::split(r, sizes, 0, "unpack");
+  std::vector<Output> out;
+  for (size_t i = 0; i < xs.size(); ++i) out.push_back(ops::reshape(parts[i], xs[i].shape()));
+  return out;
+}
+
+}  // namespace
+
+// ---- HorovodTrainer ---------------------------------------------------------------------
+
+HorovodTrainer::HorovodTrainer(bool average, std::string compression)
+    : HorovodTrainer([&] {
+        HorovodOptions o;
+        o.average = average;
+        o.compression = std::move(compression);
+        return o;
+      }()) {}
+
+HorovodTrainer::HorovodTrainer(HorovodOptions options) : options_(std::move(options)) {
+  if (options_.compression.empty()) options_.compression = "none";
+  SPIRE_CHECK(options_.compression == "none" || options_.compression == "fp16", kKind, ": compression '",
+              options_.compression, "' is not one of none, fp16");
+  SPIRE_CHECK(options_.compression == "none", kKind,
+              ": fp16 compression needs the f16 casts, which Spire does not have yet; use compression \"none\"");
+  SPIRE_CHECK(options_.fusion_threshold_bytes >= 0, kKind, ": fusion_threshold_bytes must be >= 0, got ",
+              options_.fusion_threshold_bytes);
+  comm_ = options_.communicator;
+  if (!comm_) {
+#if defined(SPIRE_WITH_MPI)
+    comm_ = dist::make_mpi_communicator(Device::cpu(), options_.timeout_seconds);
+#else
+    throw_error(kKind, ": this Spire was built without MPI (SPIRE_MPI=OFF); pass a communicator in "
+                "HorovodOptions or rebuild with OpenMPI installed");
+#endif
+  }
+  SPIRE_CHECK(comm_->devices().size() == 1, kKind, ": the communicator ", comm_->name(),
+              " must have one participant per process, it has ", comm_->devices().size());
+  is_chief_ = comm_->rank() == 0;
+  logger::info(kKind, ": rank ", rank(), " of ", size(), " (local rank ", local_rank(), "), training on ",
+               options_.device.to_string(), ", collectives on ", comm_->name());
+}
+
+HorovodTrainer::~HorovodTrainer() = default;
+
+int HorovodTrainer::rank() const { return comm_->rank(); }
+int HorovodTrainer::size() const { return comm_->num_ranks(); }
+int HorovodTrainer::local_rank() const { return options_.communicator ? 0 : hvd::local_rank(); }
+
+std::vector<CallbackPtr> HorovodTrainer::_setup_graph(InputSource& input, GetOptFn get_opt_fn) {
+  std::shared_ptr<Optimizer> opt = get_opt_fn();
+  SPIRE_CHECK(opt, kKind, ": get_opt_fn returned null");
+  Graph& g = graph();
+  if (!is_chief_ && !logdir().empty()) {
+    logger::info(kKind, ": rank ", rank(), " does not write the log directory ", logdir(),
+                 " (rank 0 does)");
+    set_logdir("");
+  }
+  const int n = size();
+  dist::CollectiveOptions base;
+  base.communicator = communicator_name();
+  base.group_size = n;
+  base.devices = comm_->devices();
+  GradsAndVars grads;
+  {
+    DeviceScope on(g, options_.device);
+    // Every rank is the main training tower (it updates its BatchNorm EMAs);
+    // `total` is the ranks, over which synchronized statistics are taken.
+    TowerContext ctx("", true, "", 0, n, &g);
+    if (n > 1)
+      ctx.set_cross_tower_mean([base](const Output& x, const std::string& key) {
+        dist::CollectiveOptions o = base;
+        o.name = "cross_rank_mean/" + key;
+        return dist::all_reduce({x}, dist::ReduceOp::kMean, o)[0];
+      });
+    grads = compute_tower_gradients(input, *opt);
+  }
+  if (n > 1) {
+    // Buckets in backward order (the last variables' gradients exist first).
+    std::vector<Output> gs;
+    for (const auto& p : grads) gs.push_back(p.first);
+    std::vector<size_t> order(gs.size());
+    for (size_t i = 0; i < gs.size(); ++i) order[i] = gs.size() - 1 - i;
+    const auto buckets = make_buckets(gs, order, options_.fusion_threshold_bytes);
+    const dist::ReduceOp op = options_.average ? dist::ReduceOp::kMean : dist::ReduceOp::kSum;
+    for (size_t k = 0; k < buckets.size(); ++k) {
+      NameScope ns(g, str_cat("AllReduce/bucket", k, "/"));
+      std::vector<Output> xs;
+      for (size_t i : buckets[k]) xs.push_back(gs[i]);
+      std::vector<Output> reduced = packed(xs, [&](const Output& x) {
+        dist::CollectiveOptions o = base;
+        o.name = "allreduce";
+        Output r = dist::all_reduce({x}, op, o)[0];
+        grad_collectives_.push_back(r.node);
+        return r;
+      });
+      for (size_t j = 0; j < xs.size(); ++j) {
+        DeviceScope back(g, options_.device);
+        grads[buckets[k][j]].first = reduced[j].device() == options_.device
+                                         ? reduced[j]
+                                         : ops::identity(reduced[j], "to_device");
+      }
+    }
+    // One order for every collective of the step (synchronized BatchNorm's
+    // in the forward pass, then the buckets), on every rank.
+    dist::order_collectives(dist::collective_nodes(g, communicator_name()));
+  }
+  {
+    DeviceScope on(g, options_.device);
+    train_op = opt->apply_gradients(grads, {}, "train_op");
+  }
+  optimizer_ = opt;
+  if (n == 1) return {};
+  return {std::make_shared<BroadcastGlobalVariables>(*this, BROADCAST_EVERY_EPOCH)};
+}
+
+void HorovodTrainer::on_session_created(Session& session) {
+  session.set_resource<dist::Communicator>(communicator_name(), comm_);
+}
+
+Node* HorovodTrainer::build_broadcast_op() {
+  // tensorpack's broadcast_global_variables(0), built last so that it also
+  // covers variables made by callbacks; packed by dtype like the gradients.
+  Graph& g = graph();
+  DefaultGraphGuard guard(g);
+  GraphUnfinalizeGuard unfinalize(g);
+  NameScope ns(g, "broadcast_global_variables/");
+  DeviceScope on(g, options_.device);
+  const std::vector<Output> vars = global_variables("", &g);
+  std::vector<size_t> order(vars.size());
+  for (size_t i = 0; i < vars.size(); ++i) order[i] = i;
+  std::vector<Node*> assigns, collectives;
+  dist::CollectiveOptions base;
+  base.communicator = communicator_name();
+  base.group_size = size();
+  base.devices = comm_->devices();
+  for (const auto& bucket : make_buckets(vars, order, options_.fusion_threshold_bytes)) {
+    std::vector<Output> xs;
+    for (size_t i : bucket) xs.push_back(ops::identity(vars[i], "read"));
+    std::vector<Output> values = packed(xs, [&](const Output& x) {
+      dist::CollectiveOptions o = base;
+      o.name = "broadcast";
+      Output r = dist::broadcast({x}, 0, o)[0];
+      collectives.push_back(r.node);
+      return r;
+    });
+    for (size_t j = 0; j < bucket.size(); ++j)
+      assigns.push_back(ops::assign(vars[bucket[j]], values[j], "assign").node);
+  }
+  dist::order_collectives(collectives);
+  return ops::group(assigns, "broadcast_global_variables", &g);
+}
+
+void HorovodTrainer::agree_on_collectives() {
+  std::vector<std::string> items;
+  for (const Node* n : dist::collective_nodes(graph(), communicator_name()))
+    items.push_back(dist::describe_collective(n));
+  comm_->agree(str_cat(kKind, ": the ranks' collectives"), items);
+}
+
+void HorovodTrainer::after_session_init(Session& session) {
+  if (size() == 1) return;
+  broadcast_op_ = build_broadcast_op();
+  // Before the first collective: every rank must have built the same ones.
+  agree_on_collectives();
+  // Every rank takes the chief's (restored) values at once.
+  session.run_without_hooks({}, {}, {broadcast_op_});
+}
+
+void HorovodTrainer::synchronize_loop(int64_t& steps_per_epoch, int& starting_epoch, int& max_epoch) {
+  if (size() == 1) return;
+  Tensor loop(DType::I64, Shape{3});
+  int64_t* v = loop.data<int64_t>();
+  v[0] = steps_per_epoch, v[1] = starting_epoch, v[2] = max_epoch;
+  std::vector<dist::Participant> parts{{0, loop, loop}};
+  dist::CollectiveCall call;
+  call.key = {this, 0, ++calls_};
+  call.name = "synchronize_loop";
+  comm_->broadcast(call, parts, 0);
+  if (v[0] != steps_per_epoch || v[1] != starting_epoch || v[2] != max_epoch)
+    logger::info(kKind, ": rank ", rank(), " runs rank 0's loop: steps_per_epoch ", v[0], ", epochs ", v[1],
+                 "..", v[2], " (it was given ", steps_per_epoch, ", ", starting_epoch, "..", max_epoch, ")");
+  steps_per_epoch = v[0];
+  starting_epoch = static_cast<int>(v[1]);
+  max_epoch = static_cast<int>(v[2]);
+}
+
+std::vector<double> HorovodTrainer::allreduce_sum(const std::vector<double>& values, const std::string& what) {
+  Tensor t(DType::F64, Shape{static_cast<int64_t>(values.size())});
+  std::copy(values.begin(), values.end(), t.data<double>());
+  std::vector<dist::Participant> parts{{0, t, t}};
+  dist::CollectiveCall call;
+  call.key = {this, 0, ++calls_};
+  call.name = what;
+  comm_->allreduce(call, parts, dist::ReduceOp::kSum);
+  return std::vector<double>(t.data<double>(), t.data<double>() + values.size());
+}
+
+int64_t HorovodTrainer::broadcast_from_chief(int64_t value, const std::string& what) {
+  if (size() == 1) return value;
+  Tensor t(DType::I64, Shape{1});
+  t.data<int64_t>()[0] = value;
+  std::vector<dist::Participant> parts{{0, t, t}};
+  dist::CollectiveCall call;
+  call.key = {this, 0, ++calls_};
+  call.name = what;
+  comm_->broadcast(call, parts, 0);
+  return t.data<int64_t>()[0];
+}
+
+void HorovodTrainer::on_failure(const std::exception& error) {
+  // A disagreement is raised on every rank alike: no rank failed.
+  if (dynamic_cast<const dist::CollectiveMismatch*>(&error)) return;
+#if defined(SPIRE_WITH_MPI)
+  if (size() > 1 && dynamic_cast<dist::MpiCommunicator*>(comm_.get()))
+    dist::MpiRuntime::get().announce_failure(error.what());
+#endif
+}
+
+// ---- DistributedInferenceRunner -----------------------------------------------------------
+
+DistributedInferenceRunner::DistributedInferenceRunner(std::shared_ptr<DataFlow> dataflow,
+                                                       std::vector<InferencerPtr> inferencers, int rank,
+                                                       int size, std::string tower_name)
+    : InferenceRunner(size > 1 ? std::make_shared<ShardData>(std::move(dataflow), rank, size,
+                                                             /*drop_remainder=*/false)
+                               : std::move(dataflow),
+                      std::move(inferencers), std::move(tower_name)) {
+  chief_only_ = false;
+}
+
+void DistributedInferenceRunner::_setup_graph() {
+  trainer_ = dynamic_cast<HorovodTrainer*>(&trainer());
+  SPIRE_CHECK(trainer_, "DistributedInferenceRunner: the trainer must be a HorovodTrainer");
+  InferenceRunner::_setup_graph();
+}
+
+void DistributedInferenceRunner::combine_inferencers(std::vector<InferencerPtr>& inferencers) {
+  std::vector<double> all;
+  std::vector<size_t> sizes;
+  for (const auto& inf : inferencers) {
+    std::vector<double> a = inf->accumulators();
+    SPIRE_CHECK(!a.empty(), "DistributedInferenceRunner: inferencer ", inf->name(),
+                " has no accumulators() to sum over the ranks");
+    sizes.push_back(a.size());
+    all.insert(all.end(), a.begin(), a.end());
+  }
+  std::vector<double> sum = trainer_->allreduce_sum(all, "DistributedInferenceRunner");
+  size_t at = 0;
+  for (size_t k = 0; k < inferencers.size(); ++k) {
+    inferencers[k]->set_accumulators(std::vector<double>(sum.begin() + static_cast<long>(at),
+                                                         sum.begin() + static_cast<long>(at + sizes[k])));
+    at += sizes[k];
+  }
+}
+
+}  // namespace spire

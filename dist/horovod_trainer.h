@@ -1,0 +1,144 @@
+// HorovodTrainer (tensorpack's name and semantics; Spire's collectives over
+// MPI underneath, no Horovod dependency): one process per device, launched
+// by mpirun, each building one main training tower; the gradients are
+// all-reduced across the ranks in fused buckets, and every rank applies the
+// same update, so a step of N ranks x batch b equals one single-process step
+// on the N*b batch.
+//
+// - Rank 0 is the chief: it restores (session_init), runs the chief-only
+//   callbacks (ModelSaver, InferenceRunner, summaries) and alone writes the
+//   log directory (the others' logdir is cleared). Global variables are
+//   broadcast from rank 0 right after the chief's restore, at the start of
+//   training and (BROADCAST_EVERY_EPOCH) at every epoch.
+// - Every rank runs rank 0's loop (steps per epoch, starting epoch, max
+//   epoch): AutoResumeTrainConfig decides on rank 0, the others follow
+//   (tensorpack issue #1054 cannot happen). launch_train_with_config gives
+//   each rank its own shard of the dataflow (ShardData).
+// - The collectives get an explicit order (control edges), so every rank
+//   calls them in the same order whatever its hooks fetch; before the first
+//   step the ranks agree on the list (name, kind, dtype, shape): a graph
+//   that differs between ranks is an error on every rank naming the first
+//   difference. Gradients are packed into buckets of up to
+//   fusion_threshold_bytes (Horovod's HOROVOD_FUSION_THRESHOLD, 128 MiB), in
+//   backward order, one allreduce per bucket.
+// - A rank whose training fails tells the others (MpiRuntime::announce_failure):
+//   they stop at once with an error naming it; a rank that dies or stalls is
+//   named by the others after the collective timeout.
+// - BatchNorm(sync_statistics = "horovod" or "nccl") averages the batch
+//   statistics over the ranks. DistributedInferenceRunner validates on every
+//   rank's shard and sums the inferencers' counts over the ranks.
+//
+// Launch: mpirun -np 2 ./build/examples/mnist_convnet --trainer horovod
+// (README: OpenMPI's flags for root and for more ranks than cores).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/communicator.h"
+#include "train/callbacks/inference.h"
+#include "train/trainer.h"
+
+namespace spire {
+
+/// Horovod's process queries (hvd.rank() and friends) for user code: this
+/// process's rank in the MPI job, its rank on its host, and the counts.
+/// Without MPI (SPIRE_MPI=OFF) or outside mpirun: rank 0 of 1.
+namespace hvd {
+int rank();
+int local_rank();
+int size();
+int local_size();
+}  // namespace hvd
+
+struct HorovodOptions {
+  /// Average the gradients over the ranks (else sum them).
+  bool average = true;
+  /// "none", or "fp16" (gradients sent as half precision; not available
+  /// yet: an error says so).
+  std::string compression = "none";
+  /// Gradients are packed into buckets of at most this many bytes (one
+  /// allreduce each; a larger gradient gets its own); 0: one allreduce per
+  /// gradient.
+  int64_t fusion_threshold_bytes = int64_t{128} << 20;
+  /// How long any collective waits for the other ranks before it fails
+  /// naming the missing rank (MpiCommunicator's timeout).
+  double timeout_seconds = 60;
+  /// The communicator across the processes (one participant each). Null:
+  /// an MpiCommunicator (SPIRE_MPI_ALGORITHM chooses Spire's ring or MPI's
+  /// collectives).
+  std::shared_ptr<dist::Communicator> communicator;
+  /// This rank's training device (CPU: MPI's collectives take host tensors).
+  Device device = Device::cpu();
+};
+
+/// tensorpack's HorovodTrainer(average, compression).
+class HorovodTrainer : public SingleCostTrainer {
+ public:
+  explicit HorovodTrainer(bool average = true, std::string compression = "none");
+  explicit HorovodTrainer(HorovodOptions options);
+  ~HorovodTrainer() override;
+
+  int rank() const;
+  int local_rank() const;
+  int size() const;
+  /// Broadcast the global variables from rank 0 at every epoch too
+  /// (tensorpack's BROADCAST_EVERY_EPOCH; read when the graph is set up).
+  bool BROADCAST_EVERY_EPOCH = true;
+
+  std::vector<Device> tower_devices() const override { return {options_.device}; }
+  /// {rank, size}: each rank trains on its own shard of the data.
+  std::pair<int, int> data_shard() const override { return {rank(), size()}; }
+  const dist::Communicator& communicator() const { return *comm_; }
+  /// The session resource name of the communicator in the collective nodes.
+  static const char* communicator_name() { return "horovod"; }
+  /// The gradient allreduce nodes, one per bucket, in their order (after setup).
+  const std::vector<Node*>& gradient_collectives() const { return grad_collectives_; }
+  /// The op assigning every global variable its value on rank 0 (built
+  /// when the session is created).
+  Node* broadcast_op() const { return broadcast_op_; }
+  /// Sums `values` over the ranks (outside the graph; for callbacks such as
+  /// DistributedInferenceRunner). Every rank must call it, in the same order.
+  std::vector<double> allreduce_sum(const std::vector<double>& values, const std::string& what);
+  /// Rank 0's `value` on every rank (e.g. the starting epoch rank 0 resumes
+  /// from, for the data order). Every rank must call it, in the same order.
+  int64_t broadcast_from_chief(int64_t value, const std::string& what);
+
+ protected:
+  std::vector<CallbackPtr> _setup_graph(InputSource& input, GetOptFn get_opt_fn) override;
+  void on_session_created(Session& session) override;
+  void after_session_init(Session& session) override;
+  void synchronize_loop(int64_t& steps_per_epoch, int& starting_epoch, int& max_epoch) override;
+  void on_failure(const std::exception& error) override;
+
+ private:
+  Node* build_broadcast_op();
+  void agree_on_collectives();
+  HorovodOptions options_;
+  std::shared_ptr<dist::Communicator> comm_;
+  std::vector<Node*> grad_collectives_;
+  Node* broadcast_op_ = nullptr;
+  uint64_t calls_ = 0;  // outside-graph collectives so far (their keys)
+};
+
+/// An InferenceRunner for HorovodTrainer that is not chief-only: every rank
+/// runs its shard of `dataflow` (ShardData(rank, size), no datapoint
+/// dropped), then the inferencers' accumulators are summed over the ranks,
+/// so every rank reports the statistics of the whole dataflow (the
+/// distributed validation of tensorpack's ResNet-Horovod example).
+/// Inferencers must support accumulators() (ScalarStats, ClassificationError).
+class DistributedInferenceRunner : public InferenceRunner {
+ public:
+  DistributedInferenceRunner(std::shared_ptr<DataFlow> dataflow, std::vector<InferencerPtr> inferencers,
+                             int rank, int size, std::string tower_name = "InferenceTower");
+
+ protected:
+  void _setup_graph() override;
+  void combine_inferencers(std::vector<InferencerPtr>& inferencers) override;
+
+ private:
+  HorovodTrainer* trainer_ = nullptr;
+};
+
+}  // namespace spire

@@ -1,0 +1,342 @@
+// HorovodTrainer under mpirun on 2, 3 and 4 ranks (runs in spire_mpi_tests):
+// N ranks x batch b end with the variables SimpleTrainer reaches on the N*b
+// batch (f64), bit-identical on every rank; synchronized BatchNorm across
+// ranks equals BatchNorm over the whole batch; graphs that differ between
+// ranks fail on every rank before the first step; every rank runs rank 0's
+// loop; the distributed InferenceRunner gives the numbers of one
+// InferenceRunner over the whole dataflow.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "core/ops.h"
+#include "dist/collective_ops.h"
+#include "dist/horovod_trainer.h"
+#include "dist/mpi_communicator.h"
+#include "layers/layers.h"
+#include "train/callbacks.h"
+#include "train/config.h"
+#include "train/dataflow.h"
+#include "train/input_source.h"
+#include "train/model_desc.h"
+#include "train/session_init.h"
+
+namespace spire {
+namespace {
+
+int rank() { return dist::MpiRuntime::get().rank(); }
+int nranks() { return dist::MpiRuntime::get().size(); }
+
+// x [-1, 4] -> FC(6, tanh) -> [BatchNorm] -> FC(3) -> mean softmax cross-entropy.
+class Model : public ModelDesc {
+ public:
+  Model(bool adam, std::string bn = "none", bool extra = false) : adam_(adam), bn_(std::move(bn)), extra_(extra) {}
+  std::vector<InputDesc> inputs() const override {
+    return {{"x", DType::F64, {-1, 4}}, {"label", DType::I64, {-1}}};
+  }
+  Output build_graph(const std::vector<Output>& in) override {
+    Output h = FullyConnected("fc0", in[0], 6, FullyConnectedOptions().activation(ops::tanh));
+    if (bn_ != "none") h = BatchNorm("bn", h, BatchNormOptions().sync_statistics(bn_));
+    if (extra_) h = FullyConnected("extra", h, 6);
+    Output logits = FullyConnected("fc1", h, 3);
+    Output xent = ops::sparse_softmax_cross_entropy_with_logits(logits, in[1]);
+    ops::cast(ops::not_equal(ops::argmax(logits, 1), in[1]), DType::F64, "incorrect_vector");
+    return ops::mean(xent, {}, false, "cost");
+  }
+  std::shared_ptr<Optimizer> optimizer() override {
+    if (adam_) return std::make_shared<AdamOptimizer>(0.05);
+    return std::make_shared<MomentumOptimizer>(0.1, 0.9);
+  }
+
+ private:
+  bool adam_;
+  std::string bn_;
+  bool extra_;
+};
+
+std::vector<Datapoint> batches(int n, int b, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<Datapoint> out;
+  for (int i = 0; i < n; ++i) {
+    std::vector<double> x;
+    std::vector<int64_t> y;
+    for (int j = 0; j < b; ++j) {
+      double v[4];
+      for (double& e : v) e = u(rng), x.push_back(e);
+      y.push_back(v[0] + v[1] > 0.3 ? 0 : (v[2] - v[3] > 0 ? 1 : 2));
+    }
+    out.push_back({Tensor::from_vector<double>({b, 4}, x), Tensor::from_vector<int64_t>({b}, y)});
+  }
+  return out;
+}
+
+// Batches k*s .. k*s+k-1 concatenated: the whole batch of step s.
+std::vector<Datapoint> concatenated(const std::vector<Datapoint>& bs, int k) {
+  std::vector<Datapoint> out;
+  for (size_t s = 0; s + static_cast<size_t>(k) <= bs.size(); s += static_cast<size_t>(k)) {
+    std::vector<double> x;
+    std::vector<int64_t> y;
+    for (int j = 0; j < k; ++j) {
+      auto xs = bs[s + static_cast<size_t>(j)][0].to_vector<double>();
+      auto ys = bs[s + static_cast<size_t>(j)][1].to_vector<int64_t>();
+      x.insert(x.end(), xs.begin(), xs.end());
+      y.insert(y.end(), ys.begin(), ys.end());
+    }
+    out.push_back({Tensor::from_vector<double>({static_cast<int64_t>(y.size()), 4}, x),
+                   Tensor::from_vector<int64_t>({static_cast<int64_t>(y.size())}, y)});
+  }
+  return out;
+}
+
+// Batches r, r + k, r + 2k, ...: rank r's share.
+std::vector<Datapoint> shard(const std::vector<Datapoint>& bs, int r, int k) {
+  std::vector<Datapoint> out;
+  for (size_t i = static_cast<size_t>(r); i < bs.size(); i += static_cast<size_t>(k)) out.push_back(bs[i]);
+  return out;
+}
+
+std::map<std::string, Tensor> train(SingleCostTrainer& t, std::shared_ptr<ModelDesc> model,
+                                    std::vector<Datapoint> data, int64_t steps, int max_epoch = 1,
+                                    std::vector<CallbackPtr> callbacks = {}, uint64_t seed = 3,
+                                    const std::map<std::string, Tensor>* init = nullptr) {
+  TrainConfig cfg;
+  cfg.model = std::move(model);
+  cfg.data = std::make_shared<FeedInput>(std::make_shared<DataFromList>(std::move(data), false));
+  cfg.steps_per_epoch = steps;
+  cfg.max_epoch = max_epoch;
+  cfg.extra_callbacks = std::vector<CallbackPtr>{std::make_shared<RunUpdateOps>()};
+  cfg.monitors = std::vector<MonitorPtr>{};
+  cfg.callbacks = std::move(callbacks);
+  if (init) cfg.session_init = std::make_shared<DictRestore>(*init);
+  t.graph().set_seed(seed);
+  launch_train_with_config(cfg, t);
+  return get_variable_values(t.session());
+}
+
+// The variables of a freshly initialized model (seed 11).
+std::map<std::string, Tensor> initial_values(bool adam, const std::string& bn = "none") {
+  SimpleTrainer t;
+  t.graph().set_seed(11);
+  auto model = std::make_shared<Model>(adam, bn);
+  t.setup_graph(model->get_input_signature(),
+                std::make_shared<FeedInput>(std::make_shared<DataFromList>(batches(1, 2, 1), false)),
+                [model](const std::vector<Output>& in) { return model->build_graph(in); },
+                [model] { return model->get_optimizer(); });
+  t.setup_callbacks({}, {});
+  t.initialize({}, {});
+  return get_variable_values(t.session());
+}
+
+double max_rel_diff(const Tensor& a, const Tensor& b) {
+  double worst = 0;
+  for (int64_t i = 0; i < a.num_elements(); ++i) {
+    double x = a.element_as_double(i), y = b.element_as_double(i);
+    worst = std::max(worst, std::abs(x - y) / std::max(1.0, std::abs(x)));
+  }
+  return worst;
+}
+
+// FNV-1a of every variable's bytes, by name.
+uint64_t checksum(const std::map<std::string, Tensor>& vars) {
+  uint64_t h = 1469598103934665603ull;
+  for (const auto& [name, t] : vars) {
+    for (char c : name) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    const auto* p = static_cast<const unsigned char*>(t.raw_data());
+    for (size_t i = 0; i < t.nbytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  }
+  return h;
+}
+
+// Every rank's value of `h` (through a fresh communicator).
+std::vector<int64_t> gather(int64_t h) {
+  dist::MpiCommunicator comm;
+  Tensor in(DType::I64, Shape{1}), out(DType::I64, Shape{nranks()});
+  in.data<int64_t>()[0] = h;
+  std::vector<dist::Participant> p{{0, in, out}};
+  dist::CollectiveCall c;
+  c.name = "gather";
+  comm.allgather(c, p);
+  return out.to_vector<int64_t>();
+}
+
+constexpr int kBatch = 5, kSteps = 4;
+
+TEST(HorovodTrainer, RanksTimesBatchEqualsSimpleTrainerOnTheWholeBatchBitIdenticalOnEveryRank) {
+  const int n = nranks();
+  for (bool adam : {false, true}) {
+    auto data = batches(n * kSteps, kBatch, 42);
+    // Every rank initializes differently; rank 0 restores these initial
+    // values, and its broadcast gives them to the others.
+    const std::map<std::string, Tensor> init_values = initial_values(adam);
+    SimpleTrainer simple;
+    auto want = train(simple, std::make_shared<Model>(adam), concatenated(data, n), kSteps, 1, {}, 3,
+                      &init_values);
+    HorovodOptions o;
+    o.fusion_threshold_bytes = 200;  // several buckets
+    HorovodTrainer hvd(o);
+    EXPECT_EQ(hvd.is_chief(), rank() == 0);
+    EXPECT_EQ(hvd.rank(), rank());
+    EXPECT_EQ(hvd.size(), n);
+    auto got = train(hvd, std::make_shared<Model>(adam), shard(data, rank(), n), kSteps, 1, {},
+                     /*seed=*/3 + static_cast<uint64_t>(rank()) * 1000, &init_values);
+    EXPECT_GT(hvd.gradient_collectives().size(), 1u);
+    for (const auto& [name, w] : want) {
+      ASSERT_TRUE(got.count(name)) << name;
+      EXPECT_LE(max_rel_diff(w, got.at(name)), 1e-12) << (adam ? "adam " : "momentum ") << name;
+    }
+    EXPECT_EQ(got.at("global_step").item<int64_t>(), kSteps);
+    const std::vector<int64_t> sums = gather(static_cast<int64_t>(checksum(got)));
+    for (int r = 1; r < n; ++r) EXPECT_EQ(sums[static_cast<size_t>(r)], sums[0]) << "rank " << r << " differs";
+  }
+}
+
+TEST(HorovodTrainer, OneBucketPerGradientAndSummedGradients) {
+  const int n = nranks();
+  auto data = batches(n * kSteps, kBatch, 43);
+  HorovodOptions o;
+  o.fusion_threshold_bytes = 0;
+  o.average = false;
+  HorovodTrainer hvd(o);
+  train(hvd, std::make_shared<Model>(false), shard(data, rank(), n), kSteps);
+  EXPECT_EQ(hvd.gradient_collectives().size(), 4u);  // fc0/W, fc0/b, fc1/W, fc1/b
+  for (Node* c : hvd.gradient_collectives()) EXPECT_EQ(c->attr<std::string>("reduction"), "sum");
+  // Explicit order: each bucket's allreduce waits for the previous one.
+  const auto& cs = hvd.gradient_collectives();
+  for (size_t i = 1; i < cs.size(); ++i) {
+    const auto& deps = cs[i]->control_inputs();
+    EXPECT_NE(std::find(deps.begin(), deps.end(), cs[i - 1]), deps.end()) << cs[i]->name();
+  }
+}
+
+TEST(HorovodTrainer, SyncBatchNormAcrossRanksEqualsBatchNormOverTheWholeBatch) {
+  const int n = nranks();
+  auto data = batches(n * kSteps, kBatch, 47);
+  const auto init = initial_values(false, "");
+  SimpleTrainer simple;
+  auto want = train(simple, std::make_shared<Model>(false, ""), concatenated(data, n), kSteps, 1, {}, 3, &init);
+  HorovodTrainer hvd;
+  auto got = train(hvd, std::make_shared<Model>(false, "horovod"), shard(data, rank(), n), kSteps, 1, {}, 3, &init);
+  for (const auto& [name, w] : want) EXPECT_LE(max_rel_diff(w, got.at(name)), 1e-10) << name;
+  EXPECT_GT(max_rel_diff(want.at("bn/mean/EMA"), Tensor(want.at("bn/mean/EMA").dtype(), want.at("bn/mean/EMA").shape())), 1e-6);
+}
+
+TEST(HorovodTrainer, GraphsThatDifferBetweenRanksFailOnEveryRankBeforeTheFirstStep) {
+  const int n = nranks();
+  auto data = batches(n * kSteps, kBatch, 44);
+  HorovodOptions o;
+  o.timeout_seconds = 20;
+  HorovodTrainer hvd(o);
+  // The last rank's model has one more layer.
+  try {
+    train(hvd, std::make_shared<Model>(false, "none", rank() == n - 1), shard(data, rank(), n), kSteps);
+    ADD_FAILURE() << "no error on rank " << rank();
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("HorovodTrainer: the ranks' collectives"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(str_cat("ranks disagree: rank ", n - 1, " has ")), std::string::npos) << msg;
+    EXPECT_NE(msg.find("the first difference is item 0"), std::string::npos) << msg;
+  }
+}
+
+// Records the loop each rank ran.
+class LoopRecorder : public Callback {
+ public:
+  LoopRecorder() { chief_only_ = false; }
+  int first = 0, last = 0;
+  int64_t steps = 0;
+
+ protected:
+  void _before_epoch() override {
+    if (!first) first = trainer().epoch_num();
+    last = trainer().epoch_num();
+  }
+  void _trigger_step() override { ++steps; }
+};
+
+TEST(HorovodTrainer, EveryRankRunsRankZerosLoop) {
+  const int n = nranks();
+  auto data = batches(n * 12, kBatch, 45);
+  HorovodTrainer hvd;
+  auto rec = std::make_shared<LoopRecorder>();
+  TrainConfig cfg;
+  cfg.model = std::make_shared<Model>(false);
+  cfg.data = std::make_shared<FeedInput>(std::make_shared<DataFromList>(shard(data, rank(), n), false));
+  // Rank 0 resumes at epoch 3 of 4 with 2 steps per epoch; the others were told otherwise.
+  cfg.steps_per_epoch = rank() == 0 ? 2 : 3;
+  cfg.starting_epoch = rank() == 0 ? 3 : 1;
+  cfg.max_epoch = 4;
+  cfg.callbacks = {rec};
+  cfg.monitors = std::vector<MonitorPtr>{};
+  cfg.extra_callbacks = std::vector<CallbackPtr>{};
+  launch_train_with_config(cfg, hvd);
+  EXPECT_EQ(rec->first, 3);
+  EXPECT_EQ(rec->last, 4);
+  EXPECT_EQ(rec->steps, 4);
+  EXPECT_EQ(hvd.broadcast_from_chief(rank() + 10, "probe"), 10);
+}
+
+TEST(HorovodTrainer, DistributedInferenceRunnerSumsTheRanksCounts) {
+  const int n = nranks();
+  auto data = batches(n * 2, kBatch, 46);
+  auto val = batches(7, 3, 99);  // 7 batches: the shards differ in size
+  auto stats = [] {
+    return std::vector<InferencerPtr>{std::make_shared<ScalarStats>("cost"),
+                                      std::make_shared<ClassificationError>("incorrect_vector")};
+  };
+  HorovodTrainer hvd;
+  auto inf = stats();
+  auto runner = std::make_shared<DistributedInferenceRunner>(
+      std::make_shared<DataFromList>(val, false), inf, rank(), n);
+  train(hvd, std::make_shared<Model>(false), shard(data, rank(), n), 2, 1, {runner});
+  const double err = inf[1]->after_inference().at("validation_error");
+  const double cost = inf[0]->after_inference().at("validation_cost");
+  // One InferenceRunner over all of `val` on the same variables.
+  auto whole = stats();
+  auto df = std::make_shared<DataFromList>(val, false);
+  df->reset_state();
+  auto predict = hvd.get_predictor({"x", "label"}, {"cost", "incorrect_vector"});
+  for (auto& i : whole) i->before_inference();
+  for (auto& dp : df->epoch()) {
+    auto out = predict(dp);
+    whole[0]->on_fetches({out[0]});
+    whole[1]->on_fetches({out[1]});
+  }
+  EXPECT_NEAR(whole[1]->after_inference().at("validation_error"), err, 1e-12);
+  EXPECT_NEAR(whole[0]->after_inference().at("validation_cost"), cost, 1e-12);
+}
+
+}  // namespace
+
+// For rank_failures.py ("trainer" mode): a HorovodTrainer whose rank 1
+// raises from a callback at its third step; every rank must end at once
+// with an error naming rank 1 (the trainer announces the failure).
+class RaiseAtStep : public Callback {
+ public:
+  RaiseAtStep() { chief_only_ = false; }
+
+ protected:
+  void _trigger_step() override {
+    if (rank() == 1 && trainer().global_step() == 3) throw_error("the model raised: boom");
+  }
+};
+
+int run_trainer_failure() {
+  const int n = nranks();
+  auto data = batches(n * 50, kBatch, 48);
+  HorovodOptions o;
+  o.timeout_seconds = 30;  // the others must not need the timeout
+  try {
+    HorovodTrainer hvd(o);
+    train(hvd, std::make_shared<Model>(false), shard(data, rank(), n), 50, 1, {std::make_shared<RaiseAtStep>()});
+    std::fprintf(stderr, "rank %d: no error\n", rank());
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "rank %d: spire::Error: %s\n", rank(), e.what());
+    return 1;
+  }
+}
+
+}  // namespace spire
