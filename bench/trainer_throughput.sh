@@ -2,7 +2,9 @@
 # MNIST convnet training throughput (images/s) of the trainers, from the main
 # job itself (build/examples/mnist_convnet on the real MNIST data, batch 128
 # per tower): SimpleTrainer at 1 and 2 kernel threads, then the replicated,
-# parameter-server and async trainers on K devices. Prints one table with
+# parameter-server and async trainers on K devices, and HorovodTrainer
+# under mpirun on 1 and 2 ranks (one thread each; when mpirun exists and
+# horovod is in --trainers). Prints one table with
 # scaling efficiency = throughput(K towers) / (K x throughput(1 tower)),
 # where the one-tower reference is SimpleTrainer with one device's share of
 # the threads (CPU: 1 thread per device; GPU: gpu:0).
@@ -11,14 +13,15 @@
 #   --build DIR      build directory with examples/mnist_convnet (default: build)
 #   --gpus N         towers on gpu:0..gpu:N-1 (K = 1..N) instead of 2 CPU devices
 #   --images N       training images timed per configuration (default 15360)
-#   --trainers LIST  multi-device trainers to time (default: replicated,ps,async)
+#   --trainers LIST  trainers to time (default: replicated,ps,async,horovod)
 # The time is that of the epoch's steps only (the log's "Epoch 1 ... time"),
 # after a warm-up epoch of 10 steps; validation is not timed.
 set -u
 BUILD=build
 GPUS=0
 IMAGES=15360
-TRAINERS=replicated,ps,async
+TRAINERS=replicated,ps,async,horovod
+LAUNCH=()  # a launcher before the binary (mpirun for horovod)
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) BUILD=$2; shift 2 ;;
@@ -41,7 +44,7 @@ run() {
   local log="$TMP/$name.log"
   # Epoch 1: 10 warm-up steps are not enough to time, so run 2 epochs of
   # `steps` and time the second.
-  if ! "$BIN" --logdir "$TMP/$name" --max-epoch 2 --steps-per-epoch "$steps" "$@" >"$log" 2>&1; then
+  if ! "${LAUNCH[@]}" "$BIN" --logdir "$TMP/$name" --max-epoch 2 --steps-per-epoch "$steps" "$@" >"$log" 2>&1; then
     echo "trainer_throughput: $name failed:" >&2
     tail -5 "$log" >&2
     echo "nan"
@@ -61,6 +64,17 @@ if (( GPUS == 0 )); then
   ROWS+=("simple cpu 1-thread|1|$one|1.00")
   ROWS+=("simple cpu 2-thread|1|$two|$(ratio "$two" "$one" 2)")
   for t in ${TRAINERS//,/ }; do
+    if [[ $t == horovod ]]; then
+      command -v mpirun >/dev/null || { echo "trainer_throughput: no mpirun; horovod skipped" >&2; continue; }
+      export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+      for n in 1 2; do
+        LAUNCH=(mpirun -np "$n")
+        v=$(run "horovod-$n" "$n" --trainer horovod --threads 1)
+        ROWS+=("horovod mpirun -np $n (1 thread each)|$n|$v|$(ratio "$v" "$one" "$n")")
+      done
+      LAUNCH=()
+      continue
+    fi
     v=$(run "$t-2" 2 --trainer "$t" --devices cpu:0,cpu:1 --threads 2)
     ROWS+=("$t cpu:0,cpu:1 (1 thread each)|2|$v|$(ratio "$v" "$one" 2)")
   done
@@ -68,6 +82,7 @@ else
   one=$(run simple-gpu 1 --trainer simple --device gpu:0)
   ROWS+=("simple gpu:0|1|$one|1.00")
   for t in ${TRAINERS//,/ }; do
+    [[ $t == horovod ]] && continue  # one GPU per rank: not timed here
     for (( k = 1; k <= GPUS; ++k )); do
       v=$(run "$t-gpu$k" "$k" --trainer "$t" --gpus "$k")
       ROWS+=("$t --gpus $k|$k|$v|$(ratio "$v" "$one" "$k")")

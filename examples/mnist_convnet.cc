@@ -244,6 +244,13 @@ uint64_t variables_checksum(Trainer& trainer) {
 // run's monitors, else from stats.json (e.g. when nothing was left to train).
 bool final_stat(const Trainer& trainer, const std::string& logdir, const std::string& name,
                 double* value, int* epoch) {
+  // A horovod rank other than 0 writes no stats.json: its own monitors hold
+  // the (distributed) validation of this run.
+  if (trainer.logdir().empty() && trainer.monitors().has(name)) {
+    *value = trainer.monitors().get_latest(name);
+    *epoch = trainer.epoch_num();
+    return true;
+  }
   auto stats = JSONWriter::load_existing_json(logdir);
   for (auto it = stats.rbegin(); it != stats.rend(); ++it) {
     auto v = it->find(name);
