@@ -1,10 +1,12 @@
-// Allreduce across MPI ranks: Spire's ring over MPI point-to-point
-// (MpiAlgorithm::kRing) against MPI_Allreduce (MpiAlgorithm::kMpi) in the
-// same run, f32 sum, sizes from --min to --max (powers of 4). Prints the
-// median time of --reps calls (after a warm-up), bus bandwidth as
-// nccl-tests defines it (S/t x 2(n-1)/n) and the ring/MPI time ratio (> 1:
-// the ring is faster). Run under mpirun, e.g.
-//   mpirun -np 2 build/bench/mpi_allreduce_bandwidth [--min 4K] [--max 64M] [--reps 9]
+// Allreduce across MPI ranks: Spire's default (MpiAlgorithm::kAuto: the
+// measured link model picks recursive doubling or the ring per size), its
+// ring and its recursive doubling forced, against MPI_Allreduce
+// (MpiAlgorithm::kMpi) in the same run, f32 sum, sizes from --min to --max
+// (powers of 4). Prints the median time of --reps calls (after a warm-up),
+// bus bandwidth as nccl-tests defines it (S/t x 2(n-1)/n), the algorithm
+// auto chose, and the MPI/Spire time ratio (> 1: Spire is faster). Run
+// under mpirun, e.g.
+//   mpirun -np 2 build/bench/mpi_allreduce_bandwidth [--min 4K] [--max 256M] [--reps 9]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -59,7 +61,7 @@ double time_allreduce(MpiCommunicator& comm, int64_t count, int reps) {
 
 int main(int argc, char** argv) {
   try {
-    int64_t lo = 4 << 10, hi = 64 << 20;
+    int64_t lo = 4 << 10, hi = 256 << 20;
     int reps = 9;
     for (int i = 1; i + 1 < argc; i += 2) {
       std::string k = argv[i], v = argv[i + 1];
@@ -69,20 +71,32 @@ int main(int argc, char** argv) {
       else throw_error("unknown argument ", k);
     }
     MpiRuntime& rt = MpiRuntime::get();
+    MpiCommunicator spire(Device::cpu(), 120, MpiAlgorithm::kAuto);
     MpiCommunicator ring(Device::cpu(), 120, MpiAlgorithm::kRing);
+    MpiCommunicator rd(Device::cpu(), 120, MpiAlgorithm::kRecursiveDoubling);
     MpiCommunicator mpi(Device::cpu(), 120, MpiAlgorithm::kMpi);
     const int n = rt.size();
     if (rt.rank() == 0)
-      std::printf("allreduce f32 sum, %d ranks, median of %d\n%10s %12s %12s %12s %12s %8s\n", n, reps,
-                  "size", "ring time", "ring busbw", "MPI time", "MPI busbw", "MPI/ring");
+      std::printf("allreduce f32 sum, %d ranks, median of %d; busbw in GB/s\n%10s %12s %8s %5s %8s %8s %8s %12s %9s\n",
+                  n, reps, "size", "Spire time", "busbw", "(alg)", "ring", "rec-dbl", "MPI", "MPI time",
+                  "MPI/Spire");
     for (int64_t bytes = lo; bytes <= hi; bytes *= 4) {
       const int64_t count = bytes / 4;
-      double tr = time_allreduce(ring, count, reps);
-      double tm = time_allreduce(mpi, count, reps);
+      const double ta = time_allreduce(spire, count, reps);
+      const char* chose = spire.last_allreduce_algorithm() == MpiAlgorithm::kRing ? "ring" : "rd";
+      const double tr = time_allreduce(ring, count, reps);
+      const double td = time_allreduce(rd, count, reps);
+      const double tm = time_allreduce(mpi, count, reps);
       const double factor = 2.0 * (n - 1) / n;
+      auto bw = [&](double t) { return bytes / t * factor / 1e9; };
       if (rt.rank() == 0)
-        std::printf("%10s %10.1f us %9.2f GB/s %9.1f us %9.2f GB/s %8.2f\n", human(bytes).c_str(), tr * 1e6,
-                    bytes / tr * factor / 1e9, tm * 1e6, bytes / tm * factor / 1e9, tm / tr);
+        std::printf("%10s %9.1f us %8.2f %5s %8.2f %8.2f %8.2f %9.1f us %9.2f\n", human(bytes).c_str(), ta * 1e6,
+                    bw(ta), chose, bw(tr), bw(td), bw(tm), tm * 1e6, tm / ta);
+    }
+    if (rt.rank() == 0) {
+      const MpiLinkModel m = spire.link_model();
+      std::printf("link model (ranks 0-1): alpha %.2f us, beta %.2f GB/s, reduction %.2f GB/s\n", m.alpha * 1e6,
+                  1e-9 / m.beta, 1e-9 / m.gamma);
     }
     return 0;
   } catch (const Error& e) {

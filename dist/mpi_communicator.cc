@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <climits>
 #include <cstdlib>
@@ -80,6 +81,7 @@ constexpr int kTagAck = 2;      // "received your failure"
 // Tags on a communicator: ring data cycles below kTagAgree.
 constexpr int kTagAgree = 32001;    // a rank's side of an agreement, to rank 0
 constexpr int kTagVerdict = 32002;  // rank 0's verdict, to every rank
+constexpr int kTagCalibrate = 32003;  // the link model's ping-pong and its result
 }  // namespace
 
 struct MpiRuntime::Control {
@@ -211,6 +213,8 @@ struct MpiCommunicator::Impl {
   // for the communicator's lifetime (and the communicator is not freed).
   std::vector<std::shared_ptr<void>> abandoned_buffers;
   std::vector<Tensor> abandoned_tensors;
+  MpiLinkModel model;  // measured at the first kAuto allreduce
+  MpiAlgorithm last_allreduce = MpiAlgorithm::kAuto;
 };
 
 namespace {
@@ -249,7 +253,10 @@ class CallWaits {
   /// rank's failure, and on timeout with timeout_text().
   template <typename Done, typename Text>
   bool poll(Done&& done, Clock::duration limit, Text&& timeout_text, bool throw_on_timeout = true) {
-    const Clock::time_point deadline = Clock::now() + limit;
+    const Clock::time_point start = Clock::now(), deadline = start + limit;
+    // Latency matters (a step of recursive doubling is one message): spin,
+    // yielding the core, for the first 2 ms; then poll every 50 us.
+    const Clock::time_point spin_until = start + std::chrono::milliseconds(2);
     for (int spins = 0;; ++spins) {
       if (done()) return true;
       if (rc_ && rc_->cancellation && rc_->cancellation->cancelled()) {
@@ -269,7 +276,9 @@ class CallWaits {
         abandon(str_cat(what_, ": ", text));
         throw_error(what_, ": ", text);
       }
-      if (spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (spins < 64) continue;
+      if (Clock::now() < spin_until) std::this_thread::yield();
+      else std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
 
@@ -413,8 +422,19 @@ MpiCommunicator::~MpiCommunicator() {
 }
 
 std::string MpiCommunicator::name() const {
-  return str_cat(algorithm_ == MpiAlgorithm::kRing ? "mpi-ring" : "mpi", "(rank ", impl_->rank, " of ",
-                 impl_->size, ", ", devices_[0].to_string(), ")");
+  const char* kind = algorithm_ == MpiAlgorithm::kAuto                 ? "mpi-auto"
+                     : algorithm_ == MpiAlgorithm::kRing               ? "mpi-ring"
+                     : algorithm_ == MpiAlgorithm::kRecursiveDoubling ? "mpi-rd"
+                                                                        : "mpi";
+  return str_cat(kind, "(rank ", impl_->rank, " of ", impl_->size, ", ", devices_[0].to_string(), ")");
+}
+MpiLinkModel MpiCommunicator::link_model() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return impl_->model;
+}
+MpiAlgorithm MpiCommunicator::last_allreduce_algorithm() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return impl_->last_allreduce;
 }
 int MpiCommunicator::rank() const { return impl_->rank; }
 int MpiCommunicator::num_ranks() const { return impl_->size; }
@@ -506,7 +526,21 @@ void MpiCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
   Participant& p = parts.at(0);
   const MPI_Datatype type = mpi_type(sig.dtype, what);
   const int count = as_int_count(sig.count, what);
-  if (algorithm_ == MpiAlgorithm::kRing && impl_->size > 1) {
+  MpiAlgorithm algorithm = algorithm_;
+  if (kind == CollectiveKind::kAllReduce && impl_->size > 1) {
+    if (algorithm == MpiAlgorithm::kAuto) {
+      if (!impl_->model.measured) measure_links(&waits);
+      algorithm = impl_->model.choose(impl_->size, sig.count * static_cast<int64_t>(dtype_size(sig.dtype)));
+    }
+    impl_->last_allreduce = algorithm;
+  } else if (algorithm == MpiAlgorithm::kAuto || algorithm == MpiAlgorithm::kRecursiveDoubling) {
+    algorithm = MpiAlgorithm::kRing;  // the other collectives: ring and chain
+  }
+  if (algorithm == MpiAlgorithm::kRecursiveDoubling && impl_->size > 1) {
+    recursive_doubling(&waits, sig, p, op);
+    return;
+  }
+  if (algorithm == MpiAlgorithm::kRing && impl_->size > 1) {
     // Spire's ring over point-to-point messages (see dist/ring_schedule.h).
     const int n = impl_->size, me = impl_->rank;
     const int succ = (me + 1) % n, pred = (me + n - 1) % n;
@@ -663,6 +697,162 @@ void MpiCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
   }
 }
 
+void MpiCommunicator::measure_links(void* waits_ptr) {
+  CallWaits& waits = *static_cast<CallWaits*>(waits_ptr);
+  const int n = impl_->size, me = impl_->rank;
+  MPI_Comm comm = impl_->comm;
+  // Rank 0 and rank 1 ping-pong 8-byte and 1 MiB messages; rank 0 fits
+  // alpha (half the small round trip) and beta (the large one's extra time
+  // per byte) and sends both to every rank.
+  constexpr int kSmallTrips = 50, kLargeTrips = 6;
+  constexpr int64_t kLarge = 1 << 20;
+  auto buffer = std::make_shared<std::vector<char>>(static_cast<size_t>(kLarge));
+  waits.keep(buffer);
+  auto result = std::make_shared<std::array<double, 3>>();
+  waits.keep(result);
+  auto exchange = [&](int peer, bool first, int64_t bytes) {
+    MPI_Request req;
+    if (first) {
+      check_mpi(MPI_Isend(buffer->data(), static_cast<int>(bytes), MPI_CHAR, peer, kTagCalibrate, comm, &req),
+                "MPI_Isend");
+      waits.wait(req, str_cat("rank ", peer, " in the link measurement"));
+      check_mpi(MPI_Irecv(buffer->data(), static_cast<int>(bytes), MPI_CHAR, peer, kTagCalibrate, comm, &req),
+                "MPI_Irecv");
+      waits.wait(req, str_cat("rank ", peer, " in the link measurement"));
+    } else {
+      check_mpi(MPI_Irecv(buffer->data(), static_cast<int>(bytes), MPI_CHAR, peer, kTagCalibrate, comm, &req),
+                "MPI_Irecv");
+      waits.wait(req, str_cat("rank ", peer, " in the link measurement"));
+      check_mpi(MPI_Isend(buffer->data(), static_cast<int>(bytes), MPI_CHAR, peer, kTagCalibrate, comm, &req),
+                "MPI_Isend");
+      waits.wait(req, str_cat("rank ", peer, " in the link measurement"));
+    }
+  };
+  auto trips = [&](int peer, bool first, int64_t bytes, int count) {
+    for (int w = 0; w < 2; ++w) exchange(peer, first, bytes);  // warm-up
+    const auto t0 = Clock::now();
+    for (int k = 0; k < count; ++k) exchange(peer, first, bytes);
+    return seconds(Clock::now() - t0) / (2.0 * count);  // one way
+  };
+  if (me <= 1) {
+    const double small = trips(1 - me, me == 0, 8, kSmallTrips);
+    const double large = trips(1 - me, me == 0, kLarge, kLargeTrips);
+    (*result)[0] = std::max(small, 1e-7);
+    (*result)[1] = std::max((large - (*result)[0]) / static_cast<double>(kLarge), 1e-13);
+  }
+  if (me == 0) {
+    // gamma: this rank's f32 sum of 1 MiB (the best of 5).
+    std::unique_ptr<RingDevice> dev = make_ring_device(Device::cpu(), 0);
+    std::vector<float> a(static_cast<size_t>(kLarge / 4), 1.5f), b(a.size(), 2.5f), c(a.size());
+    double best = 1e9;
+    for (int k = 0; k < 5; ++k) {
+      const auto t0 = Clock::now();
+      dev->combine(ReduceOp::kSum, DType::F32, c.data(), a.data(), b.data(), Device::cpu(),
+                   static_cast<int64_t>(a.size()), 1);
+      best = std::min(best, seconds(Clock::now() - t0));
+    }
+    (*result)[2] = std::max(best / static_cast<double>(kLarge), 1e-14);
+    std::vector<MPI_Request> sends(static_cast<size_t>(n), MPI_REQUEST_NULL);
+    for (int r = 1; r < n; ++r)
+      check_mpi(MPI_Isend(result->data(), 3, MPI_DOUBLE, r, kTagCalibrate + 1, comm, &sends[static_cast<size_t>(r)]),
+                "MPI_Isend");
+    for (int r = 1; r < n; ++r) waits.wait(sends[static_cast<size_t>(r)], str_cat("rank ", r, " to take the link model"));
+  } else {
+    MPI_Request req;
+    check_mpi(MPI_Irecv(result->data(), 3, MPI_DOUBLE, 0, kTagCalibrate + 1, comm, &req), "MPI_Irecv");
+    waits.wait(req, "rank 0's link model");
+  }
+  impl_->model.alpha = (*result)[0];
+  impl_->model.beta = (*result)[1];
+  impl_->model.gamma = (*result)[2];
+  impl_->model.measured = true;
+  if (me == 0)
+    logger::info("MPI links (ranks 0-1): alpha ", impl_->model.alpha * 1e6, " us, beta ",
+                 1e-9 / impl_->model.beta, " GB/s, reduction ", 1e-9 / impl_->model.gamma,
+                 " GB/s; recursive doubling below ",
+                 [&] {
+                   int64_t lo = 1, hi = int64_t{1} << 34;
+                   if (impl_->model.choose(n, lo) == MpiAlgorithm::kRing) return std::string("0 bytes");
+                   while (hi - lo > 1) {
+                     const int64_t mid = lo + (hi - lo) / 2;
+                     (impl_->model.choose(n, mid) == MpiAlgorithm::kRecursiveDoubling ? lo : hi) = mid;
+                   }
+                   return str_cat(hi, " bytes");
+                 }(),
+                 " on ", n, " ranks");
+}
+
+void MpiCommunicator::recursive_doubling(void* waits_ptr, const CollectiveSignature& sig, Participant& p,
+                                         ReduceOp op) {
+  CallWaits& waits = *static_cast<CallWaits*>(waits_ptr);
+  const int n = impl_->size, me = impl_->rank;
+  MPI_Comm comm = impl_->comm;
+  const MPI_Datatype type = mpi_type(sig.dtype, waits.what());
+  const int count = as_int_count(sig.count, waits.what());
+  const int64_t es = static_cast<int64_t>(dtype_size(sig.dtype));
+  impl_->tag = (impl_->tag + 1) % 32000;
+  const int tag = impl_->tag;
+  char* out = static_cast<char*>(p.output.raw_data());
+  const char* in = static_cast<const char*>(p.input.raw_data());
+  if (out != in && sig.count) std::memcpy(out, in, static_cast<size_t>(sig.count * es));
+  if (sig.count == 0) return;
+  auto recv_buf = std::make_shared<std::vector<char>>(static_cast<size_t>(sig.count * es));
+  waits.keep(recv_buf);
+  char* tmp = recv_buf->data();
+  std::unique_ptr<RingDevice> dev = make_ring_device(Device::cpu(), 0);
+  int pow2 = 1;
+  while (pow2 * 2 <= n) pow2 *= 2;
+  const int extra = n - pow2;  // ranks 2i+1 (i < extra) fold into rank 2i
+  auto send = [&](int peer, const char* buf) {
+    MPI_Request req;
+    check_mpi(MPI_Isend(buf, count, type, peer, tag, comm, &req), "MPI_Isend");
+    return req;
+  };
+  auto recv = [&](int peer, char* buf) {
+    MPI_Request req;
+    check_mpi(MPI_Irecv(buf, count, type, peer, tag, comm, &req), "MPI_Irecv");
+    return req;
+  };
+  const int64_t last_divisor = op == ReduceOp::kMean ? n : 1;
+  int vrank;  // rank among the pow2 participants, or -1 for a folded rank
+  if (me < 2 * extra) {
+    if (me % 2) {
+      MPI_Request r = send(me - 1, out);
+      waits.wait(r, str_cat("rank ", me - 1, " in recursive doubling"));
+      vrank = -1;
+    } else {
+      MPI_Request r = recv(me + 1, tmp);
+      waits.wait(r, str_cat("rank ", me + 1, " in recursive doubling"));
+      dev->combine(op, sig.dtype, out, out, tmp, Device::cpu(), sig.count, pow2 == 1 ? last_divisor : 1);
+      vrank = me / 2;
+    }
+  } else {
+    vrank = me - extra;
+  }
+  if (vrank >= 0) {
+    for (int mask = 1; mask < pow2; mask <<= 1) {
+      const int vpeer = vrank ^ mask;
+      const int peer = vpeer < extra ? vpeer * 2 : vpeer + extra;
+      MPI_Request r = recv(peer, tmp);
+      MPI_Request s = send(peer, out);
+      waits.wait(r, str_cat("rank ", peer, " in recursive doubling"));
+      waits.wait(s, str_cat("rank ", peer, " in recursive doubling"));
+      // a + b is b + a in IEEE arithmetic (max and min too): both partners
+      // get the same bits, and every rank the same tree.
+      dev->combine(op, sig.dtype, out, out, tmp, Device::cpu(), sig.count, mask * 2 == pow2 ? last_divisor : 1);
+    }
+  }
+  if (me < 2 * extra) {
+    if (me % 2) {
+      MPI_Request r = recv(me - 1, out);
+      waits.wait(r, str_cat("rank ", me - 1, " in recursive doubling"));
+    } else {
+      MPI_Request s = send(me + 1, out);
+      waits.wait(s, str_cat("rank ", me + 1, " in recursive doubling"));
+    }
+  }
+}
+
 void MpiCommunicator::agree(const std::string& what, const std::vector<std::string>& items) {
   const std::string full = str_cat(what, " on ", name());
   std::lock_guard<std::mutex> lock(mu_);
@@ -709,13 +899,45 @@ void MpiCommunicator::agree(const std::string& what, const std::vector<std::stri
   }
 }
 
+const char* mpi_algorithm_name(MpiAlgorithm a) {
+  switch (a) {
+    case MpiAlgorithm::kAuto: return "auto";
+    case MpiAlgorithm::kRing: return "ring";
+    case MpiAlgorithm::kRecursiveDoubling: return "recursive-doubling";
+    case MpiAlgorithm::kMpi: return "mpi";
+  }
+  return "?";
+}
+
+double MpiLinkModel::ring_allreduce_seconds(int n, int64_t bytes) const {
+  const double m = static_cast<double>(bytes);
+  return 2.0 * (n - 1) * (alpha + m / n * beta) + (n - 1.0) / n * m * gamma;
+}
+
+double MpiLinkModel::recursive_doubling_seconds(int n, int64_t bytes) const {
+  const double m = static_cast<double>(bytes);
+  int steps = 0, p = 1;
+  while (p * 2 <= n) p *= 2, ++steps;
+  int reductions = steps;
+  if (p != n) steps += 2, reductions += 1;
+  return steps * (alpha + m * beta) + reductions * m * gamma;
+}
+
+MpiAlgorithm MpiLinkModel::choose(int n, int64_t bytes) const {
+  return recursive_doubling_seconds(n, bytes) < ring_allreduce_seconds(n, bytes) ? MpiAlgorithm::kRecursiveDoubling
+                                                                                 : MpiAlgorithm::kRing;
+}
+
 MpiAlgorithm mpi_algorithm_from_env() {
   const char* v = std::getenv("SPIRE_MPI_ALGORITHM");
   const std::string name = v ? v : "";
-  if (name.empty() || name == "ring") return MpiAlgorithm::kRing;
+  if (name.empty() || name == "auto") return MpiAlgorithm::kAuto;
+  if (name == "ring") return MpiAlgorithm::kRing;
+  if (name == "recursive-doubling" || name == "rd") return MpiAlgorithm::kRecursiveDoubling;
   if (name == "mpi") return MpiAlgorithm::kMpi;
-  throw_error("SPIRE_MPI_ALGORITHM='", name, "': expected \"ring\" (Spire's ring, the default) or "
-              "\"mpi\" (MPI's own collectives)");
+  throw_error("SPIRE_MPI_ALGORITHM='", name, "': expected \"auto\" (the default: Spire's recursive doubling "
+              "or ring by the measured link model), \"ring\", \"recursive-doubling\" or \"mpi\" "
+              "(MPI's own collectives)");
 }
 
 std::shared_ptr<MpiCommunicator> make_mpi_communicator(Device device, double timeout_seconds) {

@@ -67,12 +67,47 @@ class MpiRuntime {
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
 };
 
-/// How MpiCommunicator moves the data: Spire's ring over MPI point-to-point
-/// (the default: reduce-scatter then allgather in dist/ring_schedule.h's
-/// order, chunks split into pipelined segments, so every rank's result is
-/// bit-identical and runs repeat exactly), or MPI's own collectives (the
-/// reference and fallback).
-enum class MpiAlgorithm { kRing, kMpi };
+/// How MpiCommunicator moves an allreduce's data:
+/// - kAuto (the default): Spire's algorithms chosen per call by the
+///   alpha-beta model of MpiLinkModel (measured at the first allreduce):
+///   recursive doubling for small messages (latency-bound: log2(n) steps),
+///   the ring for large ones (bandwidth-optimal).
+/// - kRing: Spire's ring over MPI point-to-point (reduce-scatter then
+///   allgather in dist/ring_schedule.h's order, chunks split into
+///   pipelined segments).
+/// - kRecursiveDoubling: log2(n) pairwise exchanges of the whole buffer
+///   (ranks beyond the largest power of two fold into a partner first).
+/// - kMpi: MPI's own collectives (the reference and fallback).
+/// Spire's algorithms reduce in one fixed tree per call, so every rank's
+/// result is bit-identical and runs repeat exactly. Reduce-scatter,
+/// allgather (ring) and broadcast (a pipelined chain) are the same in all
+/// but kMpi.
+enum class MpiAlgorithm { kAuto, kRing, kRecursiveDoubling, kMpi };
+
+/// "auto", "ring", "recursive-doubling", "mpi".
+const char* mpi_algorithm_name(MpiAlgorithm a);
+
+/// The alpha-beta-gamma cost model of an allreduce (Hockney's alpha-beta
+/// for the links, plus the reduction's time): a message of m bytes takes
+/// alpha + m * beta seconds, reducing m bytes m * gamma. MpiCommunicator
+/// measures it at its first kAuto allreduce (a ping-pong of 8-byte and
+/// 1 MiB messages between ranks 0 and 1; rank 0 times its own reduction)
+/// and gives rank 0's numbers to every rank, so all ranks choose alike.
+struct MpiLinkModel {
+  double alpha = 0;  ///< seconds per message
+  double beta = 0;   ///< seconds per byte sent
+  double gamma = 0;  ///< seconds per byte reduced
+  bool measured = false;
+  /// 2(n-1) steps of n-th parts, (n-1)/n of the data reduced per rank:
+  /// 2(n-1) * (alpha + m/n * beta) + (n-1)/n * m * gamma.
+  double ring_allreduce_seconds(int n, int64_t bytes) const;
+  /// log2(p) full exchanges and reductions (p: the largest power of two
+  /// <= n), plus a fold and a copy-back when n is not a power of two:
+  /// steps * (alpha + m * beta) + reductions * m * gamma.
+  double recursive_doubling_seconds(int n, int64_t bytes) const;
+  /// The faster of the two for an allreduce of `bytes` on `n` ranks.
+  MpiAlgorithm choose(int n, int64_t bytes) const;
+};
 
 /// Collectives across ranks behind Communicator: this rank's one participant on
 /// `device` (a CPU device), size() = the number of ranks of the world
@@ -87,9 +122,15 @@ enum class MpiAlgorithm { kRing, kMpi };
 class MpiCommunicator : public Communicator {
  public:
   explicit MpiCommunicator(Device device = Device::cpu(), double timeout_seconds = 60,
-                           MpiAlgorithm algorithm = MpiAlgorithm::kRing,
+                           MpiAlgorithm algorithm = MpiAlgorithm::kAuto,
                            int64_t segment_bytes = 256 << 10);
   MpiAlgorithm algorithm() const { return algorithm_; }
+  /// The link model kAuto chooses with (measured = false before the first
+  /// allreduce that needed it).
+  MpiLinkModel link_model() const;
+  /// The algorithm the last allreduce used (kRing or kRecursiveDoubling for
+  /// kAuto; for tests and benchmarks).
+  MpiAlgorithm last_allreduce_algorithm() const;
   ~MpiCommunicator() override;
   std::string name() const override;
   const std::vector<Device>& devices() const override { return devices_; }
@@ -114,6 +155,9 @@ class MpiCommunicator : public Communicator {
   struct Impl;
 
  private:
+  // (void*: the call's waits, a type of the .cc.)
+  void measure_links(void* waits);
+  void recursive_doubling(void* waits, const CollectiveSignature& sig, Participant& p, ReduceOp op);
   void run(CollectiveKind kind, const CollectiveCall& call, std::vector<Participant>& parts,
            ReduceOp op, int root);
   std::vector<Device> devices_;
@@ -121,12 +165,12 @@ class MpiCommunicator : public Communicator {
   MpiAlgorithm algorithm_;
   int64_t segment_bytes_;
   std::unique_ptr<Impl> impl_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
 };
 
 /// The algorithm named by the environment variable SPIRE_MPI_ALGORITHM
-/// ("ring", the default when unset or empty, or "mpi"); throws spire::Error
-/// naming the variable for any other value.
+/// ("auto", the default when unset or empty, "ring", "recursive-doubling"
+/// or "mpi"); throws spire::Error naming the variable for any other value.
 MpiAlgorithm mpi_algorithm_from_env();
 
 /// An MpiCommunicator on `device` with the algorithm of

@@ -71,6 +71,8 @@ struct Backend {
 };
 const Backend kBackends[] = {{"ring/4KiB", MpiAlgorithm::kRing, 4096},
                              {"ring/256KiB", MpiAlgorithm::kRing, 256 << 10},
+                             {"recursive-doubling", MpiAlgorithm::kRecursiveDoubling, 256 << 10},
+                             {"auto", MpiAlgorithm::kAuto, 256 << 10},
                              {"mpi", MpiAlgorithm::kMpi, 256 << 10}};
 
 TEST(MpiCommunicator, EveryCollectiveIsExactOnEveryRank) {
@@ -135,9 +137,11 @@ TEST(MpiCommunicator, EveryCollectiveIsExactOnEveryRank) {
 }
 
 TEST(MpiCommunicator, TheRingIsBitIdenticalOnEveryRankAndRun) {
+ for (MpiAlgorithm algorithm : {MpiAlgorithm::kRing, MpiAlgorithm::kRecursiveDoubling}) {
+  SCOPED_TRACE(mpi_algorithm_name(algorithm));
   // Inputs with rounding (not exact sums): every rank ends with the same
   // bits, and a second run repeats them.
-  MpiCommunicator comm(Device::cpu(), 60, MpiAlgorithm::kRing, 4096);
+  MpiCommunicator comm(Device::cpu(), 60, algorithm, 4096);
   const int64_t count = 100003;
   Tensor in(DType::F32, Shape{count});
   for (int64_t i = 0; i < count; ++i) in.data<float>()[i] = 1.0f / static_cast<float>(i + 3 + 7 * rank());
@@ -150,6 +154,7 @@ TEST(MpiCommunicator, TheRingIsBitIdenticalOnEveryRankAndRun) {
   std::vector<Participant> c{{0, a[0].output, Tensor(DType::F32, Shape{count})}};
   comm.broadcast(call("c"), c, 0);
   expect_bits(c[0].output, a[0].output, "rank 0's result");
+ }
 }
 
 TEST(MpiCommunicator, RanksThatDisagreeFailOnEveryRankNamingTheRank) {
@@ -223,7 +228,7 @@ TEST(MpiCommunicator, RanksAgreeOnListsOrFailEverywhereNamingTheFirstDifference)
     ADD_FAILURE() << "no error on rank " << rank();
   } catch (const Error& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find(str_cat("the step's collectives on mpi-ring(rank ", rank())), std::string::npos) << msg;
+    EXPECT_NE(msg.find(str_cat("the step's collectives on mpi-auto(rank ", rank())), std::string::npos) << msg;
     EXPECT_NE(msg.find(str_cat("rank ", nranks() - 1, " has 3 items where rank 0 has 2; the first difference is "
                                "item 2: rank ", nranks() - 1, " has 'AllReduce/extra: f64[3]' where rank 0 has nothing")),
               std::string::npos) << msg;
@@ -244,8 +249,48 @@ TEST(MpiCommunicator, RanksAgreeOnListsOrFailEverywhereNamingTheFirstDifference)
   EXPECT_EQ(ok[0].output.data<int32_t>()[2], 3 * nranks() * (nranks() + 1) / 2);
 }
 
+TEST(MpiCommunicator, AutoChoosesByTheMeasuredLinkModel) {
+  // The model alone: latency-bound sizes go to recursive doubling.
+  MpiLinkModel m;
+  m.alpha = 2e-6, m.beta = 1e-10, m.gamma = 2e-10;  // 2 us, 10 GB/s, 5 GB/s
+  EXPECT_EQ(m.choose(4, 64), MpiAlgorithm::kRecursiveDoubling);
+  EXPECT_EQ(m.choose(4, 64 << 20), MpiAlgorithm::kRing);
+  // Two ranks: the same bandwidth term; the ring reduces half as much, recursive doubling sends one message.
+  EXPECT_EQ(m.choose(2, 64), MpiAlgorithm::kRecursiveDoubling);
+  EXPECT_EQ(m.choose(2, 1 << 20), MpiAlgorithm::kRing);
+  EXPECT_DOUBLE_EQ(m.ring_allreduce_seconds(4, 4000), 6 * (2e-6 + 1000 * 1e-10) + 0.75 * 4000 * 2e-10);
+  EXPECT_DOUBLE_EQ(m.recursive_doubling_seconds(4, 4000), 2 * (2e-6 + 4000 * 1e-10) + 2 * 4000 * 2e-10);
+  EXPECT_DOUBLE_EQ(m.recursive_doubling_seconds(3, 4000), 3 * (2e-6 + 4000 * 1e-10) + 2 * 4000 * 2e-10);
+  // Measured at the first allreduce, the same on every rank; the choice follows it.
+  MpiCommunicator comm(Device::cpu(), 60, MpiAlgorithm::kAuto);
+  EXPECT_FALSE(comm.link_model().measured);
+  std::vector<Participant> small{{0, input(DType::F32, 4, rank()), Tensor(DType::F32, Shape{4})}};
+  comm.allreduce(call("small"), small, ReduceOp::kSum);
+  const MpiLinkModel got = comm.link_model();
+  ASSERT_TRUE(got.measured);
+  EXPECT_GT(got.alpha, 0);
+  EXPECT_GT(got.beta, 0);
+  EXPECT_GT(got.gamma, 0);
+  EXPECT_EQ(comm.last_allreduce_algorithm(), got.choose(nranks(), 16));
+  std::vector<Participant> large{{0, input(DType::F32, 1 << 22, rank()), Tensor(DType::F32, Shape{1 << 22})}};
+  comm.allreduce(call("large"), large, ReduceOp::kSum);
+  EXPECT_EQ(comm.last_allreduce_algorithm(), got.choose(nranks(), int64_t{4} << 22));
+  Tensor mine(DType::F64, Shape{2}), all(DType::F64, Shape{2 * nranks()});
+  mine.data<double>()[0] = got.alpha, mine.data<double>()[1] = got.beta;
+  std::vector<Participant> g{{0, mine, all}};
+  comm.allgather(call("models"), g);
+  for (int r = 1; r < nranks(); ++r) {
+    EXPECT_EQ(all.data<double>()[2 * r], got.alpha) << "rank " << r;
+    EXPECT_EQ(all.data<double>()[2 * r + 1], got.beta) << "rank " << r;
+  }
+}
+
 TEST(MpiCommunicator, TheEnvironmentChoosesTheAlgorithm) {
   ::unsetenv("SPIRE_MPI_ALGORITHM");
+  EXPECT_EQ(make_mpi_communicator()->algorithm(), MpiAlgorithm::kAuto);
+  ::setenv("SPIRE_MPI_ALGORITHM", "recursive-doubling", 1);
+  EXPECT_EQ(make_mpi_communicator()->algorithm(), MpiAlgorithm::kRecursiveDoubling);
+  ::setenv("SPIRE_MPI_ALGORITHM", "ring", 1);
   EXPECT_EQ(make_mpi_communicator()->algorithm(), MpiAlgorithm::kRing);
   ::setenv("SPIRE_MPI_ALGORITHM", "mpi", 1);
   auto comm = make_mpi_communicator();
