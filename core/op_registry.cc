@@ -43,7 +43,7 @@ void InferContext::expect_dtype(int i, std::initializer_list<DType> allowed) con
   DType dt = input_dtype(i);
   if (std::find(allowed.begin(), allowed.end(), dt) != allowed.end()) return;
   std::ostringstream os;
-  for (DType a : allowed) os << (&a == allowed.begin() ? "" : ", ") << dtype_name(a);
+  for (const DType& a : allowed) os << (&a == allowed.begin() ? "" : ", ") << dtype_name(a);
   fail("input ", i, " has dtype ", dtype_name(dt), ", expected one of {", os.str(), "}");
 }
 

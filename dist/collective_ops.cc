@@ -39,7 +39,8 @@ int group_size(const InferContext& c) {
 Shape common_shape(InferContext& c, bool allow_bool) {
   for (int i = 0; i < c.num_inputs(); ++i) {
     c.expect_same_dtype(0, i);
-    if (!allow_bool) c.expect_dtype(i, {DType::F32, DType::F64, DType::I32, DType::I64});
+    if (!allow_bool)
+      c.expect_dtype(i, {DType::F32, DType::F64, DType::I32, DType::I64, DType::F16, DType::BF16});
   }
   Shape s = c.input_shape(0);
   for (int i = 1; i < c.num_inputs(); ++i) {
@@ -389,11 +390,11 @@ void collective_kernel(KernelContext& ctx) {
 
 void register_collective_kernels(DeviceType device) {
   auto& r = KernelRegistry::global();
-  for (DType dt : {DType::F32, DType::F64, DType::I32, DType::I64}) {
+  for (DType dt : {DType::F32, DType::F64, DType::I32, DType::I64, DType::F16, DType::BF16}) {
     r.add("AllReduce", device, dt, collective_kernel<Kind::kAllReduce>);
     r.add("ReduceScatter", device, dt, collective_kernel<Kind::kReduceScatter>);
   }
-  for (DType dt : {DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool}) {
+  for (DType dt : {DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool, DType::F16, DType::BF16}) {
     r.add("Broadcast", device, dt, collective_kernel<Kind::kBroadcast>);
     r.add("AllGather", device, dt, collective_kernel<Kind::kAllGather>);
   }

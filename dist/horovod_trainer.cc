@@ -117,8 +117,6 @@ HorovodTrainer::HorovodTrainer(HorovodOptions options) : options_(std::move(opti
   if (options_.compression.empty()) options_.compression = "none";
   SPIRE_CHECK(options_.compression == "none" || options_.compression == "fp16", kKind, ": compression '",
               options_.compression, "' is not one of none, fp16");
-  SPIRE_CHECK(options_.compression == "none", kKind,
-              ": fp16 compression needs the f16 casts, which Spire does not have yet; use compression \"none\"");
   SPIRE_CHECK(options_.fusion_threshold_bytes >= 0, kKind, ": fusion_threshold_bytes must be >= 0, got ",
               options_.fusion_threshold_bytes);
   comm_ = options_.communicator;
@@ -177,6 +175,9 @@ std::vector<CallbackPtr> HorovodTrainer::_setup_graph(InputSource& input, GetOpt
     for (const auto& p : grads) gs.push_back(p.first);
     std::vector<size_t> order(gs.size());
     for (size_t i = 0; i < gs.size(); ++i) order[i] = gs.size() - 1 - i;
+    // fp16 compression (Horovod's Compression.fp16): a bucket of floating
+    // gradients travels and is summed as f16, then is cast back.
+    const bool fp16 = options_.compression == "fp16";
     const auto buckets = make_buckets(gs, order, options_.fusion_threshold_bytes);
     const dist::ReduceOp op = options_.average ? dist::ReduceOp::kMean : dist::ReduceOp::kSum;
     for (size_t k = 0; k < buckets.size(); ++k) {
@@ -186,15 +187,15 @@ std::vector<CallbackPtr> HorovodTrainer::_setup_graph(InputSource& input, GetOpt
       std::vector<Output> reduced = packed(xs, [&](const Output& x) {
         dist::CollectiveOptions o = base;
         o.name = "allreduce";
-        Output r = dist::all_reduce({x}, op, o)[0];
+        const bool compress = fp16 && (x.dtype() == DType::F32 || x.dtype() == DType::F64);
+        Output r = dist::all_reduce({compress ? ops::cast(x, DType::F16, "compress") : x}, op, o)[0];
         grad_collectives_.push_back(r.node);
-        return r;
+        return compress ? ops::cast(r, x.dtype(), "decompress") : r;
       });
       for (size_t j = 0; j < xs.size(); ++j) {
         DeviceScope back(g, options_.device);
-        grads[buckets[k][j]].first = reduced[j].device() == options_.device
-                                         ? reduced[j]
-                                         : ops::identity(reduced[j], "to_device");
+        grads[buckets[k][j]].first =
+            reduced[j].device() == options_.device ? reduced[j] : ops::identity(reduced[j], "to_device");
       }
     }
     // One order for every collective of the step (synchronized BatchNorm's

@@ -22,6 +22,25 @@ class CpuRingDevice final : public RingDevice {
  public:
   void combine(ReduceOp op, DType dtype, void* dst, const void* a, const void* b, const Device&,
                int64_t n, int64_t divisor) override {
+    if (dtype == DType::F16 || dtype == DType::BF16) {
+      // 16-bit storage: each element combined in f32 and rounded once.
+      const bool bf = dtype == DType::BF16;
+      const functors::FromHalf<float> load{bf};
+      const functors::ToHalf store{bf};
+      uint16_t* d = static_cast<uint16_t*>(dst);
+      const uint16_t* x = static_cast<const uint16_t*>(a);
+      const uint16_t* y = static_cast<const uint16_t*>(b);
+      const float div = static_cast<float>(divisor);
+      for (int64_t i = 0; i < n; ++i) {
+        const float u = load(x[i]), v = load(y[i]);
+        float r = op == ReduceOp::kMax ? functors::Maximum{}(u, v)
+                  : op == ReduceOp::kMin ? functors::Minimum{}(u, v)
+                                         : u + v;
+        if (divisor > 1 && (op == ReduceOp::kSum || op == ReduceOp::kMean)) r /= div;
+        d[i] = store(r);
+      }
+      return;
+    }
     visit_dtype(dtype, "ring allreduce", [&](auto zero) {
       using T = decltype(zero);
       if constexpr (std::is_same_v<T, bool>) {

@@ -38,9 +38,11 @@ MPI_Datatype mpi_type(DType dt, const std::string& what) {
     case DType::I32: return MPI_INT32_T;
     case DType::I64: return MPI_INT64_T;
     case DType::Bool: return MPI_C_BOOL;
+    case DType::F16:
+    case DType::BF16: return MPI_UINT16_T;  // moved as bits; Spire's algorithms reduce them
     default: break;
   }
-  throw_error(what, ": MPI collectives take f32, f64, i32, i64 or bool tensors, not ", dtype_name(dt));
+  throw_error(what, ": MPI collectives take f32, f64, i32, i64, bool, f16 or bf16 tensors, not ", dtype_name(dt));
 }
 
 MPI_Op mpi_op(ReduceOp op) {
@@ -660,6 +662,10 @@ void MpiCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
     }
     return;
   }
+  if ((sig.dtype == DType::F16 || sig.dtype == DType::BF16) &&
+      (kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter))
+    throw_error(what, ": MPI's own collectives cannot reduce ", dtype_name(sig.dtype),
+                " tensors; Spire's algorithms can (SPIRE_MPI_ALGORITHM=auto, ring or recursive-doubling)");
   switch (kind) {
     case CollectiveKind::kAllReduce: {
       if (p.output.raw_data() != p.input.raw_data() && p.input.nbytes())

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #if defined(__CUDACC__)
@@ -159,6 +160,99 @@ struct Select {
 template <typename To>
 struct CastTo {
   template <typename T> SPIRE_HD To operator()(T a) const { return static_cast<To>(a); }
+};
+
+// ---- half-precision storage (f16, bf16) -------------------------------------
+// f16 and bf16 tensors are stored as their 16 bits; math converts through
+// f32. Conversions round to nearest even; NaN stays NaN (quiet), overflow
+// gives infinity, f16 subnormals are exact.
+
+SPIRE_HD inline uint32_t float_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+#endif
+}
+SPIRE_HD inline float bits_float(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+#endif
+}
+
+/// IEEE binary16 bits of `f`, rounded to nearest even.
+SPIRE_HD inline uint16_t float_to_half_bits(float f) {
+  uint32_t x = float_bits(f);
+  const uint32_t sign = x & 0x80000000u;
+  x ^= sign;
+  uint32_t o;
+  if (x >= (127u + 16u) << 23) {                  // |f| >= 2^16: infinity or NaN
+    o = x > (255u << 23) ? 0x7e00u : 0x7c00u;
+  } else if (x < (113u << 23)) {                   // an f16 subnormal or zero
+    const float magic = bits_float(((127u - 15u) + (23u - 10u) + 1u) << 23);
+    o = float_bits(bits_float(x) + magic) - float_bits(magic);  // the add rounds to nearest even
+  } else {
+    const uint32_t odd = (x >> 13) & 1u;
+    x += ((15u - 127u) << 23) + 0xfffu + odd;      // rebias the exponent, round to nearest even
+    o = x >> 13;                                   // (an overflow carries into infinity)
+  }
+  return static_cast<uint16_t>(o | (sign >> 16));
+}
+
+/// The f32 value of IEEE binary16 bits (exact).
+SPIRE_HD inline float half_bits_to_float(uint16_t h) {
+  const uint32_t shifted_exp = 0x7c00u << 13;
+  uint32_t o = (static_cast<uint32_t>(h) & 0x7fffu) << 13;
+  const uint32_t exp = shifted_exp & o;
+  o += (127u - 15u) << 23;
+  if (exp == shifted_exp) {
+    o += (128u - 16u) << 23;  // infinity or NaN
+  } else if (exp == 0) {      // zero or subnormal: renormalize
+    o += 1u << 23;
+    o = float_bits(bits_float(o) - bits_float(113u << 23));
+  }
+  return bits_float(o | ((static_cast<uint32_t>(h) & 0x8000u) << 16));
+}
+
+/// bfloat16 bits of `f` (its top 16 bits), rounded to nearest even.
+SPIRE_HD inline uint16_t float_to_bf16_bits(float f) {
+  const uint32_t x = float_bits(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN
+  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+/// The f32 value of bfloat16 bits (exact).
+SPIRE_HD inline float bf16_bits_to_float(uint16_t h) { return bits_float(static_cast<uint32_t>(h) << 16); }
+
+/// f16 / bf16 bits -> `To` (through f32); `bf16` picks the format.
+template <typename To>
+struct FromHalf {
+  bool bf16;
+  SPIRE_HD To operator()(uint16_t h) const {
+    return static_cast<To>(bf16 ? bf16_bits_to_float(h) : half_bits_to_float(h));
+  }
+};
+/// `From` -> f16 / bf16 bits (through f32).
+struct ToHalf {
+  bool bf16;
+  template <typename From> SPIRE_HD uint16_t operator()(From x) const {
+    const float f = static_cast<float>(x);
+    return bf16 ? float_to_bf16_bits(f) : float_to_half_bits(f);
+  }
+};
+/// f16 <-> bf16 (through f32).
+struct HalfToHalf {
+  bool from_bf16, to_bf16;
+  SPIRE_HD uint16_t operator()(uint16_t h) const {
+    const float f = from_bf16 ? bf16_bits_to_float(h) : half_bits_to_float(h);
+    return to_bf16 ? float_to_bf16_bits(f) : float_to_half_bits(f);
+  }
 };
 
 /// Whether functor F is instantiated for element type T by the kernel

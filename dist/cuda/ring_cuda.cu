@@ -33,6 +33,18 @@ __global__ void combine_kernel(int64_t n, const T* a, const T* b, T* dst, Op op,
   }
 }
 
+// f16 / bf16 storage: combined in f32, rounded once (as the CPU ring does).
+template <typename Op>
+__global__ void combine_half_kernel(int64_t n, const uint16_t* a, const uint16_t* b, uint16_t* dst, Op op,
+                                    float divisor, bool divide, bool bf16) {
+  const functors::FromHalf<float> load{bf16};
+  const functors::ToHalf store{bf16};
+  SPIRE_GRID_STRIDE_LOOP(i, n) {
+    const float v = op(load(a[i]), load(b[i]));
+    dst[i] = store(divide ? v / divisor : v);
+  }
+}
+
 class CudaRingDevice final : public RingDevice {
  public:
   CudaRingDevice(int device, int64_t units)
@@ -56,6 +68,28 @@ class CudaRingDevice final : public RingDevice {
       }
       SPIRE_CUDA_CHECK(cudaMemcpyPeerAsync(scratch_->data(), device_, b, b_device.index, bytes, ctx_.stream()));
       src = scratch_->data();
+    }
+    if (dtype == DType::F16 || dtype == DType::BF16) {
+      const int blocks = cuda::blocks_for(ctx_, n);
+      const auto* x = static_cast<const uint16_t*>(a);
+      const auto* y = static_cast<const uint16_t*>(src);
+      auto* d = static_cast<uint16_t*>(dst);
+      const bool bf = dtype == DType::BF16, divide = divisor > 1;
+      const float div = static_cast<float>(divisor);
+      switch (op) {
+        case ReduceOp::kSum:
+        case ReduceOp::kMean:
+          combine_half_kernel<<<blocks, cuda::kThreads, 0, ctx_.stream()>>>(n, x, y, d, functors::Add{}, div, divide, bf);
+          break;
+        case ReduceOp::kMax:
+          combine_half_kernel<<<blocks, cuda::kThreads, 0, ctx_.stream()>>>(n, x, y, d, functors::Maximum{}, div, false, bf);
+          break;
+        case ReduceOp::kMin:
+          combine_half_kernel<<<blocks, cuda::kThreads, 0, ctx_.stream()>>>(n, x, y, d, functors::Minimum{}, div, false, bf);
+          break;
+      }
+      SPIRE_CUDA_LAUNCH_CHECK();
+      return;
     }
     visit_dtype(dtype, "ring allreduce on a GPU", [&](auto zero) {
       using T = decltype(zero);

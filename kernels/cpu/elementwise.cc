@@ -101,9 +101,43 @@ void select_kernel(KernelContext& ctx) {
   });
 }
 
+bool is_half(DType dt) { return dt == DType::F16 || dt == DType::BF16; }
+
+// Casts from or to f16 / bf16 (16-bit storage; through f32).
+void cast_half_kernel(KernelContext& ctx, const Tensor& x, Tensor& y) {
+  const uint16_t* hx = static_cast<const uint16_t*>(x.raw_data());
+  uint16_t* hy = static_cast<uint16_t*>(y.raw_data());
+  const int64_t n = x.num_elements();
+  if (is_half(x.dtype()) && is_half(y.dtype())) {
+    const functors::HalfToHalf f{x.dtype() == DType::BF16, y.dtype() == DType::BF16};
+    ctx.parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) hy[i] = f(hx[i]);
+    });
+  } else if (is_half(x.dtype())) {
+    visit_dtype(y.dtype(), "Cast", [&](auto to) {
+      using To = decltype(to);
+      const functors::FromHalf<To> f{x.dtype() == DType::BF16};
+      To* py = y.data<To>();
+      ctx.parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) py[i] = f(hx[i]);
+      });
+    });
+  } else {
+    visit_dtype(x.dtype(), "Cast", [&](auto from) {
+      using From = decltype(from);
+      const functors::ToHalf f{y.dtype() == DType::BF16};
+      const From* px = x.data<From>();
+      ctx.parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) hy[i] = f(px[i]);
+      });
+    });
+  }
+}
+
 void cast_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   Tensor& y = ctx.allocate_output(0, x.shape());
+  if (is_half(x.dtype()) || is_half(y.dtype())) return cast_half_kernel(ctx, x, y);
   visit_dtype(x.dtype(), "Cast", [&](auto from) {
     using From = decltype(from);
     visit_dtype(y.dtype(), "Cast", [&](auto to) {
@@ -227,7 +261,8 @@ SPIRE_STATIC_INIT(cpu_elementwise_kernels) {
   register_templated<AddNK>("AddN", {F32, F64, I32, I64});
   register_templated<SumToLikeK>("SumToLike", {F32, F64, I32, I64});
   register_templated<BroadcastLikeK>("BroadcastLike", {F32, F64, I32, I64});
-  for (DType dt : {F32, F64, I32, I64, B}) KernelRegistry::global().add("Cast", DeviceType::CPU, dt, cast_kernel);
+  for (DType dt : {F32, F64, I32, I64, B, DType::F16, DType::BF16})
+    KernelRegistry::global().add("Cast", DeviceType::CPU, dt, cast_kernel);
 }
 
 }  // namespace spire::cpu

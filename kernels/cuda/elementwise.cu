@@ -120,6 +120,10 @@ template <typename T>
 Operand<T> operand(const Tensor& t) {
   return {t.data<T>(), t.shape()};
 }
+/// The 16-bit storage of an f16 / bf16 tensor.
+Operand<uint16_t> half_operand(const Tensor& t) {
+  return {static_cast<const uint16_t*>(t.raw_data()), t.shape()};
+}
 
 template <typename I, typename R, typename F, typename... T>
 void launch_strided(KernelContext& ctx, CudaContext& cc, const Shape& out_shape, int64_t n, R* out,
@@ -229,12 +233,36 @@ void select_kernel(KernelContext& ctx) {
                      operand<T>(y));
 }
 
-/// Cast between any two of f32, f64, i32, i64 and bool (static_cast, as on
-/// the CPU). Float-to-integer casts of NaN or out-of-range values are
+bool is_half(DType dt) { return dt == DType::F16 || dt == DType::BF16; }
+
+// Casts from or to f16 / bf16 (16-bit storage, through f32; the
+// conversions of kernels/functors.h, as on the CPU).
+void cast_half_kernel(KernelContext& ctx, const Tensor& x, Tensor& y) {
+  uint16_t* hy = static_cast<uint16_t*>(y.raw_data());
+  if (is_half(x.dtype()) && is_half(y.dtype())) {
+    launch_same_shape(ctx, hy, functors::HalfToHalf{x.dtype() == DType::BF16, y.dtype() == DType::BF16},
+                      half_operand(x));
+  } else if (is_half(x.dtype())) {
+    visit_dtype(y.dtype(), "Cast", [&](auto to) {
+      using To = decltype(to);
+      launch_same_shape(ctx, y.data<To>(), functors::FromHalf<To>{x.dtype() == DType::BF16}, half_operand(x));
+    });
+  } else {
+    visit_dtype(x.dtype(), "Cast", [&](auto from) {
+      using From = decltype(from);
+      launch_same_shape(ctx, hy, functors::ToHalf{y.dtype() == DType::BF16}, operand<From>(x));
+    });
+  }
+}
+
+/// Cast between any two of f32, f64, i32, i64, bool, f16 and bf16
+/// (static_cast, as on the CPU; f16/bf16 through f32, rounding to nearest
+/// even). Float-to-integer casts of NaN or out-of-range values are
 /// undefined in C++; on the GPU they saturate (NaN gives 0).
 void cast_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   Tensor& y = ctx.allocate_output(0, x.shape());
+  if (is_half(x.dtype()) || is_half(y.dtype())) return cast_half_kernel(ctx, x, y);
   visit_dtype(x.dtype(), "Cast", [&](auto from) {
     using From = decltype(from);
     visit_dtype(y.dtype(), "Cast", [&](auto to) {
@@ -368,6 +396,7 @@ SPIRE_STATIC_INIT(cuda_elementwise_kernels) {
     r.add("Cast", DeviceType::CUDA, dt, cast_kernel);
     r.add("BroadcastTo", DeviceType::CUDA, dt, broadcast_to_kernel);
   }
+  for (DType dt : {DType::F16, DType::BF16}) r.add("Cast", DeviceType::CUDA, dt, cast_kernel);
 }
 
 }  // namespace spire::cuda

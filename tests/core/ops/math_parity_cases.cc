@@ -188,6 +188,16 @@ SPIRE_PARITY_CASE(logical_from_compare, {"LogicalAnd", "from comparisons", {inpu
 
 // ---- Cast: every pair of f32, f64, i32, i64, bool ------------------------------------
 SPIRE_PARITY_CASE(cast_float_float, {cast(kFloat, kFloat)});
+// f16 / bf16 storage: out and back (the 16-bit kernels both ways), and between the two.
+SPIRE_PARITY_CASE(cast_half_storage,
+                  {"Cast", "float to f16, bf16 and back", {{kBig, kFloat, -70000, 70000}},
+                   [](const In& x) -> Outs {
+                     const DType t = x[0].dtype();
+                     Output h = ops::cast(x[0], DType::F16), b = ops::cast(x[0], DType::BF16);
+                     return {ops::cast(h, t), ops::cast(b, t), ops::cast(ops::cast(h, DType::BF16), t),
+                             ops::cast(ops::cast(b, DType::F16), DType::I32)};
+                   },
+                   runs_for(kFloat)});
 SPIRE_PARITY_CASE(cast_float_i32, {cast(kFloat, I32)});
 SPIRE_PARITY_CASE(cast_float_i64, {cast(kFloat, I64, kBig)});
 SPIRE_PARITY_CASE(cast_float_bool, {cast(kFloat, B)});

@@ -21,6 +21,7 @@
 #include "core/session.h"
 #include "dist/collective_ops.h"
 #include "dist/mpi_communicator.h"
+#include "kernels/functors.h"
 
 namespace spire::dist {
 namespace {
@@ -247,6 +248,39 @@ TEST(MpiCommunicator, RanksAgreeOnListsOrFailEverywhereNamingTheFirstDifference)
   std::vector<Participant> ok{{0, input(DType::I32, 3, rank()), Tensor(DType::I32, Shape{3})}};
   comm.allreduce(call("ok"), ok, ReduceOp::kSum);
   EXPECT_EQ(ok[0].output.data<int32_t>()[2], 3 * nranks() * (nranks() + 1) / 2);
+}
+
+TEST(MpiCommunicator, HalfPrecisionAllreduceIsExactOnSmallIntegers) {
+  // (r + 1) * (i % 13 + 1): every partial sum is an integer below 256, exact in f16 and bf16.
+  const int n = nranks(), r = rank();
+  const int64_t count = 1001;
+  for (DType dt : {DType::F16, DType::BF16}) {
+    const bool bf = dt == DType::BF16;
+    auto bits = [&](float f) { return bf ? functors::float_to_bf16_bits(f) : functors::float_to_half_bits(f); };
+    for (MpiAlgorithm a : {MpiAlgorithm::kRing, MpiAlgorithm::kRecursiveDoubling, MpiAlgorithm::kAuto}) {
+      SCOPED_TRACE(str_cat(dtype_name(dt), " ", mpi_algorithm_name(a)));
+      MpiCommunicator comm(Device::cpu(), 60, a, 256);
+      Tensor in(dt, Shape{count}), out(dt, Shape{count});
+      auto* p = static_cast<uint16_t*>(in.raw_data());
+      for (int64_t i = 0; i < count; ++i) p[i] = bits(static_cast<float>((r + 1) * (i % 13 + 1)));
+      std::vector<Participant> parts{{0, in, out}};
+      comm.allreduce(call("half"), parts, ReduceOp::kSum);
+      const auto* q = static_cast<const uint16_t*>(out.raw_data());
+      const int64_t tri = int64_t{n} * (n + 1) / 2;
+      for (int64_t i = 0; i < count; ++i)
+        ASSERT_EQ(q[i], bits(static_cast<float>(tri * (i % 13 + 1)))) << "element " << i;
+    }
+    // MPI's own collectives cannot reduce 16-bit floats: a clear error.
+    MpiCommunicator mpi(Device::cpu(), 60, MpiAlgorithm::kMpi);
+    std::vector<Participant> parts{{0, Tensor(dt, Shape{4}), Tensor(dt, Shape{4})}};
+    std::memset(parts[0].input.raw_data(), 0, 8);
+    try {
+      mpi.allreduce(call("half"), parts, ReduceOp::kSum);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("cannot reduce"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(MpiCommunicator, AutoChoosesByTheMeasuredLinkModel) {
