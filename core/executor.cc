@@ -329,16 +329,24 @@ std::shared_ptr<ExecutionPlan> ExecutionPlan::compile(Graph& graph,
       for (size_t k = 0; k < p.steps_.size(); ++k) p.lanes_[0].push_back(static_cast<int>(k));
     }
   } else {
-    std::map<Device, int> lane_of;
-    for (const auto& st : p.steps_) lane_of[st.device] = 0;
+    // A step whose op's own-lane attr is true (on a CPU device) gets a
+    // second lane of its device, so waiting in it leaves the device's
+    // compute running (every lane keeps the global order, so lanes only
+    // wait for earlier steps: no deadlock).
+    auto own_lane = [](const Step& st) {
+      const std::string& a = st.node->op_def().own_lane_attr();
+      return !a.empty() && st.device.is_cpu() && st.node->has_attr(a) && st.node->attr<bool>(a);
+    };
+    std::map<std::pair<Device, bool>, int> lane_of;
+    for (const auto& st : p.steps_) lane_of[{st.device, own_lane(st)}] = 0;
     for (auto& kv : lane_of) {
       kv.second = static_cast<int>(p.lane_devices_.size());
-      p.lane_devices_.push_back(kv.first);
+      p.lane_devices_.push_back(kv.first.first);
     }
     p.lanes_.resize(p.lane_devices_.size());
     for (size_t k = 0; k < p.steps_.size(); ++k) {
       Step& st = p.steps_[k];
-      st.lane = lane_of.at(st.device);
+      st.lane = lane_of.at({st.device, own_lane(st)});
       p.lanes_[static_cast<size_t>(st.lane)].push_back(static_cast<int>(k));
     }
   }

@@ -165,6 +165,11 @@ OpDefBuilder& OpDefBuilder::rendezvous_attr(const std::string& attr) {
   return *this;
 }
 
+OpDefBuilder& OpDefBuilder::own_lane_attr(const std::string& attr) {
+  def_->own_lane_attr_ = attr;
+  return *this;
+}
+
 OpDefBuilder& OpDefBuilder::doc(const std::string& text) {
   def_->doc_ = text;
   return *this;

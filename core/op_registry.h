@@ -155,9 +155,16 @@ class OpDef {
   /// needs one and orders them as one node: everything any member depends
   /// on runs before all of them, so no lane waits on a member's partner.
   const std::string& rendezvous_attr() const { return rendezvous_attr_; }
+  /// The bool attr that, when true on a node, runs the node on a lane of its
+  /// own on its (CPU) device, apart from the device's other steps ("" when
+  /// the op has none): a wait inside it (a collective waiting for other
+  /// processes) then does not hold up the device's compute, which overlaps
+  /// it. Results are the same; only the threads differ.
+  const std::string& own_lane_attr() const { return own_lane_attr_; }
 
  private:
   std::string rendezvous_attr_;
+  std::string own_lane_attr_;
   friend class OpDefBuilder;
   std::string name_;
   std::vector<std::string> input_names_;
@@ -212,6 +219,9 @@ class OpDefBuilder {
   /// Names the rendezvous attr (see OpDef::rendezvous_attr); it must be a
   /// string attr declared on the op.
   OpDefBuilder& rendezvous_attr(const std::string& attr);
+  /// Names the own-lane attr (see OpDef::own_lane_attr); it must be a bool
+  /// attr declared on the op.
+  OpDefBuilder& own_lane_attr(const std::string& attr);
   std::unique_ptr<OpDef> build() { return std::move(def_); }
 
  private:

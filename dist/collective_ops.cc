@@ -187,7 +187,9 @@ Grads reduce_scatter_grad(GradContext& c) {
       .attr("group_size", int64_t{0})                \
       .attr("group_devices", std::vector<std::string>()) \
       .attr("instance", std::string())              \
-      .rendezvous_attr("instance")
+      .attr("overlap", false)                        \
+      .rendezvous_attr("instance")                   \
+      .own_lane_attr("overlap")
 
 SPIRE_REGISTER_OP("AllReduce")
     .SPIRE_COLLECTIVE_ATTRS
@@ -223,6 +225,7 @@ std::vector<Output> build(const char* op, const std::vector<Output>& xs, AttrMap
                           const CollectiveOptions& o) {
   SPIRE_CHECK(!xs.empty() && xs[0].valid(), "dist::", op, ": needs at least one input");
   attrs["communicator"] = o.communicator;
+  if (o.overlap) attrs["overlap"] = true;
   int64_t group = o.group_size;
   if (!o.group_devices.empty()) {
     SPIRE_CHECK(!o.instance.empty(), "dist::", op, " '", o.name,

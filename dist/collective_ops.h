@@ -44,6 +44,10 @@ struct CollectiveOptions {
   /// collective of the communicator over `group_devices`. Empty: the node's
   /// participants are the whole in-process group.
   std::vector<Device> group_devices;
+  /// Run on a lane of its own on each (CPU) device (OpDef::own_lane_attr):
+  /// while the collective waits for other processes, the device's compute
+  /// goes on, e.g. the rest of the backward pass (HorovodTrainer's buckets).
+  bool overlap = false;
   /// Required with group_devices: the nodes with the same instance key
   /// (and communicator) form one collective in each run; together they
   /// must cover group_devices exactly once (check_collective_instances).

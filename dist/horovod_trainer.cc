@@ -187,6 +187,7 @@ std::vector<CallbackPtr> HorovodTrainer::_setup_graph(InputSource& input, GetOpt
       std::vector<Output> reduced = packed(xs, [&](const Output& x) {
         dist::CollectiveOptions o = base;
         o.name = "allreduce";
+        o.overlap = options_.overlap;
         const bool compress = fp16 && (x.dtype() == DType::F32 || x.dtype() == DType::F64);
         Output r = dist::all_reduce({compress ? ops::cast(x, DType::F16, "compress") : x}, op, o)[0];
         grad_collectives_.push_back(r.node);

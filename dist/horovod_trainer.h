@@ -63,6 +63,10 @@ struct HorovodOptions {
   /// allreduce each; a larger gradient gets its own); 0: one allreduce per
   /// gradient.
   int64_t fusion_threshold_bytes = int64_t{128} << 20;
+  /// Run each bucket's allreduce on a lane of its own (CollectiveOptions::
+  /// overlap), so it starts as soon as its gradients exist and overlaps the
+  /// rest of the backward pass.
+  bool overlap = true;
   /// How long any collective waits for the other ranks before it fails
   /// naming the missing rank (MpiCommunicator's timeout).
   double timeout_seconds = 60;

@@ -313,6 +313,29 @@ TEST(Executor, ALaneWaitingAtARendezvousIsNotLeftBehind) {
   expect_error([&] { s.run({a, b}, {{x, Tensor::zeros(DType::F32, {2})}}); }, {"boom"});
 }
 
+TEST(Executor, ANodeOnALaneOfItsOwnOverlapsTheDevicesOtherSteps) {
+  // Two rendezvous nodes on cpu:0 that must run at the same time (as a
+  // collective waiting for another process while the backward pass goes
+  // on): on one lane they cannot; the one marked own_lane runs on a second
+  // lane of cpu:0 and both complete. No timing is involved: the rendezvous
+  // waits for its partner.
+  for (int rep = 0; rep < 20; ++rep) {
+    Graph g;
+    DefaultGraphGuard guard(g);
+    Output x = ops::placeholder(DType::F32, {2}, "x");
+    Output a = rendezvous(x * 2.0, 2, "overlap", /*own_lane=*/true);
+    Output b = rendezvous(ops::neg(x), 2, "overlap");
+    Output y = a + b;
+    SessionOptions o;
+    o.timeout_seconds = 30;
+    Session s(g, o);
+    Tensor out = s.run({y}, {{x, Tensor::from_vector<float>({2}, {1.0f, 2.0f})}})[0];
+    EXPECT_EQ(out.to_vector<float>(), (std::vector<float>{1.0f, 2.0f}));
+    const std::string plan = s.plan_text({y}, {{x, Tensor::zeros(DType::F32, {2})}});
+    EXPECT_EQ(std::count(plan.begin(), plan.end(), '\n'), 2) << plan;  // two lanes of cpu:0
+  }
+}
+
 TEST(Executor, CrossLaneWaitsTimeOutWithAClearError) {
   Graph g;
   DefaultGraphGuard guard(g);

@@ -27,6 +27,8 @@ SPIRE_REGISTER_OP("TestRendezvous")
     .input("x")
     .attr("count", 2)
     .attr("group", std::string("g"))
+    .attr("own_lane", false)
+    .own_lane_attr("own_lane")
     .shape_fn([](InferContext& c) { c.set_output(0, c.input_dtype(0), c.input_shape(0)); })
     .no_gradient();
 
@@ -73,8 +75,10 @@ const bool test_ops_forward [[maybe_unused]] = register_forward_case("TestRendez
 
 }  // namespace
 
-Output rendezvous(const Output& x, int count, const std::string& group) {
-  return x.graph()->add_node("TestRendezvous", {x}, {{"count", count}, {"group", group}})->output(0);
+Output rendezvous(const Output& x, int count, const std::string& group, bool own_lane) {
+  return x.graph()
+      ->add_node("TestRendezvous", {x}, {{"count", count}, {"group", group}, {"own_lane", own_lane}})
+      ->output(0);
 }
 Output fail_op(const Output& x, int delay_ms) {
   return x.graph()->add_node("TestFail", {x}, {{"delay_ms", delay_ms}}, "failing")->output(0);

@@ -10,7 +10,7 @@
 
 namespace spire::testing {
 
-Output rendezvous(const Output& x, int count, const std::string& group = "g");
+Output rendezvous(const Output& x, int count, const std::string& group = "g", bool own_lane = false);
 /// A node named "failing" (unique-suffixed) that fails after `delay_ms`.
 Output fail_op(const Output& x, int delay_ms = 0);
 /// A node named "sleepy" that returns x after `ms` milliseconds.
