@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
     }
     if (rt.rank() == 0) {
       const MpiLinkModel m = spire.link_model();
-      std::printf("link model (ranks 0-1): alpha %.2f us, beta %.2f GB/s, reduction %.2f GB/s\n", m.alpha * 1e6,
+      std::printf("link model (ranks 0-%d): alpha %.2f us, beta %.2f GB/s, reduction %.2f GB/s\n", n - 1, m.alpha * 1e6,
                   1e-9 / m.beta, 1e-9 / m.gamma);
     }
     return 0;

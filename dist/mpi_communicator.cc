@@ -707,7 +707,7 @@ void MpiCommunicator::measure_links(void* waits_ptr) {
   CallWaits& waits = *static_cast<CallWaits*>(waits_ptr);
   const int n = impl_->size, me = impl_->rank;
   MPI_Comm comm = impl_->comm;
-  // Rank 0 and rank 1 ping-pong 8-byte and 1 MiB messages; rank 0 fits
+  // Rank 0 and the last rank ping-pong 8-byte and 1 MiB messages; rank 0 fits
   // alpha (half the small round trip) and beta (the large one's extra time
   // per byte) and sends both to every rank.
   constexpr int kSmallTrips = 50, kLargeTrips = 6;
@@ -740,9 +740,14 @@ void MpiCommunicator::measure_links(void* waits_ptr) {
     for (int k = 0; k < count; ++k) exchange(peer, first, bytes);
     return seconds(Clock::now() - t0) / (2.0 * count);  // one way
   };
-  if (me <= 1) {
-    const double small = trips(1 - me, me == 0, 8, kSmallTrips);
-    const double large = trips(1 - me, me == 0, kLarge, kLargeTrips);
+  // Ranks 0 and n-1: with ranks placed host by host, the last rank is on
+  // another host than rank 0 whenever there are several (the links that
+  // bound a ring across hosts).
+  const int last = n - 1;
+  if (me == 0 || me == last) {
+    const int peer = me == 0 ? last : 0;
+    const double small = trips(peer, me == 0, 8, kSmallTrips);
+    const double large = trips(peer, me == 0, kLarge, kLargeTrips);
     (*result)[0] = std::max(small, 1e-7);
     (*result)[1] = std::max((large - (*result)[0]) / static_cast<double>(kLarge), 1e-13);
   }
@@ -773,7 +778,7 @@ void MpiCommunicator::measure_links(void* waits_ptr) {
   impl_->model.gamma = (*result)[2];
   impl_->model.measured = true;
   if (me == 0)
-    logger::info("MPI links (ranks 0-1): alpha ", impl_->model.alpha * 1e6, " us, beta ",
+    logger::info("MPI links (ranks 0-", last, "): alpha ", impl_->model.alpha * 1e6, " us, beta ",
                  1e-9 / impl_->model.beta, " GB/s, reduction ", 1e-9 / impl_->model.gamma,
                  " GB/s; recursive doubling below ",
                  [&] {

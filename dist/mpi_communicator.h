@@ -91,7 +91,8 @@ const char* mpi_algorithm_name(MpiAlgorithm a);
 /// for the links, plus the reduction's time): a message of m bytes takes
 /// alpha + m * beta seconds, reducing m bytes m * gamma. MpiCommunicator
 /// measures it at its first kAuto allreduce (a ping-pong of 8-byte and
-/// 1 MiB messages between ranks 0 and 1; rank 0 times its own reduction)
+/// 1 MiB messages between rank 0 and the last rank, on another host when
+/// ranks are placed host by host; rank 0 times its own reduction)
 /// and gives rank 0's numbers to every rank, so all ranks choose alike.
 struct MpiLinkModel {
   double alpha = 0;  ///< seconds per message
