@@ -257,8 +257,9 @@ class CallWaits {
   bool poll(Done&& done, Clock::duration limit, Text&& timeout_text, bool throw_on_timeout = true) {
     const Clock::time_point start = Clock::now(), deadline = start + limit;
     // Latency matters (a step of recursive doubling is one message): spin,
-    // yielding the core, for the first 2 ms; then poll every 50 us.
-    const Clock::time_point spin_until = start + std::chrono::milliseconds(2);
+    // yielding the core, for the first 200 us (longer spins starve ranks that
+    // share cores); then poll every 50 us.
+    const Clock::time_point spin_until = start + std::chrono::microseconds(200);
     for (int spins = 0;; ++spins) {
       if (done()) return true;
       if (rc_ && rc_->cancellation && rc_->cancellation->cancelled()) {
