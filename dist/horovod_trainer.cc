@@ -122,7 +122,7 @@ HorovodTrainer::HorovodTrainer(HorovodOptions options) : options_(std::move(opti
   comm_ = options_.communicator;
   if (!comm_) {
 #if defined(SPIRE_WITH_MPI)
-    comm_ = dist::make_mpi_communicator(Device::cpu(), options_.timeout_seconds);
+    comm_ = dist::make_process_communicator(options_.backend, options_.device, options_.timeout_seconds);
 #else
     throw_error(kKind, ": this Spire was built without MPI (SPIRE_MPI=OFF); pass a communicator in "
                 "HorovodOptions or rebuild with OpenMPI installed");

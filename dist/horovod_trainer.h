@@ -70,9 +70,14 @@ struct HorovodOptions {
   /// How long any collective waits for the other ranks before it fails
   /// naming the missing rank (MpiCommunicator's timeout).
   double timeout_seconds = 60;
-  /// The communicator across the processes (one participant each). Null:
-  /// an MpiCommunicator (SPIRE_MPI_ALGORITHM chooses Spire's ring or MPI's
-  /// collectives).
+  /// The backend across the processes when `communicator` is null:
+  /// "auto" (Spire's recursive doubling or ring by the measured link
+  /// model), "ring", "recursive-doubling", "mpi" (MPI's own collectives),
+  /// "nccl" (NCCL across the processes on `device`, a GPU); "" takes
+  /// SPIRE_MPI_ALGORITHM (default auto).
+  std::string backend;
+  /// The communicator across the processes (one participant each), or null
+  /// for `backend`'s.
   std::shared_ptr<dist::Communicator> communicator;
   /// This rank's training device (CPU: MPI's collectives take host tensors).
   Device device = Device::cpu();

@@ -17,6 +17,9 @@
 #include "dist/ring_device.h"
 #include "dist/ring_schedule.h"
 #include "train/logger.h"
+#if defined(SPIRE_WITH_NCCL)
+#include "dist/cuda/nccl_communicator.h"
+#endif
 
 namespace spire::dist {
 
@@ -954,6 +957,44 @@ MpiAlgorithm mpi_algorithm_from_env() {
 
 std::shared_ptr<MpiCommunicator> make_mpi_communicator(Device device, double timeout_seconds) {
   return std::make_shared<MpiCommunicator>(device, timeout_seconds, mpi_algorithm_from_env());
+}
+
+std::shared_ptr<Communicator> make_process_communicator(const std::string& backend, const Device& gpu,
+                                                        double timeout_seconds) {
+  std::string name = backend;
+  if (name.empty()) {
+    const char* v = std::getenv("SPIRE_MPI_ALGORITHM");
+    name = v ? v : "";
+  }
+  if (name != "nccl") {
+    MpiAlgorithm a = MpiAlgorithm::kAuto;
+    if (name.empty() || name == "auto") a = MpiAlgorithm::kAuto;
+    else if (name == "ring") a = MpiAlgorithm::kRing;
+    else if (name == "recursive-doubling" || name == "rd") a = MpiAlgorithm::kRecursiveDoubling;
+    else if (name == "mpi") a = MpiAlgorithm::kMpi;
+    else
+      throw_error("backend '", name, "' (", backend.empty() ? "SPIRE_MPI_ALGORITHM" : "the trainer's backend",
+                  "): expected auto, ring, recursive-doubling, mpi or nccl");
+    return std::make_shared<MpiCommunicator>(Device::cpu(), timeout_seconds, a);
+  }
+#if defined(SPIRE_WITH_NCCL)
+  SPIRE_CHECK(gpu.is_cuda(), "backend 'nccl' needs a GPU for this rank, got ", gpu.to_string());
+  // Rank 0's unique id, to every rank over MPI (as 16 x i64).
+  MpiCommunicator mpi(Device::cpu(), timeout_seconds, MpiAlgorithm::kRing);
+  Tensor bytes(DType::I64, Shape{16});
+  NcclUniqueId id{};
+  if (mpi.rank() == 0) id = nccl_unique_id();
+  std::memcpy(bytes.raw_data(), id.data(), id.size());
+  std::vector<Participant> parts{{0, bytes, bytes}};
+  CollectiveCall call;
+  call.name = "nccl unique id";
+  mpi.broadcast(call, parts, 0);
+  std::memcpy(id.data(), bytes.raw_data(), id.size());
+  return std::make_shared<NcclCommunicator>(gpu, mpi.rank(), mpi.num_ranks(), id);
+#else
+  (void)gpu;
+  throw_error("backend 'nccl': this Spire was built without NCCL (SPIRE_CUDA with NCCL installed)");
+#endif
 }
 
 }  // namespace spire::dist

@@ -180,4 +180,15 @@ MpiAlgorithm mpi_algorithm_from_env();
 std::shared_ptr<MpiCommunicator> make_mpi_communicator(Device device = Device::cpu(),
                                                        double timeout_seconds = 60);
 
+/// The communicator of this process's participant across the MPI job, by
+/// backend name: "auto", "ring", "recursive-doubling" (or "rd") and "mpi"
+/// give an MpiCommunicator with that algorithm on the CPU; "nccl" gives
+/// NCCL across the processes on `gpu` (rank 0 makes NCCL's unique id, MPI
+/// gives it to every rank; builds with NCCL); "" takes the name from
+/// SPIRE_MPI_ALGORITHM (default "auto"). Every rank must call it (NCCL's
+/// initialization waits for all). Throws spire::Error naming the backend
+/// for an unknown name, "nccl" without NCCL or without a GPU.
+std::shared_ptr<Communicator> make_process_communicator(const std::string& backend, const Device& gpu,
+                                                        double timeout_seconds = 60);
+
 }  // namespace spire::dist

@@ -1,6 +1,8 @@
 // NCCL behind the Communicator interface (see nccl_communicator.h).
 #include "dist/cuda/nccl_communicator.h"
 
+#include <cstring>
+
 #include <nccl.h>
 
 #include <condition_variable>
@@ -26,6 +28,8 @@ ncclDataType_t nccl_dtype(DType dt) {
     case DType::I32: return ncclInt32;
     case DType::I64: return ncclInt64;
     case DType::Bool: return ncclUint8;  // copies only (broadcast, allgather)
+    case DType::F16: return ncclFloat16;
+    case DType::BF16: return ncclBfloat16;
     default: throw_error("NCCL: dtype ", dtype_name(dt), " is not supported");
   }
 }
@@ -99,9 +103,34 @@ NcclCommunicator::NcclCommunicator(std::vector<Device> devices)
   SPIRE_NCCL_CHECK(ncclCommInitAll(comms_->comms.data(), static_cast<int>(ids.size()), ids.data()));
 }
 
+NcclUniqueId nccl_unique_id() {
+  static_assert(sizeof(ncclUniqueId) == sizeof(NcclUniqueId), "ncclUniqueId is 128 bytes");
+  ncclUniqueId id;
+  SPIRE_NCCL_CHECK(ncclGetUniqueId(&id));
+  NcclUniqueId out;
+  std::memcpy(out.data(), &id, out.size());
+  return out;
+}
+
+NcclCommunicator::NcclCommunicator(Device device, int rank, int nranks, const NcclUniqueId& id)
+    : devices_{device}, rank_(rank), nranks_(nranks), comms_(std::make_unique<Comms>()) {
+  SPIRE_CHECK(device.is_cuda(), "NcclCommunicator: ", device.to_string(), " is not a GPU");
+  SPIRE_CHECK(nranks >= 1 && rank >= 0 && rank < nranks, "NcclCommunicator: rank ", rank, " of ", nranks,
+              " does not exist");
+  auto& c = cuda::context_for(device.index);  // fails clearly for a device that does not exist
+  cuda::DeviceGuard g(c.device());
+  ncclUniqueId uid;
+  std::memcpy(&uid, id.data(), id.size());
+  comms_->comms.resize(1, nullptr);
+  SPIRE_NCCL_CHECK(ncclCommInitRank(&comms_->comms[0], nranks, uid, rank));
+}
+
 NcclCommunicator::~NcclCommunicator() = default;
 
-std::string NcclCommunicator::name() const { return "nccl(" + device_list(devices_) + ")"; }
+std::string NcclCommunicator::name() const {
+  if (nranks_ > 1) return str_cat("nccl(rank ", rank_, " of ", nranks_, ", ", device_list(devices_), ")");
+  return "nccl(" + device_list(devices_) + ")";
+}
 
 void NcclCommunicator::issue(const CollectiveSignature& sig, std::vector<Participant>& all) {
   // One group at a time per communicator: NCCL communicators are not
@@ -141,7 +170,7 @@ void NcclCommunicator::issue(const CollectiveSignature& sig, std::vector<Partici
         r = ncclAllGather(in, out, count, dtype, comm, streams[k]);
         break;
       case CollectiveKind::kReduceScatter:
-        r = ncclReduceScatter(in, out, count / devices_.size(), dtype, op, comm, streams[k]);
+        r = ncclReduceScatter(in, out, count / static_cast<size_t>(size()), dtype, op, comm, streams[k]);
         break;
       case CollectiveKind::kBarrier:
         break;  // the rendezvous is the barrier: it orders the hosts, not the GPUs' streams
@@ -169,7 +198,7 @@ void NcclCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
   auto where = [&] { return str_cat(collective_kind_name(kind), " '", call.name, "' on ", name()); };
   std::string problem = participants_problem(*this, parts);
   if (!problem.empty()) throw_error(where(), ": ", problem);
-  CollectiveSignature mine = local_signature(kind, op, root, n, devices_, parts, &problem);
+  CollectiveSignature mine = local_signature(kind, op, root, size(), devices_, parts, &problem);
   if (!problem.empty()) throw_error(where(), ": ", problem);
   if (static_cast<int>(parts.size()) == n) {  // a group call: no rendezvous
     issue(mine, parts);

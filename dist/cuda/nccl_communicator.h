@@ -1,5 +1,8 @@
 // NcclCommunicator: NCCL between the GPUs of one process (ncclCommInitAll),
-// behind the Communicator interface. Built when SPIRE_CUDA finds NCCL.
+// or one GPU per process across processes (ncclCommInitRank, the unique id
+// handed to every rank by the caller, e.g. over MPI:
+// dist/mpi_communicator.h's make_process_communicator), behind the
+// Communicator interface. Built when SPIRE_CUDA finds NCCL.
 //
 // Each call's participants meet by key (as in Spire's ring, with the same
 // validation: every participant fails with the first difference); the last
@@ -12,6 +15,7 @@
 // stream). Never run on a GPU in CI (compiled only).
 #pragma once
 
+#include <array>
 #include <deque>
 #include <map>
 #include <memory>
@@ -23,15 +27,27 @@
 
 namespace spire::dist {
 
+/// The unique id that names one NCCL communicator across processes
+/// (ncclUniqueId's 128 bytes).
+using NcclUniqueId = std::array<char, 128>;
+/// A new unique id (ncclGetUniqueId); one process makes it and gives it to the others.
+NcclUniqueId nccl_unique_id();
+
 class NcclCommunicator final : public Communicator {
  public:
   /// One NCCL communicator per device (all CUDA devices of this process,
   /// each once). Throws spire::Error with NCCL's message on failure.
   explicit NcclCommunicator(std::vector<Device> devices);
+  /// This process's one GPU `device` as rank `rank` of `nranks` processes
+  /// that all pass the same `id` (ncclCommInitRank, which waits for every
+  /// rank).
+  NcclCommunicator(Device device, int rank, int nranks, const NcclUniqueId& id);
   ~NcclCommunicator() override;
 
   std::string name() const override;
   const std::vector<Device>& devices() const override { return devices_; }
+  int rank() const override { return rank_; }
+  int num_ranks() const override { return nranks_; }
 
   void allreduce(const CollectiveCall& call, std::vector<Participant>& parts, ReduceOp op) override;
   void broadcast(const CollectiveCall& call, std::vector<Participant>& parts, int root) override;
@@ -48,6 +64,7 @@ class NcclCommunicator final : public Communicator {
   void issue(const CollectiveSignature& sig, std::vector<Participant>& all);
 
   std::vector<Device> devices_;
+  int rank_ = 0, nranks_ = 1;
   std::unique_ptr<Comms> comms_;
   std::mutex issue_mu_;  // one NCCL group at a time
   std::mutex mu_;        // guards pending_, failed_ and the Pending entries

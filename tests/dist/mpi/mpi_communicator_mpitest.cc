@@ -338,6 +338,30 @@ TEST(MpiCommunicator, TheEnvironmentChoosesTheAlgorithm) {
     EXPECT_NE(std::string(e.what()).find("SPIRE_MPI_ALGORITHM='fastest'"), std::string::npos) << e.what();
   }
   ::unsetenv("SPIRE_MPI_ALGORITHM");
+  // A trainer's backend by name (the same names; "" reads the variable).
+  auto algo = [](const std::string& b) {
+    auto c = std::dynamic_pointer_cast<MpiCommunicator>(make_process_communicator(b, Device::cpu()));
+    return c ? c->algorithm() : MpiAlgorithm::kMpi;
+  };
+  EXPECT_EQ(algo(""), MpiAlgorithm::kAuto);
+  EXPECT_EQ(algo("ring"), MpiAlgorithm::kRing);
+  EXPECT_EQ(algo("rd"), MpiAlgorithm::kRecursiveDoubling);
+  ::setenv("SPIRE_MPI_ALGORITHM", "recursive-doubling", 1);
+  EXPECT_EQ(algo(""), MpiAlgorithm::kRecursiveDoubling);
+  ::unsetenv("SPIRE_MPI_ALGORITHM");
+  try {
+    make_process_communicator("gloo", Device::cpu());
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("backend 'gloo'"), std::string::npos) << e.what();
+  }
+  // NCCL needs a GPU (and an NCCL build): a clear error here either way.
+  try {
+    make_process_communicator("nccl", Device::cpu());
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("backend 'nccl'"), std::string::npos) << e.what();
+  }
 }
 
 TEST(MpiCommunicator, GraphAllReduceAcrossRanks) {
