@@ -134,6 +134,14 @@ MpiRuntime::~MpiRuntime() {
   if (failed()) {
     // MPI_Finalize would wait for every rank, and a failed job may have a
     // dead or stalled one: end the job (mpirun stops every rank, exit != 0).
+    // A rank that only heard of another's failure leaves the ending to that
+    // rank for a while, which is waiting until every rank has reported it.
+    bool announced;
+    {
+      std::lock_guard<std::mutex> lk(control_->mu);
+      announced = control_->announced;
+    }
+    if (!announced) std::this_thread::sleep_for(std::chrono::seconds(6));
     std::fprintf(stderr, "[spire] rank %d: the MPI job failed; ending every rank with MPI_Abort\n", rank_);
     MPI_Abort(MPI_COMM_WORLD, 1);
     return;
@@ -738,11 +746,17 @@ void MpiCommunicator::measure_links(void* waits_ptr) {
       waits.wait(req, str_cat("rank ", peer, " in the link measurement"));
     }
   };
+  // The fastest of `count` round trips, one way: the links' own time, not
+  // the scheduler's (ranks may share cores with other work).
   auto trips = [&](int peer, bool first, int64_t bytes, int count) {
     for (int w = 0; w < 2; ++w) exchange(peer, first, bytes);  // warm-up
-    const auto t0 = Clock::now();
-    for (int k = 0; k < count; ++k) exchange(peer, first, bytes);
-    return seconds(Clock::now() - t0) / (2.0 * count);  // one way
+    double best = 1e9;
+    for (int k = 0; k < count; ++k) {
+      const auto t0 = Clock::now();
+      exchange(peer, first, bytes);
+      best = std::min(best, seconds(Clock::now() - t0) / 2.0);
+    }
+    return best;
   };
   // Ranks 0 and n-1: with ranks placed host by host, the last rank is on
   // another host than rank 0 whenever there are several (the links that
@@ -753,7 +767,9 @@ void MpiCommunicator::measure_links(void* waits_ptr) {
     const double small = trips(peer, me == 0, 8, kSmallTrips);
     const double large = trips(peer, me == 0, kLarge, kLargeTrips);
     (*result)[0] = std::max(small, 1e-7);
-    (*result)[1] = std::max((large - (*result)[0]) / static_cast<double>(kLarge), 1e-13);
+    // (A large message no slower than twice a small one: noise; take it all as bandwidth.)
+    const double transfer = large > 2 * (*result)[0] ? large - (*result)[0] : large;
+    (*result)[1] = std::max(transfer / static_cast<double>(kLarge), 1e-13);
   }
   if (me == 0) {
     // gamma: this rank's f32 sum of 1 MiB (the best of 5).

@@ -229,7 +229,16 @@ TEST(HorovodTrainer, OneBucketPerGradientAndSummedGradients) {
   HorovodTrainer hvd(o);
   train(hvd, std::make_shared<Model>(false), shard(data, rank(), n), kSteps);
   EXPECT_EQ(hvd.gradient_collectives().size(), 4u);  // fc0/W, fc0/b, fc1/W, fc1/b
-  for (Node* c : hvd.gradient_collectives()) EXPECT_EQ(c->attr<std::string>("reduction"), "sum");
+  for (Node* c : hvd.gradient_collectives()) {
+    EXPECT_EQ(c->attr<std::string>("reduction"), "sum");
+    EXPECT_TRUE(c->attr<bool>("overlap")) << c->name() << " does not run on a lane of its own";
+  }
+  // The buckets' allreduces run on a second lane of cpu:0, beside the backward pass.
+  const FeedDict feeds{{hvd.graph().find_node("x")->output(0), Tensor::zeros(DType::F64, {kBatch, 4})},
+                       {hvd.graph().find_node("label")->output(0), Tensor::zeros(DType::I64, {kBatch})}};
+  const std::string plan = hvd.session().plan_text({}, feeds, {hvd.train_op});
+  EXPECT_NE(plan.find("AllReduce/bucket0/allreduce"), std::string::npos) << plan;
+  EXPECT_EQ(std::count(plan.begin(), plan.end(), '\n'), 2) << plan;
   // Explicit order: each bucket's allreduce waits for the previous one.
   const auto& cs = hvd.gradient_collectives();
   for (size_t i = 1; i < cs.size(); ++i) {
