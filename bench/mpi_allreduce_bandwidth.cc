@@ -1,6 +1,6 @@
 // Allreduce across MPI ranks: Spire's default (MpiAlgorithm::kAuto: the
-// measured link model picks recursive doubling or the ring per size), its
-// ring and its recursive doubling forced, against MPI_Allreduce
+// measured link model picks recursive doubling, halving-doubling or the ring
+// per size), each of the three forced, against MPI_Allreduce
 // (MpiAlgorithm::kMpi) in the same run, f32 sum, sizes from --min to --max
 // (powers of 4). Prints the median time of --reps calls (after a warm-up),
 // bus bandwidth as nccl-tests defines it (S/t x 2(n-1)/n), the algorithm
@@ -74,24 +74,27 @@ int main(int argc, char** argv) {
     MpiCommunicator spire(Device::cpu(), 120, MpiAlgorithm::kAuto);
     MpiCommunicator ring(Device::cpu(), 120, MpiAlgorithm::kRing);
     MpiCommunicator rd(Device::cpu(), 120, MpiAlgorithm::kRecursiveDoubling);
+    MpiCommunicator hd(Device::cpu(), 120, MpiAlgorithm::kHalvingDoubling);
     MpiCommunicator mpi(Device::cpu(), 120, MpiAlgorithm::kMpi);
     const int n = rt.size();
     if (rt.rank() == 0)
-      std::printf("allreduce f32 sum, %d ranks, median of %d; busbw in GB/s\n%10s %12s %8s %5s %8s %8s %8s %12s %9s\n",
-                  n, reps, "size", "Spire time", "busbw", "(alg)", "ring", "rec-dbl", "MPI", "MPI time",
+      std::printf("allreduce f32 sum, %d ranks, median of %d; busbw in GB/s\n%10s %12s %8s %5s %8s %8s %8s %8s %12s %9s\n",
+                  n, reps, "size", "Spire time", "busbw", "(alg)", "ring", "rec-dbl", "halv-dbl", "MPI", "MPI time",
                   "MPI/Spire");
     for (int64_t bytes = lo; bytes <= hi; bytes *= 4) {
       const int64_t count = bytes / 4;
       const double ta = time_allreduce(spire, count, reps);
-      const char* chose = spire.last_allreduce_algorithm() == MpiAlgorithm::kRing ? "ring" : "rd";
+      const MpiAlgorithm a = spire.last_allreduce_algorithm();
+      const char* chose = a == MpiAlgorithm::kRing ? "ring" : a == MpiAlgorithm::kHalvingDoubling ? "hd" : "rd";
       const double tr = time_allreduce(ring, count, reps);
       const double td = time_allreduce(rd, count, reps);
+      const double th = time_allreduce(hd, count, reps);
       const double tm = time_allreduce(mpi, count, reps);
       const double factor = 2.0 * (n - 1) / n;
       auto bw = [&](double t) { return bytes / t * factor / 1e9; };
       if (rt.rank() == 0)
-        std::printf("%10s %9.1f us %8.2f %5s %8.2f %8.2f %8.2f %9.1f us %9.2f\n", human(bytes).c_str(), ta * 1e6,
-                    bw(ta), chose, bw(tr), bw(td), bw(tm), tm * 1e6, tm / ta);
+        std::printf("%10s %9.1f us %8.2f %5s %8.2f %8.2f %8.2f %8.2f %9.1f us %9.2f\n", human(bytes).c_str(), ta * 1e6,
+                    bw(ta), chose, bw(tr), bw(td), bw(th), bw(tm), tm * 1e6, tm / ta);
     }
     if (rt.rank() == 0) {
       const MpiLinkModel m = spire.link_model();

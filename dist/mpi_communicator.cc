@@ -439,6 +439,7 @@ std::string MpiCommunicator::name() const {
   const char* kind = algorithm_ == MpiAlgorithm::kAuto                 ? "mpi-auto"
                      : algorithm_ == MpiAlgorithm::kRing               ? "mpi-ring"
                      : algorithm_ == MpiAlgorithm::kRecursiveDoubling ? "mpi-rd"
+                     : algorithm_ == MpiAlgorithm::kHalvingDoubling   ? "mpi-hd"
                                                                         : "mpi";
   return str_cat(kind, "(rank ", impl_->rank, " of ", impl_->size, ", ", devices_[0].to_string(), ")");
 }
@@ -547,11 +548,12 @@ void MpiCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
       algorithm = impl_->model.choose(impl_->size, sig.count * static_cast<int64_t>(dtype_size(sig.dtype)));
     }
     impl_->last_allreduce = algorithm;
-  } else if (algorithm == MpiAlgorithm::kAuto || algorithm == MpiAlgorithm::kRecursiveDoubling) {
+  } else if (algorithm != MpiAlgorithm::kMpi) {
     algorithm = MpiAlgorithm::kRing;  // the other collectives: ring and chain
   }
-  if (algorithm == MpiAlgorithm::kRecursiveDoubling && impl_->size > 1) {
-    recursive_doubling(&waits, sig, p, op);
+  if ((algorithm == MpiAlgorithm::kRecursiveDoubling || algorithm == MpiAlgorithm::kHalvingDoubling) &&
+      impl_->size > 1) {
+    recursive_doubling(&waits, sig, p, op, algorithm == MpiAlgorithm::kHalvingDoubling);
     return;
   }
   if (algorithm == MpiAlgorithm::kRing && impl_->size > 1) {
@@ -800,29 +802,31 @@ void MpiCommunicator::measure_links(void* waits_ptr) {
   if (me == 0)
     logger::info("MPI links (ranks 0-", last, "): alpha ", impl_->model.alpha * 1e6, " us, beta ",
                  1e-9 / impl_->model.beta, " GB/s, reduction ", 1e-9 / impl_->model.gamma,
-                 " GB/s; recursive doubling below ",
+                 " GB/s; chooses ",
                  [&] {
-                   int64_t lo = 1, hi = int64_t{1} << 34;
-                   if (impl_->model.choose(n, lo) == MpiAlgorithm::kRing) return std::string("0 bytes");
-                   while (hi - lo > 1) {
-                     const int64_t mid = lo + (hi - lo) / 2;
-                     (impl_->model.choose(n, mid) == MpiAlgorithm::kRecursiveDoubling ? lo : hi) = mid;
+                   std::string out;
+                   MpiAlgorithm prev = MpiAlgorithm::kAuto;
+                   for (int64_t b = 4; b <= (int64_t{1} << 30); b *= 2) {
+                     const MpiAlgorithm a = impl_->model.choose(n, b);
+                     if (a != prev) out += str_cat(out.empty() ? "" : ", ", mpi_algorithm_name(a), " from ", b, " B");
+                     prev = a;
                    }
-                   return str_cat(hi, " bytes");
+                   return out;
                  }(),
                  " on ", n, " ranks");
 }
 
 void MpiCommunicator::recursive_doubling(void* waits_ptr, const CollectiveSignature& sig, Participant& p,
-                                         ReduceOp op) {
+                                         ReduceOp op, bool halving) {
   CallWaits& waits = *static_cast<CallWaits*>(waits_ptr);
   const int n = impl_->size, me = impl_->rank;
   MPI_Comm comm = impl_->comm;
   const MPI_Datatype type = mpi_type(sig.dtype, waits.what());
-  const int count = as_int_count(sig.count, waits.what());
+  as_int_count(sig.count, waits.what());
   const int64_t es = static_cast<int64_t>(dtype_size(sig.dtype));
   impl_->tag = (impl_->tag + 1) % 32000;
   const int tag = impl_->tag;
+  const char* algo = halving ? "halving-doubling" : "recursive doubling";
   char* out = static_cast<char*>(p.output.raw_data());
   const char* in = static_cast<const char*>(p.input.raw_data());
   if (out != in && sig.count) std::memcpy(out, in, static_cast<size_t>(sig.count * es));
@@ -834,52 +838,86 @@ void MpiCommunicator::recursive_doubling(void* waits_ptr, const CollectiveSignat
   int pow2 = 1;
   while (pow2 * 2 <= n) pow2 *= 2;
   const int extra = n - pow2;  // ranks 2i+1 (i < extra) fold into rank 2i
-  auto send = [&](int peer, const char* buf) {
+  // Elements [lo, hi) of `buf` to or from `peer`.
+  auto send = [&](int peer, const char* buf, int64_t lo, int64_t hi) {
     MPI_Request req;
-    check_mpi(MPI_Isend(buf, count, type, peer, tag, comm, &req), "MPI_Isend");
+    check_mpi(MPI_Isend(buf + lo * es, static_cast<int>(hi - lo), type, peer, tag, comm, &req), "MPI_Isend");
     return req;
   };
-  auto recv = [&](int peer, char* buf) {
+  auto recv = [&](int peer, char* buf, int64_t lo, int64_t hi) {
     MPI_Request req;
-    check_mpi(MPI_Irecv(buf, count, type, peer, tag, comm, &req), "MPI_Irecv");
+    check_mpi(MPI_Irecv(buf + lo * es, static_cast<int>(hi - lo), type, peer, tag, comm, &req), "MPI_Irecv");
     return req;
+  };
+  auto exchange = [&](int peer, int64_t send_lo, int64_t send_hi, char* into, int64_t recv_lo, int64_t recv_hi) {
+    MPI_Request r = recv(peer, into, recv_lo, recv_hi);
+    MPI_Request s = send(peer, out, send_lo, send_hi);
+    const std::string stage = str_cat("rank ", peer, " in ", algo);
+    waits.wait(r, stage);
+    waits.wait(s, stage);
   };
   const int64_t last_divisor = op == ReduceOp::kMean ? n : 1;
+  const int64_t all = sig.count;
   int vrank;  // rank among the pow2 participants, or -1 for a folded rank
   if (me < 2 * extra) {
     if (me % 2) {
-      MPI_Request r = send(me - 1, out);
-      waits.wait(r, str_cat("rank ", me - 1, " in recursive doubling"));
+      MPI_Request r = send(me - 1, out, 0, all);
+      waits.wait(r, str_cat("rank ", me - 1, " in ", algo));
       vrank = -1;
     } else {
-      MPI_Request r = recv(me + 1, tmp);
-      waits.wait(r, str_cat("rank ", me + 1, " in recursive doubling"));
-      dev->combine(op, sig.dtype, out, out, tmp, Device::cpu(), sig.count, pow2 == 1 ? last_divisor : 1);
+      MPI_Request r = recv(me + 1, tmp, 0, all);
+      waits.wait(r, str_cat("rank ", me + 1, " in ", algo));
+      dev->combine(op, sig.dtype, out, out, tmp, Device::cpu(), all, pow2 == 1 ? last_divisor : 1);
       vrank = me / 2;
     }
   } else {
     vrank = me - extra;
   }
-  if (vrank >= 0) {
+  auto real = [&](int v) { return v < extra ? v * 2 : v + extra; };
+  // a + b is b + a in IEEE arithmetic (max and min too): both partners get
+  // the same bits, and every element one reduction tree on every rank.
+  if (vrank >= 0 && !halving) {
     for (int mask = 1; mask < pow2; mask <<= 1) {
-      const int vpeer = vrank ^ mask;
-      const int peer = vpeer < extra ? vpeer * 2 : vpeer + extra;
-      MPI_Request r = recv(peer, tmp);
-      MPI_Request s = send(peer, out);
-      waits.wait(r, str_cat("rank ", peer, " in recursive doubling"));
-      waits.wait(s, str_cat("rank ", peer, " in recursive doubling"));
-      // a + b is b + a in IEEE arithmetic (max and min too): both partners
-      // get the same bits, and every rank the same tree.
-      dev->combine(op, sig.dtype, out, out, tmp, Device::cpu(), sig.count, mask * 2 == pow2 ? last_divisor : 1);
+      const int peer = real(vrank ^ mask);
+      exchange(peer, 0, all, tmp, 0, all);
+      dev->combine(op, sig.dtype, out, out, tmp, Device::cpu(), all, mask * 2 == pow2 ? last_divisor : 1);
+    }
+  } else if (vrank >= 0) {
+    // Reduce-scatter by recursive halving: at each level keep one half of
+    // the range (the lower for the partner with the bit clear), send the
+    // other, and reduce the kept half with the partner's copy of it.
+    std::vector<std::array<int64_t, 2>> ranges;  // the range before each level's split
+    int64_t lo = 0, hi = all;
+    for (int mask = pow2 / 2; mask >= 1; mask >>= 1) {
+      ranges.push_back({lo, hi});
+      const int peer = real(vrank ^ mask);
+      const int64_t mid = lo + (hi - lo) / 2;
+      const bool lower = (vrank & mask) == 0;
+      const int64_t keep_lo = lower ? lo : mid, keep_hi = lower ? mid : hi;
+      const int64_t give_lo = lower ? mid : lo, give_hi = lower ? hi : mid;
+      exchange(peer, give_lo, give_hi, tmp, keep_lo, keep_hi);
+      dev->combine(op, sig.dtype, out + keep_lo * es, out + keep_lo * es, tmp + keep_lo * es, Device::cpu(),
+                   keep_hi - keep_lo, mask == 1 ? last_divisor : 1);
+      lo = keep_lo, hi = keep_hi;
+    }
+    // Allgather by recursive doubling, the levels in reverse: each partner
+    // sends the half it holds of the level's range.
+    int level = static_cast<int>(ranges.size()) - 1;
+    for (int mask = 1; mask < pow2; mask <<= 1, --level) {
+      const int peer = real(vrank ^ mask);
+      const auto [rlo, rhi] = ranges[static_cast<size_t>(level)];
+      const int64_t other_lo = lo == rlo ? hi : rlo, other_hi = lo == rlo ? rhi : lo;
+      exchange(peer, lo, hi, out, other_lo, other_hi);
+      lo = rlo, hi = rhi;
     }
   }
   if (me < 2 * extra) {
     if (me % 2) {
-      MPI_Request r = recv(me - 1, out);
-      waits.wait(r, str_cat("rank ", me - 1, " in recursive doubling"));
+      MPI_Request r = recv(me - 1, out, 0, all);
+      waits.wait(r, str_cat("rank ", me - 1, " in ", algo));
     } else {
-      MPI_Request s = send(me + 1, out);
-      waits.wait(s, str_cat("rank ", me + 1, " in recursive doubling"));
+      MPI_Request s = send(me + 1, out, 0, all);
+      waits.wait(s, str_cat("rank ", me + 1, " in ", algo));
     }
   }
 }
@@ -935,14 +973,16 @@ const char* mpi_algorithm_name(MpiAlgorithm a) {
     case MpiAlgorithm::kAuto: return "auto";
     case MpiAlgorithm::kRing: return "ring";
     case MpiAlgorithm::kRecursiveDoubling: return "recursive-doubling";
+    case MpiAlgorithm::kHalvingDoubling: return "halving-doubling";
     case MpiAlgorithm::kMpi: return "mpi";
   }
   return "?";
 }
 
 double MpiLinkModel::ring_allreduce_seconds(int n, int64_t bytes) const {
+  // (The ring's reductions overlap the next segment's transfer: no gamma term.)
   const double m = static_cast<double>(bytes);
-  return 2.0 * (n - 1) * (alpha + m / n * beta) + (n - 1.0) / n * m * gamma;
+  return 2.0 * (n - 1) * (alpha + m / n * beta);
 }
 
 double MpiLinkModel::recursive_doubling_seconds(int n, int64_t bytes) const {
@@ -954,9 +994,21 @@ double MpiLinkModel::recursive_doubling_seconds(int n, int64_t bytes) const {
   return steps * (alpha + m * beta) + reductions * m * gamma;
 }
 
+double MpiLinkModel::halving_doubling_seconds(int n, int64_t bytes) const {
+  const double m = static_cast<double>(bytes);
+  int steps = 0, p = 1;
+  while (p * 2 <= n) p *= 2, ++steps;
+  double t = 2.0 * steps * alpha + 2.0 * (p - 1) / p * m * beta + (p - 1.0) / p * m * gamma;
+  if (p != n) t += 2 * (alpha + m * beta) + m * gamma;  // fold and copy back
+  return t;
+}
+
 MpiAlgorithm MpiLinkModel::choose(int n, int64_t bytes) const {
-  return recursive_doubling_seconds(n, bytes) < ring_allreduce_seconds(n, bytes) ? MpiAlgorithm::kRecursiveDoubling
-                                                                                 : MpiAlgorithm::kRing;
+  const double ring = ring_allreduce_seconds(n, bytes), rd = recursive_doubling_seconds(n, bytes),
+               hd = halving_doubling_seconds(n, bytes);
+  if (rd <= hd && rd < ring) return MpiAlgorithm::kRecursiveDoubling;
+  if (hd < ring) return MpiAlgorithm::kHalvingDoubling;
+  return MpiAlgorithm::kRing;
 }
 
 MpiAlgorithm mpi_algorithm_from_env() {
@@ -965,10 +1017,11 @@ MpiAlgorithm mpi_algorithm_from_env() {
   if (name.empty() || name == "auto") return MpiAlgorithm::kAuto;
   if (name == "ring") return MpiAlgorithm::kRing;
   if (name == "recursive-doubling" || name == "rd") return MpiAlgorithm::kRecursiveDoubling;
+  if (name == "halving-doubling" || name == "hd") return MpiAlgorithm::kHalvingDoubling;
   if (name == "mpi") return MpiAlgorithm::kMpi;
-  throw_error("SPIRE_MPI_ALGORITHM='", name, "': expected \"auto\" (the default: Spire's recursive doubling "
-              "or ring by the measured link model), \"ring\", \"recursive-doubling\" or \"mpi\" "
-              "(MPI's own collectives)");
+  throw_error("SPIRE_MPI_ALGORITHM='", name, "': expected \"auto\" (the default: Spire's recursive doubling, "
+              "halving-doubling or ring by the measured link model), \"ring\", \"recursive-doubling\", "
+              "\"halving-doubling\" or \"mpi\" (MPI's own collectives)");
 }
 
 std::shared_ptr<MpiCommunicator> make_mpi_communicator(Device device, double timeout_seconds) {
@@ -987,10 +1040,11 @@ std::shared_ptr<Communicator> make_process_communicator(const std::string& backe
     if (name.empty() || name == "auto") a = MpiAlgorithm::kAuto;
     else if (name == "ring") a = MpiAlgorithm::kRing;
     else if (name == "recursive-doubling" || name == "rd") a = MpiAlgorithm::kRecursiveDoubling;
+    else if (name == "halving-doubling" || name == "hd") a = MpiAlgorithm::kHalvingDoubling;
     else if (name == "mpi") a = MpiAlgorithm::kMpi;
     else
       throw_error("backend '", name, "' (", backend.empty() ? "SPIRE_MPI_ALGORITHM" : "the trainer's backend",
-                  "): expected auto, ring, recursive-doubling, mpi or nccl");
+                  "): expected auto, ring, recursive-doubling, halving-doubling, mpi or nccl");
     return std::make_shared<MpiCommunicator>(Device::cpu(), timeout_seconds, a);
   }
 #if defined(SPIRE_WITH_NCCL)

@@ -77,14 +77,17 @@ class MpiRuntime {
 ///   pipelined segments).
 /// - kRecursiveDoubling: log2(n) pairwise exchanges of the whole buffer
 ///   (ranks beyond the largest power of two fold into a partner first).
+/// - kHalvingDoubling: Rabenseifner's reduce-scatter by recursive halving
+///   then allgather by recursive doubling: the ring's bytes in 2 log2(n)
+///   steps instead of 2(n-1) (the same folding).
 /// - kMpi: MPI's own collectives (the reference and fallback).
 /// Spire's algorithms reduce in one fixed tree per call, so every rank's
 /// result is bit-identical and runs repeat exactly. Reduce-scatter,
 /// allgather (ring) and broadcast (a pipelined chain) are the same in all
 /// but kMpi.
-enum class MpiAlgorithm { kAuto, kRing, kRecursiveDoubling, kMpi };
+enum class MpiAlgorithm { kAuto, kRing, kRecursiveDoubling, kHalvingDoubling, kMpi };
 
-/// "auto", "ring", "recursive-doubling", "mpi".
+/// "auto", "ring", "recursive-doubling", "halving-doubling", "mpi".
 const char* mpi_algorithm_name(MpiAlgorithm a);
 
 /// The alpha-beta-gamma cost model of an allreduce (Hockney's alpha-beta
@@ -99,14 +102,17 @@ struct MpiLinkModel {
   double beta = 0;   ///< seconds per byte sent
   double gamma = 0;  ///< seconds per byte reduced
   bool measured = false;
-  /// 2(n-1) steps of n-th parts, (n-1)/n of the data reduced per rank:
-  /// 2(n-1) * (alpha + m/n * beta) + (n-1)/n * m * gamma.
+  /// 2(n-1) steps of n-th parts: 2(n-1) * (alpha + m/n * beta) (the
+  /// reductions overlap the pipelined transfers).
   double ring_allreduce_seconds(int n, int64_t bytes) const;
   /// log2(p) full exchanges and reductions (p: the largest power of two
   /// <= n), plus a fold and a copy-back when n is not a power of two:
   /// steps * (alpha + m * beta) + reductions * m * gamma.
   double recursive_doubling_seconds(int n, int64_t bytes) const;
-  /// The faster of the two for an allreduce of `bytes` on `n` ranks.
+  /// 2 log2(p) steps moving the ring's bytes: 2 log2(p) alpha +
+  /// 2(p-1)/p m beta + (p-1)/p m gamma, plus the fold when p != n.
+  double halving_doubling_seconds(int n, int64_t bytes) const;
+  /// The fastest of the three for an allreduce of `bytes` on `n` ranks.
   MpiAlgorithm choose(int n, int64_t bytes) const;
 };
 
@@ -158,7 +164,8 @@ class MpiCommunicator : public Communicator {
  private:
   // (void*: the call's waits, a type of the .cc.)
   void measure_links(void* waits);
-  void recursive_doubling(void* waits, const CollectiveSignature& sig, Participant& p, ReduceOp op);
+  void recursive_doubling(void* waits, const CollectiveSignature& sig, Participant& p, ReduceOp op,
+                          bool halving);
   void run(CollectiveKind kind, const CollectiveCall& call, std::vector<Participant>& parts,
            ReduceOp op, int root);
   std::vector<Device> devices_;
@@ -170,8 +177,9 @@ class MpiCommunicator : public Communicator {
 };
 
 /// The algorithm named by the environment variable SPIRE_MPI_ALGORITHM
-/// ("auto", the default when unset or empty, "ring", "recursive-doubling"
-/// or "mpi"); throws spire::Error naming the variable for any other value.
+/// ("auto", the default when unset or empty, "ring", "recursive-doubling",
+/// "halving-doubling" or "mpi"); throws spire::Error naming the variable
+/// for any other value.
 MpiAlgorithm mpi_algorithm_from_env();
 
 /// An MpiCommunicator on `device` with the algorithm of

@@ -74,6 +74,7 @@ struct Backend {
 const Backend kBackends[] = {{"ring/4KiB", MpiAlgorithm::kRing, 4096},
                              {"ring/256KiB", MpiAlgorithm::kRing, 256 << 10},
                              {"recursive-doubling", MpiAlgorithm::kRecursiveDoubling, 256 << 10},
+                             {"halving-doubling", MpiAlgorithm::kHalvingDoubling, 256 << 10},
                              {"auto", MpiAlgorithm::kAuto, 256 << 10},
                              {"mpi", MpiAlgorithm::kMpi, 256 << 10}};
 
@@ -139,7 +140,8 @@ TEST(MpiCommunicator, EveryCollectiveIsExactOnEveryRank) {
 }
 
 TEST(MpiCommunicator, TheRingIsBitIdenticalOnEveryRankAndRun) {
- for (MpiAlgorithm algorithm : {MpiAlgorithm::kRing, MpiAlgorithm::kRecursiveDoubling}) {
+ for (MpiAlgorithm algorithm :
+      {MpiAlgorithm::kRing, MpiAlgorithm::kRecursiveDoubling, MpiAlgorithm::kHalvingDoubling}) {
   SCOPED_TRACE(mpi_algorithm_name(algorithm));
   // Inputs with rounding (not exact sums): every rank ends with the same
   // bits, and a second run repeats them.
@@ -258,7 +260,8 @@ TEST(MpiCommunicator, HalfPrecisionAllreduceIsExactOnSmallIntegers) {
   for (DType dt : {DType::F16, DType::BF16}) {
     const bool bf = dt == DType::BF16;
     auto bits = [&](float f) { return bf ? functors::float_to_bf16_bits(f) : functors::float_to_half_bits(f); };
-    for (MpiAlgorithm a : {MpiAlgorithm::kRing, MpiAlgorithm::kRecursiveDoubling, MpiAlgorithm::kAuto}) {
+    for (MpiAlgorithm a : {MpiAlgorithm::kRing, MpiAlgorithm::kRecursiveDoubling, MpiAlgorithm::kHalvingDoubling,
+                           MpiAlgorithm::kAuto}) {
       SCOPED_TRACE(str_cat(dtype_name(dt), " ", mpi_algorithm_name(a)));
       MpiCommunicator comm(Device::cpu(), 60, a, 256);
       Tensor in(dt, Shape{count}), out(dt, Shape{count});
@@ -293,7 +296,14 @@ TEST(MpiCommunicator, AutoChoosesByTheMeasuredLinkModel) {
   // Two ranks: the same bandwidth term; the ring reduces half as much, recursive doubling sends one message.
   EXPECT_EQ(m.choose(2, 64), MpiAlgorithm::kRecursiveDoubling);
   EXPECT_EQ(m.choose(2, 1 << 20), MpiAlgorithm::kRing);
-  EXPECT_DOUBLE_EQ(m.ring_allreduce_seconds(4, 4000), 6 * (2e-6 + 1000 * 1e-10) + 0.75 * 4000 * 2e-10);
+  EXPECT_DOUBLE_EQ(m.ring_allreduce_seconds(4, 4000), 6 * (2e-6 + 1000 * 1e-10));
+  EXPECT_DOUBLE_EQ(m.halving_doubling_seconds(4, 4000), 4 * 2e-6 + 1.5 * 4000 * 1e-10 + 0.75 * 4000 * 2e-10);
+  // Slow, latency-heavy links (TCP): halving-doubling's fewer steps win at mid sizes on 4 ranks.
+  MpiLinkModel tcp;
+  tcp.alpha = 60e-6, tcp.beta = 4.5e-10, tcp.gamma = 2.5e-11;
+  EXPECT_EQ(tcp.choose(4, 1 << 20), MpiAlgorithm::kHalvingDoubling);
+  EXPECT_EQ(tcp.choose(4, 64), MpiAlgorithm::kRecursiveDoubling);
+  EXPECT_EQ(tcp.choose(4, int64_t{1} << 30), MpiAlgorithm::kRing);
   EXPECT_DOUBLE_EQ(m.recursive_doubling_seconds(4, 4000), 2 * (2e-6 + 4000 * 1e-10) + 2 * 4000 * 2e-10);
   EXPECT_DOUBLE_EQ(m.recursive_doubling_seconds(3, 4000), 3 * (2e-6 + 4000 * 1e-10) + 2 * 4000 * 2e-10);
   // Measured at the first allreduce, the same on every rank; the choice follows it.
@@ -327,6 +337,8 @@ TEST(MpiCommunicator, TheEnvironmentChoosesTheAlgorithm) {
   EXPECT_EQ(make_mpi_communicator()->algorithm(), MpiAlgorithm::kRecursiveDoubling);
   ::setenv("SPIRE_MPI_ALGORITHM", "ring", 1);
   EXPECT_EQ(make_mpi_communicator()->algorithm(), MpiAlgorithm::kRing);
+  ::setenv("SPIRE_MPI_ALGORITHM", "halving-doubling", 1);
+  EXPECT_EQ(make_mpi_communicator()->algorithm(), MpiAlgorithm::kHalvingDoubling);
   ::setenv("SPIRE_MPI_ALGORITHM", "mpi", 1);
   auto comm = make_mpi_communicator();
   EXPECT_EQ(comm->algorithm(), MpiAlgorithm::kMpi);
