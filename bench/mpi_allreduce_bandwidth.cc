@@ -2,7 +2,8 @@
 // measured link model picks recursive doubling, halving-doubling or the ring
 // per size), each of the three forced, against MPI_Allreduce
 // (MpiAlgorithm::kMpi) in the same run, f32 sum, sizes from --min to --max
-// (powers of 4). Prints the median time of --reps calls (after a warm-up),
+// (powers of 4), the calls of the five interleaved. Prints the median time
+// of --reps calls of each (after a warm-up),
 // bus bandwidth as nccl-tests defines it (S/t x 2(n-1)/n), the algorithm
 // auto chose, and the MPI/Spire time ratio (> 1: Spire is faster). Run
 // under mpirun, e.g.
@@ -37,24 +38,34 @@ std::string human(int64_t bytes) {
   return std::to_string(bytes) + " B";
 }
 
-// Median seconds of `reps` allreduces of `count` floats (after one warm-up).
-double time_allreduce(MpiCommunicator& comm, int64_t count, int reps) {
+// Median seconds of `reps` allreduces of `count` floats on each of `comms`,
+// interleaved (rep r calls every communicator once, starting at r % k), so
+// every algorithm sees the same conditions over the run; one warm-up each.
+std::vector<double> time_allreduces(const std::vector<MpiCommunicator*>& comms, int64_t count, int reps) {
   Tensor in(DType::F32, Shape{count}), out(DType::F32, Shape{count});
   for (int64_t i = 0; i < count; ++i) in.data<float>()[i] = static_cast<float>(i % 7);
   std::vector<Participant> parts{{0, in, out}};
   CollectiveCall call;
   call.name = "bench";
-  std::vector<double> secs;
-  for (int r = 0; r <= reps; ++r) {
-    std::vector<Participant> none;
-    comm.barrier(call, none);
-    auto t0 = std::chrono::steady_clock::now();
-    comm.allreduce(call, parts, ReduceOp::kSum);
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (r > 0) secs.push_back(s);
+  const size_t k = comms.size();
+  std::vector<std::vector<double>> secs(k);
+  for (int r = -1; r < reps; ++r) {
+    for (size_t j = 0; j < k; ++j) {
+      MpiCommunicator& comm = *comms[(j + static_cast<size_t>(std::max(r, 0))) % k];
+      std::vector<Participant> none;
+      comm.barrier(call, none);
+      auto t0 = std::chrono::steady_clock::now();
+      comm.allreduce(call, parts, ReduceOp::kSum);
+      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (r >= 0) secs[(j + static_cast<size_t>(r)) % k].push_back(s);
+    }
   }
-  std::sort(secs.begin(), secs.end());
-  return secs[secs.size() / 2];
+  std::vector<double> med;
+  for (auto& v : secs) {
+    std::sort(v.begin(), v.end());
+    med.push_back(v[v.size() / 2]);
+  }
+  return med;
 }
 
 }  // namespace
@@ -83,13 +94,10 @@ int main(int argc, char** argv) {
                   "MPI/Spire");
     for (int64_t bytes = lo; bytes <= hi; bytes *= 4) {
       const int64_t count = bytes / 4;
-      const double ta = time_allreduce(spire, count, reps);
+      const std::vector<double> t = time_allreduces({&spire, &ring, &rd, &hd, &mpi}, count, reps);
+      const double ta = t[0], tr = t[1], td = t[2], th = t[3], tm = t[4];
       const MpiAlgorithm a = spire.last_allreduce_algorithm();
       const char* chose = a == MpiAlgorithm::kRing ? "ring" : a == MpiAlgorithm::kHalvingDoubling ? "hd" : "rd";
-      const double tr = time_allreduce(ring, count, reps);
-      const double td = time_allreduce(rd, count, reps);
-      const double th = time_allreduce(hd, count, reps);
-      const double tm = time_allreduce(mpi, count, reps);
       const double factor = 2.0 * (n - 1) / n;
       auto bw = [&](double t) { return bytes / t * factor / 1e9; };
       if (rt.rank() == 0)

@@ -267,10 +267,12 @@ class CallWaits {
   template <typename Done, typename Text>
   bool poll(Done&& done, Clock::duration limit, Text&& timeout_text, bool throw_on_timeout = true) {
     const Clock::time_point start = Clock::now(), deadline = start + limit;
-    // Latency matters (a step of recursive doubling is one message): spin,
-    // yielding the core, for the first 200 us (longer spins starve ranks that
-    // share cores); then poll every 50 us.
-    const Clock::time_point spin_until = start + std::chrono::microseconds(200);
+    // Latency matters (a step of recursive doubling is one message), and
+    // MPI's TCP transport moves data only inside MPI calls: poll, yielding
+    // the core between polls, for the first second; then every 50 us.
+    // (Polling every 50 us from 200 us on cost 2.3x at 4 KiB and ~10% from
+    // 1 MiB on 4 ranks over TCP, and HorovodTrainer 0.88 -> 0.93 scaling.)
+    const Clock::time_point spin_until = start + std::chrono::milliseconds(1000);
     for (int spins = 0;; ++spins) {
       if (done()) return true;
       if (rc_ && rc_->cancellation && rc_->cancellation->cancelled()) {
