@@ -9,6 +9,8 @@
 #include <array>
 #include <chrono>
 #include <climits>
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -143,6 +145,17 @@ MpiRuntime::~MpiRuntime() {
     }
     if (!announced) std::this_thread::sleep_for(std::chrono::seconds(6));
     std::fprintf(stderr, "[spire] rank %d: the MPI job failed; ending every rank with MPI_Abort\n", rank_);
+    std::fflush(stderr);
+    // Should MPI_Abort not end this process (a peer stuck in MPI_Finalize
+    // has been seen to hold the job up), dying by a signal makes mpirun end
+    // the job all the same.
+    const int rank = rank_;
+    std::thread([rank] {
+      std::this_thread::sleep_for(std::chrono::seconds(10));
+      std::fprintf(stderr, "[spire] rank %d: MPI_Abort did not end this process in 10 s; killing it\n", rank);
+      std::fflush(stderr);
+      std::raise(SIGKILL);
+    }).detach();
     MPI_Abort(MPI_COMM_WORLD, 1);
     return;
   }
