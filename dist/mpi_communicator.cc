@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "core/run_context.h"
@@ -1026,14 +1027,22 @@ MpiAlgorithm MpiLinkModel::choose(int n, int64_t bytes) const {
   return MpiAlgorithm::kRing;
 }
 
-MpiAlgorithm mpi_algorithm_from_env() {
-  const char* v = std::getenv("SPIRE_MPI_ALGORITHM");
-  const std::string name = v ? v : "";
+namespace {
+// The algorithm of a name ("" is auto), or nullopt for an unknown name.
+std::optional<MpiAlgorithm> mpi_algorithm_named(const std::string& name) {
   if (name.empty() || name == "auto") return MpiAlgorithm::kAuto;
   if (name == "ring") return MpiAlgorithm::kRing;
   if (name == "recursive-doubling" || name == "rd") return MpiAlgorithm::kRecursiveDoubling;
   if (name == "halving-doubling" || name == "hd") return MpiAlgorithm::kHalvingDoubling;
   if (name == "mpi") return MpiAlgorithm::kMpi;
+  return std::nullopt;
+}
+}  // namespace
+
+MpiAlgorithm mpi_algorithm_from_env() {
+  const char* v = std::getenv("SPIRE_MPI_ALGORITHM");
+  const std::string name = v ? v : "";
+  if (auto a = mpi_algorithm_named(name)) return *a;
   throw_error("SPIRE_MPI_ALGORITHM='", name, "': expected \"auto\" (the default: Spire's recursive doubling, "
               "halving-doubling or ring by the measured link model), \"ring\", \"recursive-doubling\", "
               "\"halving-doubling\" or \"mpi\" (MPI's own collectives)");
@@ -1051,16 +1060,11 @@ std::shared_ptr<Communicator> make_process_communicator(const std::string& backe
     name = v ? v : "";
   }
   if (name != "nccl") {
-    MpiAlgorithm a = MpiAlgorithm::kAuto;
-    if (name.empty() || name == "auto") a = MpiAlgorithm::kAuto;
-    else if (name == "ring") a = MpiAlgorithm::kRing;
-    else if (name == "recursive-doubling" || name == "rd") a = MpiAlgorithm::kRecursiveDoubling;
-    else if (name == "halving-doubling" || name == "hd") a = MpiAlgorithm::kHalvingDoubling;
-    else if (name == "mpi") a = MpiAlgorithm::kMpi;
-    else
+    const std::optional<MpiAlgorithm> a = mpi_algorithm_named(name);
+    if (!a)
       throw_error("backend '", name, "' (", backend.empty() ? "SPIRE_MPI_ALGORITHM" : "the trainer's backend",
                   "): expected auto, ring, recursive-doubling, halving-doubling, mpi or nccl");
-    return std::make_shared<MpiCommunicator>(Device::cpu(), timeout_seconds, a);
+    return std::make_shared<MpiCommunicator>(Device::cpu(), timeout_seconds, *a);
   }
 #if defined(SPIRE_WITH_NCCL)
   SPIRE_CHECK(gpu.is_cuda(), "backend 'nccl' needs a GPU for this rank, got ", gpu.to_string());
