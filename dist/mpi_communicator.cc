@@ -98,6 +98,7 @@ struct MpiRuntime::Control {
   bool failed = false;
   bool announced = false;
   std::string peer_failure;  // "rank R failed: why" once received
+  int peer_failure_rank = -1;  // its R
 };
 
 MpiRuntime& MpiRuntime::get() {
@@ -130,21 +131,85 @@ MpiRuntime::MpiRuntime() : control_(std::make_unique<Control>()) {
   check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &control_->comm), "MPI_Comm_dup");
 }
 
+// Receives a failure announcement waiting on the control communicator,
+// acknowledges it and marks the runtime failed; "" when none is waiting.
+// The caller holds c.mu.
+std::string MpiRuntime::receive_failure() {
+  Control& c = *control_;
+  if (!c.peer_failure.empty()) return c.peer_failure;
+  int flag = 0;
+  MPI_Message m;
+  MPI_Status st;
+  MPI_Improbe(MPI_ANY_SOURCE, kTagFailure, c.comm, &flag, &m, &st);
+  if (!flag) return "";
+  int len = 0;
+  MPI_Get_count(&st, MPI_CHAR, &len);
+  std::string why(static_cast<size_t>(len), '\0');
+  MPI_Mrecv(why.data(), len, MPI_CHAR, &m, MPI_STATUS_IGNORE);
+  c.peer_failure = str_cat("rank ", st.MPI_SOURCE, " failed: ", why);
+  c.peer_failure_rank = st.MPI_SOURCE;
+  c.failed = true;
+  static const char ack = 1;
+  MPI_Request req;
+  MPI_Isend(&ack, 1, MPI_CHAR, st.MPI_SOURCE, kTagAck, c.comm, &req);
+  MPI_Request_free(&req);
+  return c.peer_failure;
+}
+
+bool MpiRuntime::wait_for_peers_at_exit() {
+  // MPI_Finalize waits inside OpenMPI's runtime for every rank, deaf to
+  // Spire's announcements, and a job whose other ranks then fail and call
+  // MPI_Abort has been seen to hang there (mpirun never returning). So a rank
+  // that ends well first meets the others in a barrier it polls, listening
+  // for failures; like MPI_Finalize it waits as long as the others run.
+  MPI_Request req;
+  if (MPI_Ibarrier(control_->comm, &req) != MPI_SUCCESS) return false;
+  const auto start = std::chrono::steady_clock::now();
+  bool said = false;
+  for (;;) {
+    int done = 0;
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (done) return true;
+    std::string failure;
+    {
+      std::lock_guard<std::mutex> lk(control_->mu);
+      failure = receive_failure();
+    }
+    if (!failure.empty()) {
+      std::fprintf(stderr, "[spire] rank %d finished, but %s\n", rank_, failure.c_str());
+      std::fflush(stderr);
+      return false;  // (the barrier request is left: the job is ending)
+    }
+    if (!said && std::chrono::steady_clock::now() - start > std::chrono::seconds(30)) {
+      std::fprintf(stderr, "[spire] rank %d finished; waiting for the other ranks to finish\n", rank_);
+      std::fflush(stderr);
+      said = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 MpiRuntime::~MpiRuntime() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
+  if (!failed() && initialized_here_ && size_ > 1) wait_for_peers_at_exit();
   if (failed()) {
     // MPI_Finalize would wait for every rank, and a failed job may have a
     // dead or stalled one: end the job (mpirun stops every rank, exit != 0).
-    // A rank that only heard of another's failure leaves the ending to that
-    // rank for a while, which is waiting until every rank has reported it.
-    bool announced;
+    // One rank ends it: OpenMPI's mpirun has been seen to garble (and may
+    // hang on) aborts from several ranks at once. A rank that only heard of
+    // another's failure, or that announced its own but also heard one from
+    // a lower rank (both saw the same missing rank), leaves the ending to
+    // that rank for a while, which is waiting until every rank reported it.
+    bool defer;
     {
       std::lock_guard<std::mutex> lk(control_->mu);
-      announced = control_->announced;
+      receive_failure();
+      defer = !control_->announced ||
+              (control_->peer_failure_rank >= 0 && control_->peer_failure_rank < rank_);
     }
-    if (!announced) std::this_thread::sleep_for(std::chrono::seconds(6));
+    if (defer) std::this_thread::sleep_for(std::chrono::seconds(6));
     std::fprintf(stderr, "[spire] rank %d: the MPI job failed; ending every rank with MPI_Abort\n", rank_);
     std::fflush(stderr);
     // Should MPI_Abort not end this process (a peer stuck in MPI_Finalize
@@ -209,24 +274,10 @@ void MpiRuntime::announce_failure(const std::string& why, double ack_timeout_sec
 
 std::string MpiRuntime::peer_failure() {
   std::lock_guard<std::mutex> lk(control_->mu);
-  if (!control_->peer_failure.empty()) return control_->peer_failure;
-  int flag = 0;
-  MPI_Message m;
-  MPI_Status st;
-  MPI_Improbe(MPI_ANY_SOURCE, kTagFailure, control_->comm, &flag, &m, &st);
-  if (!flag) return "";
-  int len = 0;
-  MPI_Get_count(&st, MPI_CHAR, &len);
-  std::string why(static_cast<size_t>(len), '\0');
-  MPI_Mrecv(why.data(), len, MPI_CHAR, &m, MPI_STATUS_IGNORE);
-  control_->peer_failure = str_cat("rank ", st.MPI_SOURCE, " failed: ", why);
-  control_->failed = true;
-  logger::error("rank ", rank_, ": ", control_->peer_failure);
-  static const char ack = 1;
-  MPI_Request req;
-  MPI_Isend(&ack, 1, MPI_CHAR, st.MPI_SOURCE, kTagAck, control_->comm, &req);
-  MPI_Request_free(&req);
-  return control_->peer_failure;
+  const bool known = !control_->peer_failure.empty();
+  const std::string failure = receive_failure();
+  if (!known && !failure.empty()) logger::error("rank ", rank_, ": ", failure);
+  return failure;
 }
 
 // ---- MpiCommunicator --------------------------------------------------------------------

@@ -53,7 +53,9 @@ class MpiRuntime {
   /// True after a failure was announced or received. A failed runtime ends
   /// the process with MPI_Abort at exit instead of MPI_Finalize (which
   /// would wait forever for a dead or stalled rank), so mpirun ends every
-  /// rank and exits non-zero: no process is left behind.
+  /// rank and exits non-zero: no process is left behind. A rank that ends
+  /// well waits at exit for the others in a barrier that hears their
+  /// failures (a failure then ends it the same way).
   bool failed() const;
   ~MpiRuntime();
   MpiRuntime(const MpiRuntime&) = delete;
@@ -61,6 +63,10 @@ class MpiRuntime {
 
  private:
   MpiRuntime();
+  std::string receive_failure();
+  /// At exit of a rank that did not fail: a barrier with the other ranks
+  /// that listens for their failures; false when one failed meanwhile.
+  bool wait_for_peers_at_exit();
   struct Control;
   std::unique_ptr<Control> control_;
   bool initialized_here_ = false;
