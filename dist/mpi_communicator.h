@@ -77,7 +77,8 @@ class MpiRuntime {
 /// - kAuto (the default): Spire's algorithms chosen per call by the
 ///   alpha-beta model of MpiLinkModel (measured at the first allreduce):
 ///   recursive doubling for small messages (latency-bound: log2(n) steps),
-///   the ring for large ones (bandwidth-optimal).
+///   halving-doubling or the ring for large ones (bandwidth-optimal;
+///   halving-doubling in fewer steps when n is a power of two).
 /// - kRing: Spire's ring over MPI point-to-point (reduce-scatter then
 ///   allgather in dist/ring_schedule.h's order, chunks split into
 ///   pipelined segments).
@@ -85,7 +86,9 @@ class MpiRuntime {
 ///   (ranks beyond the largest power of two fold into a partner first).
 /// - kHalvingDoubling: Rabenseifner's reduce-scatter by recursive halving
 ///   then allgather by recursive doubling: the ring's bytes in 2 log2(n)
-///   steps instead of 2(n-1) (the same folding).
+///   steps instead of 2(n-1) (the same folding); partners at distance 1
+///   first, so the largest exchanges stay on a host when ranks are placed
+///   host by host; in segments, each reduced as it arrives.
 /// - kMpi: MPI's own collectives (the reference and fallback).
 /// Spire's algorithms reduce in one fixed tree per call, so every rank's
 /// result is bit-identical and runs repeat exactly. Reduce-scatter,
@@ -116,7 +119,8 @@ struct MpiLinkModel {
   /// steps * (alpha + m * beta) + reductions * m * gamma.
   double recursive_doubling_seconds(int n, int64_t bytes) const;
   /// 2 log2(p) steps moving the ring's bytes: 2 log2(p) alpha +
-  /// 2(p-1)/p m beta + (p-1)/p m gamma, plus the fold when p != n.
+  /// 2(p-1)/p m beta (its segments' reductions overlap the transfers, as
+  /// the ring's do), plus the fold when p != n.
   double halving_doubling_seconds(int n, int64_t bytes) const;
   /// The fastest of the three for an allreduce of `bytes` on `n` ranks.
   MpiAlgorithm choose(int n, int64_t bytes) const;
@@ -172,6 +176,8 @@ class MpiCommunicator : public Communicator {
   void measure_links(void* waits);
   void recursive_doubling(void* waits, const CollectiveSignature& sig, Participant& p, ReduceOp op,
                           bool halving);
+  void ring_collective(void* waits, CollectiveKind kind, const CollectiveSignature& sig, Participant& p,
+                       ReduceOp op, int root);
   void run(CollectiveKind kind, const CollectiveCall& call, std::vector<Participant>& parts,
            ReduceOp op, int root);
   std::vector<Device> devices_;

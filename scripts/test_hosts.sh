@@ -10,7 +10,8 @@
 #
 # usage: scripts/test_hosts.sh up [--rate 1gbit] [--delay 100us]   create (or reshape) the hosts
 #        scripts/test_hosts.sh down                                remove them
-#        scripts/test_hosts.sh run -np 4 PROGRAM ARGS...           mpirun across the hosts (2 ranks each for -np 4)
+#        scripts/test_hosts.sh run [--pin] -np 4 PROGRAM ARGS...   mpirun across the hosts (2 ranks each for -np 4;
+#                                                                  --pin: each host on a core of its own)
 #        scripts/test_hosts.sh check [BUILD_DIR]                   up, the MPI tests and a short
 #                                                                  HorovodTrainer run on 2 hosts x 2 ranks, down
 # Needs root and iproute2; `check` exits 0 saying "skipped" where namespaces
@@ -83,6 +84,10 @@ down() {
 # confuses the shared-memory transport); mpirun stays in this namespace.
 run_mpi() {
   local np=2
+  if [[ ${1:-} == --pin ]]; then
+    export SPIRE_TEST_HOSTS_PIN=1  # read by scripts/netns_rsh.sh
+    shift
+  fi
   local args=("$@")
   for ((k = 0; k < ${#args[@]}; ++k)); do
     if [[ ${args[$k]} == -np ]]; then np=${args[$((k + 1))]}; fi
