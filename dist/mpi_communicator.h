@@ -77,8 +77,8 @@ class MpiRuntime {
 /// - kAuto (the default): Spire's algorithms chosen per call by the
 ///   alpha-beta model of MpiLinkModel (measured at the first allreduce):
 ///   recursive doubling for small messages (latency-bound: log2(n) steps),
-///   halving-doubling or the ring for large ones (bandwidth-optimal;
-///   halving-doubling in fewer steps when n is a power of two).
+///   halving-doubling for mid sizes (the ring's bytes in fewer steps),
+///   the ring for large ones (bandwidth-optimal).
 /// - kRing: Spire's ring over MPI point-to-point (reduce-scatter then
 ///   allgather in dist/ring_schedule.h's order, chunks split into
 ///   pipelined segments).
@@ -119,8 +119,7 @@ struct MpiLinkModel {
   /// steps * (alpha + m * beta) + reductions * m * gamma.
   double recursive_doubling_seconds(int n, int64_t bytes) const;
   /// 2 log2(p) steps moving the ring's bytes: 2 log2(p) alpha +
-  /// 2(p-1)/p m beta (its segments' reductions overlap the transfers, as
-  /// the ring's do), plus the fold when p != n.
+  /// 2(p-1)/p m beta + (p-1)/p m gamma, plus the fold when p != n.
   double halving_doubling_seconds(int n, int64_t bytes) const;
   /// The fastest of the three for an allreduce of `bytes` on `n` ranks.
   MpiAlgorithm choose(int n, int64_t bytes) const;

@@ -292,25 +292,19 @@ TEST(MpiCommunicator, AutoChoosesByTheMeasuredLinkModel) {
   MpiLinkModel m;
   m.alpha = 2e-6, m.beta = 1e-10, m.gamma = 2e-10;  // 2 us, 10 GB/s, 5 GB/s
   EXPECT_EQ(m.choose(4, 64), MpiAlgorithm::kRecursiveDoubling);
-  // Large ones: on a power of two, halving-doubling moves the ring's bytes in
-  // fewer steps; otherwise its fold costs more than the ring.
-  EXPECT_EQ(m.choose(4, 64 << 20), MpiAlgorithm::kHalvingDoubling);
+  EXPECT_EQ(m.choose(4, 64 << 20), MpiAlgorithm::kRing);
   EXPECT_EQ(m.choose(3, 64 << 20), MpiAlgorithm::kRing);
-  EXPECT_EQ(m.choose(6, 64 << 20), MpiAlgorithm::kRing);
-  // Two ranks: recursive doubling sends one message; for large ones the ring
-  // (the same as halving-doubling on 2 ranks: a tie goes to the ring).
+  // Two ranks: the same bandwidth term; the ring reduces half as much, recursive doubling sends one message.
   EXPECT_EQ(m.choose(2, 64), MpiAlgorithm::kRecursiveDoubling);
   EXPECT_EQ(m.choose(2, 1 << 20), MpiAlgorithm::kRing);
   EXPECT_DOUBLE_EQ(m.ring_allreduce_seconds(4, 4000), 6 * (2e-6 + 1000 * 1e-10));
-  EXPECT_DOUBLE_EQ(m.halving_doubling_seconds(4, 4000), 4 * 2e-6 + 1.5 * 4000 * 1e-10);
-  EXPECT_DOUBLE_EQ(m.halving_doubling_seconds(3, 4000),
-                   2 * 2e-6 + 4000 * 1e-10 + 2 * (2e-6 + 4000 * 1e-10) + 4000 * 2e-10);
+  EXPECT_DOUBLE_EQ(m.halving_doubling_seconds(4, 4000), 4 * 2e-6 + 1.5 * 4000 * 1e-10 + 0.75 * 4000 * 2e-10);
   // Slow, latency-heavy links (TCP): halving-doubling's fewer steps win at mid sizes on 4 ranks.
   MpiLinkModel tcp;
   tcp.alpha = 60e-6, tcp.beta = 4.5e-10, tcp.gamma = 2.5e-11;
   EXPECT_EQ(tcp.choose(4, 1 << 20), MpiAlgorithm::kHalvingDoubling);
   EXPECT_EQ(tcp.choose(4, 64), MpiAlgorithm::kRecursiveDoubling);
-  EXPECT_EQ(tcp.choose(3, int64_t{1} << 30), MpiAlgorithm::kRing);
+  EXPECT_EQ(tcp.choose(4, int64_t{1} << 30), MpiAlgorithm::kRing);
   EXPECT_DOUBLE_EQ(m.recursive_doubling_seconds(4, 4000), 2 * (2e-6 + 4000 * 1e-10) + 2 * 4000 * 2e-10);
   EXPECT_DOUBLE_EQ(m.recursive_doubling_seconds(3, 4000), 3 * (2e-6 + 4000 * 1e-10) + 2 * 4000 * 2e-10);
   // Measured at the first allreduce, the same on every rank; the choice follows it.
