@@ -821,7 +821,7 @@ void MpiCommunicator::measure_links(void* waits_ptr) {
   constexpr int64_t kLarge = 1 << 20;
   auto buffer = std::make_shared<std::vector<char>>(static_cast<size_t>(kLarge));
   waits.keep(buffer);
-  auto result = std::make_shared<std::array<double, 3>>();
+  auto result = std::make_shared<std::array<double, 4>>();  // alpha, beta, gamma, step
   waits.keep(result);
   auto exchange = [&](int peer, bool first, int64_t bytes) {
     MPI_Request req;
@@ -879,23 +879,55 @@ void MpiCommunicator::measure_links(void* waits_ptr) {
     }
     (*result)[2] = std::max(best / static_cast<double>(kLarge), 1e-14);
   }
+  // A step of a collective with every rank at work: the median of 15
+  // recursive-doubling allreduces of 8 bytes, per exchange. Where ranks
+  // share cores it is far more than the ping-pong's alpha (2 hosts x 2
+  // ranks over TCP on 2 cores: ~7 us vs ~40 us), and it is what each step
+  // of an algorithm pays.
+  {
+    auto small = std::make_shared<std::array<Tensor, 2>>();
+    waits.keep(small);
+    (*small)[0] = Tensor(DType::F32, Shape{2});
+    (*small)[1] = Tensor(DType::F32, Shape{2});
+    (*small)[0].data<float>()[0] = 1.0f, (*small)[0].data<float>()[1] = static_cast<float>(me);
+    CollectiveSignature sig;
+    sig.kind = CollectiveKind::kAllReduce;
+    sig.dtype = DType::F32;
+    sig.count = 2;
+    std::vector<double> times;
+    for (int k = 0; k < 18; ++k) {
+      Participant q{0, (*small)[0], (*small)[1]};
+      const auto t0 = Clock::now();
+      recursive_doubling(&waits, sig, q, ReduceOp::kSum, /*halving=*/false);
+      if (k >= 3) times.push_back(seconds(Clock::now() - t0));  // (3 warm-up calls)
+    }
+    std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
+    int steps = 0, p = 1;
+    while (p * 2 <= n) p *= 2, ++steps;
+    if (p != n) steps += 2;
+    (*result)[3] = times[times.size() / 2] / steps;
+  }
   if (me == 0) {
     std::vector<MPI_Request> sends(static_cast<size_t>(n), MPI_REQUEST_NULL);
     for (int r = 1; r < n; ++r)
-      check_mpi(MPI_Isend(result->data(), 3, MPI_DOUBLE, r, kTagCalibrate + 1, comm, &sends[static_cast<size_t>(r)]),
+      check_mpi(MPI_Isend(result->data(), 4, MPI_DOUBLE, r, kTagCalibrate + 1, comm, &sends[static_cast<size_t>(r)]),
                 "MPI_Isend");
     for (int r = 1; r < n; ++r) waits.wait(sends[static_cast<size_t>(r)], str_cat("rank ", r, " to take the link model"));
   } else {
     MPI_Request req;
-    check_mpi(MPI_Irecv(result->data(), 3, MPI_DOUBLE, 0, kTagCalibrate + 1, comm, &req), "MPI_Irecv");
+    check_mpi(MPI_Irecv(result->data(), 4, MPI_DOUBLE, 0, kTagCalibrate + 1, comm, &req), "MPI_Irecv");
     waits.wait(req, "rank 0's link model");
   }
-  impl_->model.alpha = (*result)[0];
+  impl_->model.link_alpha = (*result)[0];
+  impl_->model.step_alpha = (*result)[3];
+  impl_->model.alpha = std::max((*result)[0], (*result)[3]);
   impl_->model.beta = (*result)[1];
   impl_->model.gamma = (*result)[2];
   impl_->model.measured = true;
   if (me == 0)
-    logger::info("MPI links (ranks 0-", last, "): alpha ", impl_->model.alpha * 1e6, " us, beta ",
+    logger::info("MPI links (ranks 0-", last, "): alpha ", impl_->model.alpha * 1e6, " us (ping-pong ",
+                 impl_->model.link_alpha * 1e6, " us, a collective's step ", impl_->model.step_alpha * 1e6,
+                 " us), beta ",
                  1e-9 / impl_->model.beta, " GB/s, reduction ", 1e-9 / impl_->model.gamma,
                  " GB/s; chooses ",
                  [&] {

@@ -104,10 +104,16 @@ const char* mpi_algorithm_name(MpiAlgorithm a);
 /// alpha + m * beta seconds, reducing m bytes m * gamma. MpiCommunicator
 /// measures it at its first kAuto allreduce (a ping-pong of 8-byte and
 /// 1 MiB messages between rank 0 and the last rank, on another host when
-/// ranks are placed host by host; rank 0 times its own reduction)
+/// ranks are placed host by host; rank 0 times its own reduction; every
+/// rank runs small allreduces for a step's latency with all ranks at work)
 /// and gives rank 0's numbers to every rank, so all ranks choose alike.
 struct MpiLinkModel {
-  double alpha = 0;  ///< seconds per message
+  double alpha = 0;  ///< seconds per message: the larger of the two below
+  double link_alpha = 0;  ///< the ping-pong's one-way latency
+  /// A step of a collective with every rank at work (the median 8-byte
+  /// recursive-doubling allreduce over its steps): more than link_alpha
+  /// where ranks share cores or a transport needs every rank's progress.
+  double step_alpha = 0;
   double beta = 0;   ///< seconds per byte sent
   double gamma = 0;  ///< seconds per byte reduced
   bool measured = false;
