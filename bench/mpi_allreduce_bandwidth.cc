@@ -8,10 +8,13 @@
 // auto chose, and the MPI/Spire time ratio (> 1: Spire is faster). Run
 // under mpirun, e.g.
 //   mpirun -np 2 build/bench/mpi_allreduce_bandwidth [--min 4K] [--max 256M] [--reps 9]
+//       [--csv FILE --setting NAME]   (rows for bench/scaling_sim.py fit and
+//                                      bench/plot_scaling.py, with a memcpy row per size)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -68,17 +71,41 @@ std::vector<double> time_allreduces(const std::vector<MpiCommunicator*>& comms, 
   return med;
 }
 
+// Median seconds of `reps` memcpys of `bytes` on every rank at once (after
+// a barrier): the copy ceiling the plots draw beside the allreduces.
+double time_memcpy(MpiCommunicator& comm, int64_t bytes, int reps) {
+  std::vector<char> a(static_cast<size_t>(bytes), 1), b(static_cast<size_t>(bytes));
+  CollectiveCall call;
+  call.name = "memcpy";
+  std::vector<double> secs;
+  for (int r = -1; r < reps; ++r) {
+    std::vector<Participant> none;
+    comm.barrier(call, none);
+    auto t0 = std::chrono::steady_clock::now();
+    std::memcpy(b.data(), a.data(), a.size());
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r >= 0) secs.push_back(s);
+  }
+  std::sort(secs.begin(), secs.end());
+  return secs[secs.size() / 2];
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     int64_t lo = 4 << 10, hi = 256 << 20;
     int reps = 9;
-    for (int i = 1; i + 1 < argc; i += 2) {
-      std::string k = argv[i], v = argv[i + 1];
+    std::string csv_path, setting = "default";
+    for (int i = 1; i < argc; i += 2) {
+      std::string k = argv[i];
+      if (i + 1 >= argc) throw_error("argument ", k, " needs a value");
+      std::string v = argv[i + 1];
       if (k == "--min") lo = parse_size(v);
       else if (k == "--max") hi = parse_size(v);
       else if (k == "--reps") reps = std::max(1, std::atoi(v.c_str()));
+      else if (k == "--csv") csv_path = v;
+      else if (k == "--setting") setting = v;
       else throw_error("unknown argument ", k);
     }
     MpiRuntime& rt = MpiRuntime::get();
@@ -88,6 +115,19 @@ int main(int argc, char** argv) {
     MpiCommunicator hd(Device::cpu(), 120, MpiAlgorithm::kHalvingDoubling);
     MpiCommunicator mpi(Device::cpu(), 120, MpiAlgorithm::kMpi);
     const int n = rt.size();
+    // --csv FILE: rank 0 appends one row per size and communicator
+    // (setting, ranks, hosts, bytes, algorithm, median seconds) for
+    // bench/scaling_sim.py fit; --setting names the machine/link setting.
+    std::FILE* csv = nullptr;
+    if (rt.rank() == 0 && !csv_path.empty()) {
+      std::FILE* probe = std::fopen(csv_path.c_str(), "r");
+      const bool fresh = probe == nullptr;
+      if (probe) std::fclose(probe);
+      csv = std::fopen(csv_path.c_str(), "a");
+      if (!csv) throw_error("--csv: cannot open '", csv_path, "' for appending");
+      if (fresh) std::fprintf(csv, "setting,ranks,hosts,bytes,algorithm,seconds\n");
+    }
+    const int hosts = std::max(1, n / std::max(1, rt.local_size()));
     if (rt.rank() == 0)
       std::printf("allreduce f32 sum, %d ranks, median of %d; busbw in GB/s\n%10s %12s %8s %5s %8s %8s %8s %8s %12s %9s\n",
                   n, reps, "size", "Spire time", "busbw", "(alg)", "ring", "rec-dbl", "halv-dbl", "MPI", "MPI time",
@@ -103,7 +143,16 @@ int main(int argc, char** argv) {
       if (rt.rank() == 0)
         std::printf("%10s %9.1f us %8.2f %5s %8.2f %8.2f %8.2f %8.2f %9.1f us %9.2f\n", human(bytes).c_str(), ta * 1e6,
                     bw(ta), chose, bw(tr), bw(td), bw(th), bw(tm), tm * 1e6, tm / ta);
+      const double tc = csv_path.empty() ? 0.0 : time_memcpy(mpi, bytes, reps);
+      if (csv) {
+        const char* names[6] = {"auto", "ring", "rd", "hd", "mpi", "memcpy"};
+        for (int j = 0; j < 6; ++j)
+          std::fprintf(csv, "%s,%d,%d,%lld,%s,%.9g\n", setting.c_str(), n, hosts, static_cast<long long>(bytes),
+                       names[j], j < 5 ? t[static_cast<size_t>(j)] : tc);
+        std::fflush(csv);
+      }
     }
+    if (csv) std::fclose(csv);
     if (rt.rank() == 0) {
       const MpiLinkModel m = spire.link_model();
       std::printf("link model (ranks 0-%d): alpha %.2f us (ping-pong %.2f us, a collective's step %.2f us), "

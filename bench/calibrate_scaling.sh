@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Measures Spire's allreduce on every configuration this machine can make,
+# fits the scaling simulator's constants to it, and draws the plots:
+#   - shared memory, 2..8 ranks on one host;
+#   - TCP between the test hosts (scripts/test_hosts.sh), 2 hosts x 1..4
+#     ranks, unshaped and with tc-shaped links at two rates (netem delay is
+#     used where the kernel has it; otherwise the script says so);
+# each run of build/bench/mpi_allreduce_bandwidth appends rows (median of
+# --reps interleaved calls per size and algorithm, plus a memcpy row) to
+# OUT/allreduce.csv; then bench/scaling_sim.py fit writes OUT/fit.txt and
+# OUT/fit.json (constants per setting, predicted vs measured for every
+# configuration) and bench/plot_scaling.py the PNGs.
+#
+# usage: bench/calibrate_scaling.sh [--build DIR] [--out DIR] [--reps N] [--quick]
+#   --quick: fewer ranks and sizes (a smoke run, not a calibration)
+# Needs root for the test hosts (skipped, saying so, without).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=build
+OUT=bench/results
+REPS=7
+QUICK=0
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --build) BUILD=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    --reps) REPS=$2; shift 2 ;;
+    --quick) QUICK=1; shift ;;
+    *) echo "calibrate_scaling: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+BENCH=$BUILD/bench/mpi_allreduce_bandwidth
+[[ -x $BENCH ]] || { echo "calibrate_scaling: $BENCH not built (configure with SPIRE_MPI on)" >&2; exit 1; }
+mkdir -p "$OUT"
+CSV=$OUT/allreduce.csv
+rm -f "$CSV"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+
+SHM_RANKS=(2 3 4 6 8)
+TCP_NP=(2 4 6 8)
+MAX=64M
+SHAPED_MAX=16M
+if [[ $QUICK == 1 ]]; then SHM_RANKS=(2 4); TCP_NP=(2 4); MAX=4M; SHAPED_MAX=1M; REPS=3; fi
+
+run() {  # run SETTING MAX LAUNCHER...
+  local setting=$1 max=$2
+  shift 2
+  echo "== $setting: $*" >&2
+  "$@" "$BENCH" --min 64K --max "$max" --reps "$REPS" --csv "$CSV" --setting "$setting" | grep -v '^\[' >&2
+}
+
+for n in "${SHM_RANKS[@]}"; do
+  run shm "$MAX" mpirun -np "$n"
+done
+
+if [[ $(id -u) -eq 0 ]] && bash scripts/test_hosts.sh up >/dev/null 2>&1; then
+  trap 'bash scripts/test_hosts.sh down >/dev/null 2>&1 || true' EXIT
+  for np in "${TCP_NP[@]}"; do
+    run tcp "$MAX" bash scripts/test_hosts.sh run -np "$np"
+  done
+  for rate in 1gbit 400mbit; do
+    bash scripts/test_hosts.sh up --rate "$rate" --delay 200us >&2
+    for np in 2 4; do
+      run "tcp-$rate" "$SHAPED_MAX" bash scripts/test_hosts.sh run -np "$np"
+    done
+  done
+  bash scripts/test_hosts.sh up >/dev/null  # (unshaped again)
+else
+  echo "calibrate_scaling: test hosts need root and network namespaces; TCP settings skipped" >&2
+fi
+
+python3 -B bench/scaling_sim.py fit "$CSV" --json "$OUT/fit.json" | tee "$OUT/fit.txt" | grep -E "^setting|worst"
+python3 -B bench/plot_scaling.py --csv "$CSV" --fit "$OUT/fit.json" --out "$OUT"

@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""Plots of Spire's allreduce and scaling (bench/calibrate_scaling.sh runs it):
+
+- allreduce_busbw.png: bus bandwidth vs size of Spire's default, its ring,
+  MPI_Allreduce and the memcpy ceiling (rows of
+  bench/mpi_allreduce_bandwidth --csv), one panel per setting and rank count;
+- scaling_efficiency.png: simulated scaling efficiency of ResNet-50 (25.6 M
+  f32 parameters, bucketed allreduce overlapping the backward pass) from 8
+  to 1024 ranks on the stated cluster models, beside the published figures
+  (Horovod: ~90% at 512 GPUs; Goyal et al.: ~90% from 8 to 256 GPUs), and
+  the MNIST convnet on this machine: measured HorovodTrainer efficiency
+  (--measured RANKS=EFF) and the simulator's prediction from the fitted
+  shared-memory constants (--fit);
+- predicted_vs_measured.png: every fitted configuration's predicted and
+  measured time (--fit), the 15% band drawn.
+
+usage: bench/plot_scaling.py --csv FILE [--fit fit.json] [--measured 2=0.96 ...] [--out DIR]
+"""
+import argparse
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "scripts"))
+import scaling_sim as sim  # noqa: E402
+
+# The MNIST convnet of examples/mnist_convnet (836,522 f32 parameters) and one
+# rank's step at batch 128 on this machine (~2950 images/s: 43 ms).
+MNIST_BYTES = 836522 * 4
+MNIST_STEP_S = 128 / 2950.0
+
+CLUSTERS = [
+    ("8 GPUs/node, NVLink-class inside, 100 Gb/s between nodes",
+     dict(per_node=8, intra=sim.Link(3e-6, 1 / 150e9), inter=sim.Link(10e-6, 8 / 100e9), gamma=1 / 500e9)),
+    ("8 GPUs/node, NVLink-class inside, 400 Gb/s between nodes",
+     dict(per_node=8, intra=sim.Link(3e-6, 1 / 150e9), inter=sim.Link(10e-6, 8 / 400e9), gamma=1 / 500e9)),
+    ("4 GPUs/node, PCIe inside, 25 Gb/s between nodes (Horovod paper era)",
+     dict(per_node=4, intra=sim.Link(8e-6, 1 / 10e9), inter=sim.Link(25e-6, 8 / 25e9), gamma=1 / 200e9)),
+]
+RESNET_STEP_S = 0.200  # one rank's forward+backward, ResNet-50 batch 64, V100-class
+
+
+def cluster(spec, ranks):
+    per = min(spec["per_node"], ranks)
+    return sim.Cluster(max(1, ranks // per), per, spec["intra"], spec["inter"], spec["gamma"])
+
+
+def plot_busbw(plt, rows, out):
+    panels = sorted({(r["setting"], r["ranks"]) for r in rows},
+                    key=lambda k: (k[0] != "shm", k[0], k[1]))
+    panels = [p for p in panels if p[1] in (2, 4)] or panels
+    cols = min(2, len(panels))
+    nrows = (len(panels) + cols - 1) // cols
+    fig, axes = plt.subplots(nrows, cols, figsize=(6 * cols, 3.8 * nrows), squeeze=False)
+    styles = {"auto": ("Spire (auto)", "-o"), "ring": ("Spire ring", "--s"), "mpi": ("MPI_Allreduce", "-^"),
+              "memcpy": ("memcpy (GB/s)", ":")}
+    for ax, (setting, ranks) in zip([a for row in axes for a in row], panels):
+        for algo, (label, style) in styles.items():
+            pts = sorted((r["bytes"], r["seconds"]) for r in rows
+                         if r["setting"] == setting and r["ranks"] == ranks and r["algorithm"] == algo)
+            if not pts:
+                continue
+            if algo == "memcpy":
+                ys = [b / t / 1e9 for b, t in pts]
+            else:
+                ys = [sim.bus_bandwidth(ranks, b, t) / 1e9 for b, t in pts]
+            ax.plot([b for b, _ in pts], ys, style, label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("bytes")
+        ax.set_ylabel("bus bandwidth, GB/s")
+        ax.set_title(f"{setting}, {ranks} ranks")
+        ax.grid(True, alpha=0.3, which="both")
+        ax.legend(fontsize=8)
+    for ax in [a for row in axes for a in row][len(panels):]:
+        ax.axis("off")
+    fig.tight_layout()
+    path = os.path.join(out, "allreduce_busbw.png")
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_efficiency(plt, fit, measured, out):
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.6))
+    model = sim.Model("ResNet-50", 25.6e6 * 4, RESNET_STEP_S, 2.0 / 3.0, 161)
+    ranks = [8 * 2 ** k for k in range(8)]
+    for name, spec in CLUSTERS:
+        effs = [sim.efficiency(cluster(spec, p), model, 64 << 20) for p in ranks]
+        left.plot(ranks, effs, "-o", label=f"simulated: {name}", markersize=4)
+    left.plot([512], [0.90], "k*", markersize=12, label="Horovod paper: ~90% at 512 GPUs")
+    left.plot([8, 256], [1.0, 0.90], "kD--", markersize=6, label="Goyal et al.: ~90%, 8 -> 256 GPUs")
+    left.set_xscale("log", base=2)
+    left.set_xlabel("ranks (GPUs)")
+    left.set_ylabel("scaling efficiency")
+    left.set_ylim(0.5, 1.02)
+    left.set_title(f"ResNet-50, {RESNET_STEP_S * 1e3:.0f} ms per step, 64 MiB fusion")
+    left.grid(True, alpha=0.3)
+    left.legend(fontsize=7, loc="lower left")
+    # This machine: the MNIST convnet, measured and simulated from the fitted constants.
+    mnist = sim.Model("MNIST convnet", MNIST_BYTES, MNIST_STEP_S, 2.0 / 3.0, 8)
+    if fit and "shm" in fit:
+        k = fit["shm"]["constants"]
+        link = sim.Link(k["alpha"], k["beta"])
+        xs = [1, 2]  # (ranks beyond the 2 cores would share them with the compute too)
+        ys = [sim.efficiency(sim.Cluster(1, p, link, link, k["gamma"]), mnist, 128 << 20) for p in xs]
+        right.plot(xs, ys, "-o", label="simulated (fitted shared-memory constants)")
+    if measured:
+        xs = sorted(measured)
+        right.plot(xs, [measured[x] for x in xs], "s", markersize=9, label="measured: HorovodTrainer, 1 thread/rank")
+    right.set_xlabel("ranks")
+    right.set_ylabel("scaling efficiency")
+    right.set_ylim(0.5, 1.05)
+    right.set_title("MNIST convnet on this machine (2 cores)")
+    right.grid(True, alpha=0.3)
+    right.legend(fontsize=8, loc="lower left")
+    fig.tight_layout()
+    path = os.path.join(out, "scaling_efficiency.png")
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_fit(plt, rows, fit, out):
+    fig, ax = plt.subplots(figsize=(6.5, 5.5))
+    lo, hi = float("inf"), 0.0
+    for setting in sorted(fit):
+        k = fit[setting]["constants"]
+        pts = [(r["seconds"], sim.predict_row(k, r)) for r in rows
+               if r["setting"] == setting and r["algorithm"] in sim.FORMULAS]
+        if not pts:
+            continue
+        ax.plot([m for m, _ in pts], [p for _, p in pts], "o", markersize=3, label=setting)
+        lo = min(lo, min(min(p) for p in pts))
+        hi = max(hi, max(max(p) for p in pts))
+    if hi > 0:
+        ax.plot([lo, hi], [lo, hi], "k-", linewidth=0.8)
+        ax.plot([lo, hi], [lo * 1.15, hi * 1.15], "k:", linewidth=0.8, label="+-15%")
+        ax.plot([lo, hi], [lo / 1.15, hi / 1.15], "k:", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured seconds")
+    ax.set_ylabel("predicted seconds")
+    ax.set_title("allreduce: simulator vs measurement")
+    ax.grid(True, alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = os.path.join(out, "predicted_vs_measured.png")
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--csv", required=True, nargs="+")
+    ap.add_argument("--fit")
+    ap.add_argument("--measured", nargs="*", default=[], help="RANKS=EFFICIENCY of HorovodTrainer runs")
+    ap.add_argument("--out", default=".")
+    args = ap.parse_args(argv)
+    import json
+    from plotting import pyplot
+    rows = sim.read_rows(args.csv)
+    fit = None
+    if args.fit:
+        with open(args.fit) as f:
+            fit = json.load(f)
+    measured = {1: 1.0}
+    for m in args.measured:
+        r, e = m.split("=")
+        measured[int(r)] = float(e)
+    plt = pyplot()
+    os.makedirs(args.out, exist_ok=True)
+    paths = [plot_busbw(plt, rows, args.out), plot_efficiency(plt, fit, measured, args.out)]
+    if fit:
+        paths.append(plot_fit(plt, rows, fit, args.out))
+    for p in paths:
+        print(f"wrote {p}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

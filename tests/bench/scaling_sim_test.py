@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Tests of bench/scaling_sim.py (ctest runs this): with contention off and
+one kind of link, every allreduce formula is the textbook one of
+../shared/docs/allreduce-facts.md exactly; placement on nodes, folding of
+ranks beyond a power of two and link sharing behave as documented; the fit
+recovers known constants from rows the model made; the training step's
+overlap is what a hand computation gives; the ring's crossover with
+recursive doubling matches the closed form."""
+import math
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+import scaling_sim as sim  # noqa: E402
+
+A, B, G = 5e-6, 1e-10, 3e-11
+
+
+def flat(p, per_node=None, contention=False, a=A, b=B, g=G):
+    per = per_node or p
+    link = sim.Link(a, b)
+    return sim.Cluster(p // per, per, link, link, g, contention=contention)
+
+
+def close(x, y, rel=1e-12):
+    return abs(x - y) <= rel * max(abs(x), abs(y))
+
+
+class Formulas(unittest.TestCase):
+    def test_textbook_costs_on_powers_of_two(self):
+        for p in (2, 4, 8, 16, 64):
+            for n in (1000.0, 12345678.0):
+                c = flat(p)
+                l = math.log2(p)
+                self.assertTrue(close(sim.allreduce_time(c, "ring", n),
+                                      2 * (p - 1) * A + 2 * (p - 1) / p * n * B + (p - 1) / p * n * G), p)
+                self.assertTrue(close(sim.allreduce_time(c, "rd", n), l * (A + n * B + n * G)), p)
+                self.assertTrue(close(sim.allreduce_time(c, "hd", n),
+                                      2 * l * A + 2 * (p - 1) / p * n * B + (p - 1) / p * n * G), p)
+                self.assertTrue(close(sim.allreduce_time(c, "tree", n), 2 * l * (A + n * B) + l * n * G), p)
+                # One node: the hierarchical scheme is the ring.
+                self.assertTrue(close(sim.allreduce_time(c, "hier", n), sim.allreduce_time(c, "ring", n)), p)
+
+    def test_folding_beyond_a_power_of_two(self):
+        n = 1e6
+        fold = 2 * (A + n * B) + n * G
+        self.assertTrue(close(sim.allreduce_time(flat(6), "rd", n), fold + sim.allreduce_time(flat(4), "rd", n)))
+        self.assertTrue(close(sim.allreduce_time(flat(5), "hd", n), fold + sim.allreduce_time(flat(4), "hd", n)))
+        self.assertEqual(sim.allreduce_time(flat(1), "ring", n), 0.0)
+
+    def test_placement_uses_the_inter_node_link_across_nodes(self):
+        fast, slow = sim.Link(1e-6, 1e-11), sim.Link(1e-5, 1e-9)
+        c = sim.Cluster(2, 4, fast, slow, 0.0, contention=False)
+        n = 8e6
+        # Ring of 8 over 2 nodes: every step waits for a crossing link.
+        self.assertTrue(close(sim.allreduce_time(c, "ring", n), 14 * (slow.alpha + n / 8 * slow.beta)))
+        # Halving-doubling, distance 1, 2 on a node, 4 across: the smallest parts cross.
+        want = (2 * (fast.alpha + n / 2 * fast.beta) + 2 * (fast.alpha + n / 4 * fast.beta)
+                + 2 * (slow.alpha + n / 8 * slow.beta))
+        self.assertTrue(close(sim.allreduce_time(c, "hd", n), want))
+        # With contention the 4 ranks of a node share its link at the crossing step.
+        cc = sim.Cluster(2, 4, fast, slow, 0.0, contention=True)
+        want_c = want - 2 * (n / 8 * slow.beta) + 2 * (n / 8 * slow.beta * 4)
+        self.assertTrue(close(sim.allreduce_time(cc, "hd", n), want_c))
+        # Hierarchical: ring inside (4), ring of shards across (2 nodes), shared by the node's 4 ranks.
+        want_h = 2 * 3 * (fast.alpha + n / 4 * fast.beta) + 2 * 1 * (slow.alpha + n / 4 / 2 * slow.beta * 4)
+        self.assertTrue(close(sim.allreduce_time(cc, "hier", n), want_h))
+
+    def test_ring_crossover_with_recursive_doubling(self):
+        # allreduce-facts.md: n* = (a/b)(2(p-1) - log2 p)/(log2 p - 2(p-1)/p), no reduction cost.
+        for p in (8, 64, 1024):
+            c = flat(p, g=0.0)
+            l = math.log2(p)
+            nstar = (A / B) * (2 * (p - 1) - l) / (l - 2 * (p - 1) / p)
+            x = sim.ring_crossover(c, algorithms=("ring", "rd"))
+            self.assertIsNotNone(x)
+            self.assertGreaterEqual(x, nstar, p)
+            self.assertLess(x, 2 * nstar, p)
+
+
+class TrainingStep(unittest.TestCase):
+    def test_one_bucket_waits_for_the_whole_backward_pass(self):
+        m = sim.Model("m", 4e6, 0.3, 2.0 / 3.0, 10)
+        c = flat(4)
+        t, exposed = sim.step_time(c, m, fusion_bytes=1e9, algorithm="ring")
+        self.assertTrue(close(t, 0.3 + sim.allreduce_time(c, "ring", 4e6)))
+        self.assertTrue(close(exposed, t - 0.3))
+
+    def test_small_buckets_overlap_the_backward_pass(self):
+        m = sim.Model("m", 4e6, 0.3, 2.0 / 3.0, 10)
+        c = flat(4)
+        # 10 buckets of 0.4 MB, one every 20 ms of backward; each takes far less.
+        t, exposed = sim.step_time(c, m, fusion_bytes=4e5, algorithm="ring")
+        last = sim.allreduce_time(c, "ring", 4e5)
+        self.assertLess(last, 0.02)
+        self.assertTrue(close(t, 0.3 + last))
+        # Free links: perfect efficiency; one rank: no communication.
+        free = flat(4, a=0.0, b=0.0, g=0.0)
+        self.assertEqual(sim.efficiency(free, m, 4e5), 1.0)
+        self.assertEqual(sim.step_time(flat(1), m, 4e5), (0.3, 0.0))
+
+
+class Fit(unittest.TestCase):
+    def test_recovers_the_constants_that_made_the_rows(self):
+        rows = []
+        for p, hosts in ((2, 1), (4, 1), (4, 2), (8, 2), (3, 1)):
+            for algo in ("ring", "rd", "hd"):
+                for n in (4096, 65536, 1 << 20, 1 << 24):
+                    c = flat(p, per_node=p // hosts)
+                    rows.append({"setting": "s", "ranks": p, "hosts": hosts, "bytes": n, "algorithm": algo,
+                                 "seconds": sim.allreduce_time(c, algo, n)})
+        rows.append({"setting": "s", "ranks": 2, "hosts": 1, "bytes": 4096, "algorithm": "mpi", "seconds": 1.0})
+        k = sim.fit_constants(rows)
+        self.assertTrue(close(k["alpha"], A, 1e-6), k)
+        self.assertTrue(close(k["beta"], B, 1e-6), k)
+        self.assertTrue(close(k["gamma"], G, 1e-6), k)
+        with open(os.devnull, "w") as devnull:
+            report = sim.fit_report(rows, out=devnull)
+        self.assertLess(report["s"][1], 1e-6)
+
+    def test_ranks_sharing_cores_stretch_every_term(self):
+        # Rows measured with p ranks on 2 cores took p/2 times the formula (p > 2).
+        rows = []
+        for p in (2, 4, 8):
+            for algo in ("ring", "rd", "hd"):  # (rd tells beta from gamma: ring's and hd's are in one ratio)
+                for n in (65536, 1 << 22):
+                    t = sim.allreduce_time(flat(p), algo, n) * max(1.0, p / 2)
+                    rows.append({"setting": "s", "ranks": p, "hosts": 1, "bytes": n, "algorithm": algo,
+                                 "seconds": t})
+        k = sim.fit_constants(rows, cores=2)
+        self.assertTrue(close(k["alpha"], A, 1e-6) and close(k["beta"], B, 1e-6) and close(k["gamma"], G, 1e-6), k)
+        self.assertTrue(close(sim.predict_row(k, rows[-1]), rows[-1]["seconds"], 1e-6))
+        # Without the factor the same rows cannot be fitted exactly.
+        k0 = sim.fit_constants(rows)
+        self.assertGreater(max(abs(sim.predict_row(k0, r) / r["seconds"] - 1) for r in rows), 0.1)
+
+    def test_constants_stay_non_negative(self):
+        # Times that fall with size would need a negative beta: it is held at 0.
+        rows = [{"setting": "s", "ranks": 2, "hosts": 1, "bytes": n, "algorithm": "ring", "seconds": t}
+                for n, t in ((1 << 10, 2e-3), (1 << 20, 1e-3), (1 << 24, 1e-3))]
+        k = sim.fit_constants(rows)
+        self.assertTrue(all(v >= 0 for v in k.values()), k)
+
+
+if __name__ == "__main__":
+    unittest.main()
