@@ -16,17 +16,18 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # Python clients used by the external-format checks in tests/train (TensorBoard
-# reads Spire's event files, the safetensors package reads/writes checkpoints).
+# reads Spire's event files, the safetensors package reads/writes checkpoints),
+# and matplotlib for the plots (scripts/plot_stats.py, bench/plot_scaling.py).
 # Those tests skip when the packages are missing, so failure here is only a note.
 if command -v python3 >/dev/null 2>&1; then
-  if python3 -c 'import tensorboard, safetensors, numpy' >/dev/null 2>&1; then
+  if python3 -c 'import tensorboard, safetensors, numpy, matplotlib' >/dev/null 2>&1; then
     :
   elif ! python3 -m pip --version >/dev/null 2>&1; then
     echo "note: pip is not available for python3; the tensorboard/safetensors interop tests will be skipped"
-  elif ! python3 -m pip install --quiet tensorboard safetensors numpy; then
+  elif ! python3 -m pip install --quiet tensorboard safetensors numpy matplotlib; then
     # A Debian system python refuses plain pip installs (PEP 668); fall back to the user site.
-    python3 -m pip install --quiet --user --break-system-packages tensorboard safetensors numpy ||
-      echo "note: could not pip install tensorboard safetensors numpy; the interop tests will be skipped"
+    python3 -m pip install --quiet --user --break-system-packages tensorboard safetensors numpy matplotlib ||
+      echo "note: could not pip install tensorboard safetensors numpy matplotlib; the interop and plot tests will be skipped"
   fi
 else
   echo "note: python3 not found; the tensorboard/safetensors interop tests will be skipped"
