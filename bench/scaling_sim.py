@@ -370,6 +370,13 @@ def fit_report(rows, min_bytes=1 << 20, out=sys.stdout, cores=0):
 
 # ---- Command line ------------------------------------------------------------------
 
+def human(n):
+    for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= k:
+            return f"{n / k:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
 def parse_size(s):
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     if s[-1] in units:
@@ -418,12 +425,21 @@ def cmd_predict(args):
             print(f"{ranks:>6} {algo:>9} {t * 1e3:>9.1f} {exposed * 1e3:>11.1f} {m.compute_s / t:>10.3f}")
         ranks *= 2
     print()
-    print("size from which the ring is the fastest allreduce (of ring, rd, hd, tree; hier aside):")
+    # (Halving-doubling moves the ring's bytes in fewer steps: in this model
+    # it is never slower than the ring on a power of two, so the crossover
+    # is the ring's against the latency-bound algorithms, as in
+    # allreduce-facts.md's n*.)
+    print("size from which the ring beats recursive doubling and the binomial tree"
+          " (n*: the closed form on one flat link of the inter-node constants, no reduction cost):")
     ranks = 2
     while ranks <= args.max_ranks:
         c = cluster_from_args(args, ranks)
-        x = ring_crossover(c, algorithms=("ring", "rd", "hd", "tree"))
-        print(f"{ranks:>6} ranks: {'never up to 16 GiB' if x is None else str(x) + ' bytes'}")
+        x = ring_crossover(c, algorithms=("ring", "rd", "tree"))
+        lg = math.log2(ranks)
+        denom = lg - 2 * (ranks - 1) / ranks
+        nstar = (c.inter.alpha / c.inter.beta) * (2 * (ranks - 1) - lg) / denom if denom > 0 else None
+        print(f"{ranks:>6} ranks: {'never up to 16 GiB' if x is None else human(x):>10}"
+              f"   n* {'-' if nstar is None else human(nstar)}")
         ranks *= 2
 
 
