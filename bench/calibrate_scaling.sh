@@ -7,7 +7,8 @@
 #     used where the kernel has it; otherwise the script says so);
 # each run of build/bench/mpi_allreduce_bandwidth appends rows (median of
 # --reps interleaved calls per size and algorithm, plus a memcpy row) to
-# OUT/allreduce.csv; then bench/scaling_sim.py fit writes OUT/fit.txt and
+# OUT/allreduce.csv; then bench/scaling_sim.py fit (--cores: every rank of
+# these runs shares this machine's cores) writes OUT/fit.txt and
 # OUT/fit.json (constants per setting, predicted vs measured for every
 # configuration) and bench/plot_scaling.py the PNGs.
 #
@@ -69,5 +70,5 @@ else
   echo "calibrate_scaling: test hosts need root and network namespaces; TCP settings skipped" >&2
 fi
 
-python3 -B bench/scaling_sim.py fit "$CSV" --json "$OUT/fit.json" | tee "$OUT/fit.txt" | grep -E "^setting|worst"
+python3 -B bench/scaling_sim.py fit "$CSV" --cores "$(nproc)" --json "$OUT/fit.json" | tee "$OUT/fit.txt" | grep -E "^setting|worst"
 python3 -B bench/plot_scaling.py --csv "$CSV" --fit "$OUT/fit.json" --out "$OUT"

@@ -109,15 +109,10 @@ int main(int argc, char** argv) {
       else throw_error("unknown argument ", k);
     }
     MpiRuntime& rt = MpiRuntime::get();
-    MpiCommunicator spire(Device::cpu(), 120, MpiAlgorithm::kAuto);
-    MpiCommunicator ring(Device::cpu(), 120, MpiAlgorithm::kRing);
-    MpiCommunicator rd(Device::cpu(), 120, MpiAlgorithm::kRecursiveDoubling);
-    MpiCommunicator hd(Device::cpu(), 120, MpiAlgorithm::kHalvingDoubling);
-    MpiCommunicator mpi(Device::cpu(), 120, MpiAlgorithm::kMpi);
-    const int n = rt.size();
     // --csv FILE: rank 0 appends one row per size and communicator
     // (setting, ranks, hosts, bytes, algorithm, median seconds) for
     // bench/scaling_sim.py fit; --setting names the machine/link setting.
+    // (Opened first: a rank that cannot open it fails before any collective.)
     std::FILE* csv = nullptr;
     if (rt.rank() == 0 && !csv_path.empty()) {
       std::FILE* probe = std::fopen(csv_path.c_str(), "r");
@@ -127,7 +122,23 @@ int main(int argc, char** argv) {
       if (!csv) throw_error("--csv: cannot open '", csv_path, "' for appending");
       if (fresh) std::fprintf(csv, "setting,ranks,hosts,bytes,algorithm,seconds\n");
     }
-    const int hosts = std::max(1, n / std::max(1, rt.local_size()));
+    MpiCommunicator spire(Device::cpu(), 120, MpiAlgorithm::kAuto);
+    MpiCommunicator ring(Device::cpu(), 120, MpiAlgorithm::kRing);
+    MpiCommunicator rd(Device::cpu(), 120, MpiAlgorithm::kRecursiveDoubling);
+    MpiCommunicator hd(Device::cpu(), 120, MpiAlgorithm::kHalvingDoubling);
+    MpiCommunicator mpi(Device::cpu(), 120, MpiAlgorithm::kMpi);
+    const int n = rt.size();
+    // Hosts: the ranks that are first on theirs, counted.
+    int hosts = 1;
+    {
+      Tensor first(DType::F32, Shape{1}), count(DType::F32, Shape{1});
+      first.data<float>()[0] = rt.local_rank() == 0 ? 1.0f : 0.0f;
+      std::vector<Participant> p{{0, first, count}};
+      CollectiveCall call;
+      call.name = "hosts";
+      mpi.allreduce(call, p, ReduceOp::kSum);
+      hosts = static_cast<int>(count.data<float>()[0]);
+    }
     if (rt.rank() == 0)
       std::printf("allreduce f32 sum, %d ranks, median of %d; busbw in GB/s\n%10s %12s %8s %5s %8s %8s %8s %8s %12s %9s\n",
                   n, reps, "size", "Spire time", "busbw", "(alg)", "ring", "rec-dbl", "halv-dbl", "MPI", "MPI time",
@@ -162,6 +173,8 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
+    // The other ranks stop at once instead of timing out in a collective.
+    MpiRuntime::get().announce_failure(e.what(), 2.0);
     return 1;
   }
 }

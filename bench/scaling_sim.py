@@ -278,24 +278,27 @@ def _coefficients(ranks, hosts, algorithm, n, cores=0):
     ranks of the measurement shared that many cores: every term is
     stretched by ranks/cores when that is above 1 (each rank had that
     share of a core for its copies, reductions and polling)."""
-    per = max(1, ranks // hosts)
     share = max(1.0, ranks / cores) if cores > 0 else 1.0
 
     def at(alpha, beta, gamma):
+        # (One kind of link without contention: where the hosts split the
+        # ranks makes no difference, so they are one node here.)
         link = Link(alpha, beta)
-        return share * allreduce_time(Cluster(hosts, per, link, link, gamma, contention=False), algorithm, n)
+        return share * allreduce_time(Cluster(1, ranks, link, link, gamma, contention=False), algorithm, n)
 
     return at(1, 0, 0), at(0, 1, 0), at(0, 0, 1)
 
 
 def _solve(a, b):
     """Solves the square system a x = b (Gaussian elimination with partial
-    pivoting); None when it is singular."""
+    pivoting); None when it is singular (a pivot below 1e-12 of the
+    matrix's largest entry)."""
     k = len(b)
     m = [list(a[i]) + [b[i]] for i in range(k)]
+    scale = max((abs(v) for row in a for v in row), default=0.0)
     for col in range(k):
         piv = max(range(col, k), key=lambda r: abs(m[r][col]))
-        if abs(m[piv][col]) < 1e-300:
+        if abs(m[piv][col]) <= 1e-12 * scale:
             return None
         m[col], m[piv] = m[piv], m[col]
         for r in range(k):
@@ -386,7 +389,9 @@ def parse_size(s):
 
 def cluster_from_args(args, ranks):
     per = min(args.per_node, ranks)
-    nodes = max(1, ranks // per)
+    if ranks % per:
+        raise SystemExit(f"scaling_sim: {ranks} ranks do not fill nodes of {per} (--per-node)")
+    nodes = ranks // per
     return Cluster(nodes, per, Link(args.intra_alpha, 1 / args.intra_bw), Link(args.inter_alpha, 8 / args.inter_gbit / 1e9),
                    1 / args.reduce_bw, contention=not args.no_contention)
 

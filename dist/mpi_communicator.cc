@@ -97,8 +97,8 @@ struct MpiRuntime::Control {
   mutable std::mutex mu;
   bool failed = false;
   bool announced = false;
-  std::string peer_failure;  // "rank R failed: why" once received
-  int peer_failure_rank = -1;  // its R
+  std::string peer_failure;  // "rank R failed: why": the first announcement received
+  int lowest_announcer = INT_MAX;  // the lowest rank whose announcement was received
 };
 
 MpiRuntime& MpiRuntime::get() {
@@ -131,28 +131,29 @@ MpiRuntime::MpiRuntime() : control_(std::make_unique<Control>()) {
   check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &control_->comm), "MPI_Comm_dup");
 }
 
-// Receives a failure announcement waiting on the control communicator,
-// acknowledges it and marks the runtime failed; "" when none is waiting.
-// The caller holds c.mu.
+// Receives every failure announcement waiting on the control communicator,
+// acknowledges each and marks the runtime failed; returns the first one
+// ever received ("" while none came). The caller holds c.mu.
 std::string MpiRuntime::receive_failure() {
   Control& c = *control_;
-  if (!c.peer_failure.empty()) return c.peer_failure;
-  int flag = 0;
-  MPI_Message m;
-  MPI_Status st;
-  MPI_Improbe(MPI_ANY_SOURCE, kTagFailure, c.comm, &flag, &m, &st);
-  if (!flag) return "";
-  int len = 0;
-  MPI_Get_count(&st, MPI_CHAR, &len);
-  std::string why(static_cast<size_t>(len), '\0');
-  MPI_Mrecv(why.data(), len, MPI_CHAR, &m, MPI_STATUS_IGNORE);
-  c.peer_failure = str_cat("rank ", st.MPI_SOURCE, " failed: ", why);
-  c.peer_failure_rank = st.MPI_SOURCE;
-  c.failed = true;
-  static const char ack = 1;
-  MPI_Request req;
-  MPI_Isend(&ack, 1, MPI_CHAR, st.MPI_SOURCE, kTagAck, c.comm, &req);
-  MPI_Request_free(&req);
+  for (;;) {
+    int flag = 0;
+    MPI_Message m;
+    MPI_Status st;
+    MPI_Improbe(MPI_ANY_SOURCE, kTagFailure, c.comm, &flag, &m, &st);
+    if (!flag) break;
+    int len = 0;
+    MPI_Get_count(&st, MPI_CHAR, &len);
+    std::string why(static_cast<size_t>(len), '\0');
+    MPI_Mrecv(why.data(), len, MPI_CHAR, &m, MPI_STATUS_IGNORE);
+    if (c.peer_failure.empty()) c.peer_failure = str_cat("rank ", st.MPI_SOURCE, " failed: ", why);
+    c.lowest_announcer = std::min(c.lowest_announcer, st.MPI_SOURCE);
+    c.failed = true;
+    static const char ack = 1;
+    MPI_Request req;
+    MPI_Isend(&ack, 1, MPI_CHAR, st.MPI_SOURCE, kTagAck, c.comm, &req);
+    MPI_Request_free(&req);
+  }
   return c.peer_failure;
 }
 
@@ -206,8 +207,7 @@ MpiRuntime::~MpiRuntime() {
     {
       std::lock_guard<std::mutex> lk(control_->mu);
       receive_failure();
-      defer = !control_->announced ||
-              (control_->peer_failure_rank >= 0 && control_->peer_failure_rank < rank_);
+      defer = !control_->announced || control_->lowest_announcer < rank_;
     }
     if (defer) std::this_thread::sleep_for(std::chrono::seconds(6));
     std::fprintf(stderr, "[spire] rank %d: the MPI job failed; ending every rank with MPI_Abort\n", rank_);
@@ -256,8 +256,11 @@ void MpiRuntime::announce_failure(const std::string& why, double ack_timeout_sec
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(ack_timeout_seconds));
+  // Ranks announcing at the same time (several saw the same missing rank)
+  // acknowledge each other's announcements meanwhile.
   int acks = 0;
   while (acks < size_ - 1 && Clock::now() < deadline) {
+    receive_failure();
     int flag = 0;
     MPI_Message m;
     MPI_Status st;

@@ -55,7 +55,8 @@ class MpiRuntime {
   /// would wait forever for a dead or stalled rank), so mpirun ends every
   /// rank and exits non-zero: no process is left behind. A rank that ends
   /// well waits at exit for the others in a barrier that hears their
-  /// failures (a failure then ends it the same way).
+  /// failures (a failure then ends it the same way; not when the program
+  /// initialized MPI itself: it then calls MPI_Finalize).
   bool failed() const;
   ~MpiRuntime();
   MpiRuntime(const MpiRuntime&) = delete;

@@ -19,6 +19,8 @@ def pyplot():
                 subprocess.run(base + ["--user", "--break-system-packages"]).returncode != 0:
             raise RuntimeError("could not install matplotlib: run `python3 -m pip install matplotlib` "
                                "or `apt-get install python3-matplotlib`")
+        import site  # a --user install may have created the user site just now
+        site.addsitedir(site.getusersitepackages())
         importlib.invalidate_caches()
     import matplotlib
     matplotlib.use("Agg")
