@@ -46,6 +46,15 @@ def cluster(spec, ranks):
     return sim.Cluster(max(1, ranks // per), per, spec["intra"], spec["inter"], spec["gamma"])
 
 
+def save(plt, fig, out, name):
+    """Writes `fig` to OUT/NAME and returns the path."""
+    fig.tight_layout()
+    path = os.path.join(out, name)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def plot_busbw(plt, rows, out):
     panels = sorted({(r["setting"], r["ranks"]) for r in rows},
                     key=lambda k: (k[0] != "shm", k[0], k[1]))
@@ -75,11 +84,7 @@ def plot_busbw(plt, rows, out):
         ax.legend(fontsize=8)
     for ax in [a for row in axes for a in row][len(panels):]:
         ax.axis("off")
-    fig.tight_layout()
-    path = os.path.join(out, "allreduce_busbw.png")
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save(plt, fig, out, "allreduce_busbw.png")
 
 
 def plot_efficiency(plt, fit, measured, out):
@@ -115,11 +120,7 @@ def plot_efficiency(plt, fit, measured, out):
     right.set_title("MNIST convnet on this machine (2 cores)")
     right.grid(True, alpha=0.3)
     right.legend(fontsize=8, loc="lower left")
-    fig.tight_layout()
-    path = os.path.join(out, "scaling_efficiency.png")
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save(plt, fig, out, "scaling_efficiency.png")
 
 
 def plot_fit(plt, rows, fit, out):
@@ -145,11 +146,7 @@ def plot_fit(plt, rows, fit, out):
     ax.set_title("allreduce: simulator vs measurement")
     ax.grid(True, alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = os.path.join(out, "predicted_vs_measured.png")
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save(plt, fig, out, "predicted_vs_measured.png")
 
 
 def main(argv=None):
