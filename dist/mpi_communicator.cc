@@ -562,6 +562,36 @@ char* scratch(MpiCommunicator::Impl& impl, CallWaits& waits, int slot, int64_t b
   waits.keep(b);
   return b->data();
 }
+
+// One pipelined step of the ring and of halving-doubling: every segment's
+// receive from `from` (nrecv of them: recv_range(k) = [lo, hi) elements,
+// landing at recv_at(lo)) and send to `to` (send_range(k), from send_base)
+// is posted at once; then each receive is waited for in order and
+// on_segment(lo, hi) runs as it arrives (a segment's reduction overlaps the
+// next one's transfer); then the sends.
+template <typename RecvRange, typename RecvAt, typename SendRange, typename OnSegment>
+void pipelined_step(CallWaits& waits, MPI_Comm comm, MPI_Datatype type, int tag, int64_t es, int from,
+                    int64_t nrecv, RecvRange recv_range, RecvAt recv_at, int to, int64_t nsend,
+                    SendRange send_range, const char* send_base, OnSegment on_segment, const std::string& stage) {
+  std::vector<MPI_Request> recvs(static_cast<size_t>(nrecv)), sends(static_cast<size_t>(nsend));
+  for (int64_t k = 0; k < nrecv; ++k) {
+    auto [lo, hi] = recv_range(k);
+    check_mpi(MPI_Irecv(recv_at(lo), static_cast<int>(hi - lo), type, from, tag, comm, &recvs[static_cast<size_t>(k)]),
+              "MPI_Irecv");
+  }
+  for (int64_t k = 0; k < nsend; ++k) {
+    auto [lo, hi] = send_range(k);
+    check_mpi(MPI_Isend(send_base + lo * es, static_cast<int>(hi - lo), type, to, tag, comm,
+                        &sends[static_cast<size_t>(k)]),
+              "MPI_Isend");
+  }
+  for (int64_t k = 0; k < nrecv; ++k) {
+    waits.wait(recvs[static_cast<size_t>(k)], stage);
+    auto [lo, hi] = recv_range(k);
+    if (hi > lo) on_segment(lo, hi);
+  }
+  for (int64_t k = 0; k < nsend; ++k) waits.wait(sends[static_cast<size_t>(k)], stage);
+}
 }  // namespace
 
 void MpiCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
@@ -713,24 +743,9 @@ void MpiCommunicator::ring_collective(void* waits_ptr, CollectiveKind kind, cons
   // reduction of one segment overlaps the transfer of the next).
   auto step = [&](const RingSchedule& rs, int send_chunk, const char* src, int recv_chunk,
                   auto recv_at, auto on_segment, const std::string& stage) {
-    const int64_t S = rs.segments();
-    std::vector<MPI_Request> recvs(static_cast<size_t>(S)), sends(static_cast<size_t>(S));
-    for (int64_t k = 0; k < S; ++k) {
-      auto [rlo, rhi] = rs.segment(recv_chunk, k);
-      check_mpi(MPI_Irecv(recv_at(rlo), static_cast<int>(rhi - rlo), type, pred, tag, impl_->comm,
-                          &recvs[static_cast<size_t>(k)]), "MPI_Irecv");
-    }
-    for (int64_t k = 0; k < S; ++k) {
-      auto [slo, shi] = rs.segment(send_chunk, k);
-      check_mpi(MPI_Isend(src + slo * es, static_cast<int>(shi - slo), type, succ, tag, impl_->comm,
-                          &sends[static_cast<size_t>(k)]), "MPI_Isend");
-    }
-    for (int64_t k = 0; k < S; ++k) {
-      wait(recvs[static_cast<size_t>(k)], stage);
-      auto [rlo, rhi] = rs.segment(recv_chunk, k);
-      on_segment(rlo, rhi);
-    }
-    for (int64_t k = 0; k < S; ++k) wait(sends[static_cast<size_t>(k)], stage);
+    pipelined_step(waits, impl_->comm, type, tag, es, pred, rs.segments(),
+                   [&](int64_t k) { return rs.segment(recv_chunk, k); }, recv_at, succ, rs.segments(),
+                   [&](int64_t k) { return rs.segment(send_chunk, k); }, src, on_segment, stage);
   };
   // Reduce-scatter over `total` elements of `in` into `work` (which then
   // holds chunk `me` fully reduced; / n at the last step of a mean).
@@ -991,21 +1006,17 @@ void MpiCommunicator::recursive_doubling(void* waits_ptr, const CollectiveSignat
   // a segment (large ones were 1.5x slower over TCP at 64 MiB).
   auto segmented_exchange = [&](int peer, int64_t send_lo, int64_t send_hi, char* into, int64_t recv_lo,
                                 int64_t recv_hi, auto on_segment) {
-    const int64_t nrecv = std::max<int64_t>(1, (recv_hi - recv_lo + seg - 1) / seg);
-    const int64_t nsend = std::max<int64_t>(1, (send_hi - send_lo + seg - 1) / seg);
-    std::vector<MPI_Request> recvs(static_cast<size_t>(nrecv)), sends(static_cast<size_t>(nsend));
-    for (int64_t k = 0; k < nrecv; ++k)
-      recvs[static_cast<size_t>(k)] = recv(peer, into, recv_lo + k * seg, std::min(recv_hi, recv_lo + (k + 1) * seg));
-    for (int64_t k = 0; k < nsend; ++k)
-      sends[static_cast<size_t>(k)] = send(peer, out, send_lo + k * seg, std::min(send_hi, send_lo + (k + 1) * seg));
-    const std::string stage = str_cat("rank ", peer, " in ", algo);
-    for (int64_t k = 0; k < nrecv; ++k) {
-      waits.wait(recvs[static_cast<size_t>(k)], stage);
-      const int64_t a = recv_lo + k * seg, b = std::min(recv_hi, recv_lo + (k + 1) * seg);
-      if (b > a) on_segment(a, b);
-    }
-    for (int64_t k = 0; k < nsend; ++k) waits.wait(sends[static_cast<size_t>(k)], stage);
+    auto pieces = [&](int64_t lo, int64_t hi) {
+      return std::make_pair(std::max<int64_t>(1, (hi - lo + seg - 1) / seg), [=](int64_t k) {
+        return std::make_pair(lo + k * seg, std::min(hi, lo + (k + 1) * seg));
+      });
+    };
+    auto [nrecv, recv_range] = pieces(recv_lo, recv_hi);
+    auto [nsend, send_range] = pieces(send_lo, send_hi);
+    pipelined_step(waits, comm, type, tag, es, peer, nrecv, recv_range, [&](int64_t lo) { return into + lo * es; },
+                   peer, nsend, send_range, out, on_segment, str_cat("rank ", peer, " in ", algo));
   };
+
   const int64_t last_divisor = op == ReduceOp::kMean ? n : 1;
   const int64_t all = sig.count;
   int vrank;  // rank among the pow2 participants, or -1 for a folded rank
