@@ -193,6 +193,7 @@ void Trainer::main_loop(int64_t steps_per_epoch, int starting_epoch, int max_epo
     throw;
   }
   group_->after_train();
+  on_main_loop_finished();
 }
 
 void Trainer::run_step() {
@@ -207,6 +208,7 @@ void Trainer::train(const std::vector<CallbackPtr>& callbacks,
   setup_callbacks(callbacks, monitors);
   initialize(std::move(creator), std::move(init));
   try {
+    if (run_service()) return;
     synchronize_loop(steps_per_epoch, starting_epoch, max_epoch);
   } catch (const std::exception& e) {
     on_failure(e);

@@ -146,6 +146,15 @@ class Trainer {
   /// loop, before it propagates: distributed trainers tell the other
   /// processes, so they stop at once instead of waiting for this one.
   virtual void on_failure(const std::exception& error) { (void)error; }
+  /// Called by train() after initialize(): a process that serves the
+  /// others instead of training (a parameter server) serves here until they
+  /// finish and returns true; train() then returns without running the
+  /// loop or any callback. Errors go through on_failure.
+  virtual bool run_service() { return false; }
+  /// Called when the main loop ended without an error (also after
+  /// StopTraining), after the callbacks' after_train: e.g. a distributed
+  /// worker tells the parameter servers it is done.
+  virtual void on_main_loop_finished() {}
   /// Shares of the graph and session (for objects that must keep them alive).
   std::shared_ptr<Graph> shared_graph() const { return graph_; }
   std::shared_ptr<Session> shared_session() const;

@@ -1,0 +1,136 @@
+// tensorpack's distributed trainers with parameter servers, on Spire's
+// messages between MPI ranks (dist/messenger.h) instead of TensorFlow's
+// gRPC servers: DistributedTrainerParameterServer and
+// DistributedTrainerReplicated, with tensorpack's names and semantics
+// (../shared/docs/tensorpack-dist-trainers.md, sections 4 and 5).
+//
+// Roles by rank, one mpirun command:
+//   mpirun -np 3 ./build/examples/mnist_convnet --trainer dist-ps --ps 1
+// The first `num_ps` ranks are parameter servers, the others workers;
+// worker 0 (rank num_ps) is the chief. Every rank builds the same graph
+// (the model's variables must be known everywhere); a server then serves
+// until every worker has finished and returns from train() cleanly.
+//
+// - The trainable variables are sharded over the servers greedily by bytes
+//   (each, in the order of the gradients, to the server holding the fewest
+//   bytes so far; tensorpack's GreedyLoadBalancingStrategy). A server holds
+//   the values of its shard, their optimizer slots and the optimizer's
+//   step-wide state (Adam's beta powers: each server advances its own copy
+//   alike), and applies updates with the model's optimizer.
+// - Each worker averages its towers' gradients locally (on the CPU: the
+//   caching device) and sends each server the gradients of its shard, with
+//   the current values of what the update reads besides (the learning
+//   rate); the server applies every worker's gradients, in rank order, as
+//   separate updates (NOT averaged across workers: W workers make W updates
+//   per step, as in tensorpack), then sends the fresh values back to every
+//   worker. A server applies a step only when every worker has sent it, so
+//   the round trip is the barrier that keeps workers in step, every worker
+//   reads the same values before its next step, and runs repeat exactly.
+// - Initialization: after the chief's restore (session_init), the chief
+//   sends every server its state (its shard's variables and slots, and the
+//   step-wide values); the servers relay the chief's values to every
+//   worker: the other workers wait for the chief, as in tensorpack. Every
+//   worker runs the chief's loop (steps per epoch, first and last epoch).
+// - Checkpoints (the chief's ModelSaver) hold the global names of
+//   SimpleTrainer's: before its epoch callbacks the chief fetches the
+//   servers' state (slots, beta powers) into its own copies, so a
+//   checkpoint restores into every other trainer, and resume works.
+//   Non-trainable variables (BatchNorm's moving averages, global_step, the
+//   learning rate) stay on each worker as in tensorpack, but the chief's are
+//   saved (tensorpack loses them: they are local there).
+// - DistributedTrainerReplicated: each worker's towers keep their own
+//   replicas (tower 0's carry the global names: it is where the servers'
+//   shadow values arrive; towers k > 0 are local "tower<k>/..."); the
+//   servers hold the shadows (global, saved), also of the model variables
+//   (BatchNorm statistics); after each update the workers copy the shadows
+//   into every tower; the chief copies its model variables to the servers
+//   every epoch.
+// - Failures: a rank whose training fails tells the others (their waits end
+//   at once naming it); a rank that stalls or dies is named by the others
+//   after `timeout_seconds` (mpirun ends the job at once when a process
+//   is killed). Every wait is bounded.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/messenger.h"
+#include "dist/multi_device_trainers.h"
+
+namespace spire {
+
+struct DistributedOptions {
+  /// The number of parameter servers: ranks 0..num_ps-1 (at least one
+  /// rank must be left for a worker).
+  int num_ps = 1;
+  /// How long any wait for another rank lasts before it fails naming the
+  /// rank (the servers wait between steps while the chief validates and
+  /// saves: make it longer than the chief's epoch-end callbacks).
+  double timeout_seconds = 60;
+  /// The ranks' messages; null: the MPI job's (make_mpi_messenger()).
+  std::shared_ptr<dist::Messenger> messenger;
+};
+
+/// What both distributed trainers share: roles, sharding, the servers'
+/// service and the workers' side of it.
+class DistributedTrainerBase : public DataParallelTrainer {
+ public:
+  ~DistributedTrainerBase() override;
+  bool is_ps() const { return rank_ < options_.num_ps; }
+  int rank() const { return rank_; }
+  int num_ps() const { return options_.num_ps; }
+  int num_workers() const { return size_ - options_.num_ps; }
+  /// This worker's index (0 = the chief); -1 on a server.
+  int worker_index() const { return is_ps() ? -1 : rank_ - options_.num_ps; }
+  /// Each worker reads its own shard of the data.
+  std::pair<int, int> data_shard() const override;
+  /// The server rank holding each sharded variable (after setup_graph).
+  const std::map<std::string, int>& variable_servers() const { return server_of_; }
+  /// On a server, after train(): its state by variable name (for tests).
+  std::map<std::string, Tensor> server_state() const;
+  /// On a worker, during or after training: fetches every server's state
+  /// into this worker's copies (the chief does it before its epoch
+  /// callbacks; for tests and tools).
+  void pull_server_state();
+
+  struct Shard;  // (implementation)
+
+ protected:
+  DistributedTrainerBase(std::vector<Device> devices, DistributedOptions options, std::string kind,
+                         bool replicated);
+  std::vector<CallbackPtr> _setup_graph(InputSource& input, GetOptFn get_opt_fn) override;
+  void after_session_init(Session& session) override;
+  void synchronize_loop(int64_t& steps_per_epoch, int& starting_epoch, int& max_epoch) override;
+  bool run_service() override;
+  void on_main_loop_finished() override;
+  void on_failure(const std::exception& error) override;
+  void run_step() override;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+  DistributedOptions options_;
+  bool replicated_;
+  int rank_ = 0, size_ = 1;
+  std::map<std::string, int> server_of_;
+  friend class Impl;
+};
+
+/// tensorpack's DistributedTrainerParameterServer(gpus, server): the
+/// towers of a worker share one copy of the variables (the cached reads of
+/// the servers' values, refreshed after every step).
+class DistributedTrainerParameterServer : public DistributedTrainerBase {
+ public:
+  explicit DistributedTrainerParameterServer(std::vector<Device> devices, DistributedOptions options = {});
+};
+
+/// tensorpack's DistributedTrainerReplicated(gpus, server): per-tower
+/// replicas on every worker, shadows on the servers.
+class DistributedTrainerReplicated : public DistributedTrainerBase {
+ public:
+  explicit DistributedTrainerReplicated(std::vector<Device> devices, DistributedOptions options = {});
+};
+
+}  // namespace spire

@@ -1,0 +1,102 @@
+// Messenger: tagged point-to-point messages between the ranks of a job, the
+// transport of Spire's parameter servers (dist/distributed_trainers.h). A
+// request-reply service needs what collectives do not give: a server
+// answering whichever worker asks, in arrival order. Two implementations:
+// - make_mpi_messenger() (dist/mpi_communicator.cc): the ranks of the MPI
+//   job, on a duplicate of MPI_COMM_WORLD (its traffic never mixes with
+//   the program's or the collectives'); failures travel by MpiRuntime's
+//   announcements, so a rank that fails ends every other rank's wait.
+// - LocalMessageHub: N endpoints in one process (threads as ranks), for
+//   tests without mpirun, including ThreadSanitizer's.
+// Messages from one rank to another arrive in the order they were sent;
+// every wait is bounded and ends early when another rank announced a
+// failure.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace spire::dist {
+
+/// One received message.
+struct Message {
+  int source = -1;
+  int tag = 0;
+  std::vector<char> data;
+};
+
+class Messenger {
+ public:
+  virtual ~Messenger();
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// "mpi" or "local" (for messages).
+  virtual std::string name() const = 0;
+  /// Sends `data` to rank `to` with `tag` (>= 0) without waiting for it to
+  /// be received. Throws spire::Error for a bad rank or tag.
+  virtual void send(int to, int tag, std::vector<char> data) = 0;
+  /// The first message from `from` (-1: any rank) with `tag` (-1: any)
+  /// within `timeout_seconds`, or nullopt when none came (the caller names
+  /// what it waited for). Throws spire::Error ("rank R failed: why") as soon
+  /// as another rank announced a failure.
+  virtual std::optional<Message> receive(int from, int tag, double timeout_seconds) = 0;
+  /// Tells every other rank that this one failed (`why`): their waits end
+  /// with an error naming this rank.
+  virtual void announce_failure(const std::string& why) = 0;
+};
+
+/// N ranks inside one process: endpoint(r) is rank r's Messenger (owned by
+/// the hub; use it from one thread at a time).
+class LocalMessageHub {
+ public:
+  explicit LocalMessageHub(int size);
+  ~LocalMessageHub();
+  int size() const { return static_cast<int>(endpoints_.size()); }
+  std::shared_ptr<Messenger> endpoint(int rank) const;
+
+  /// (Implementation detail: one mailbox per rank.)
+  struct Shared;
+
+ private:
+  std::shared_ptr<Shared> shared_;
+  std::vector<std::shared_ptr<Messenger>> endpoints_;
+};
+
+/// The ranks of the MPI job (builds with SPIRE_MPI; throws spire::Error
+/// otherwise). Every rank must create it at the same point (it duplicates
+/// MPI_COMM_WORLD, a collective call).
+std::shared_ptr<Messenger> make_mpi_messenger();
+
+/// Small helpers to pack and unpack a message: integers and byte strings
+/// appended in order, read back in the same order (a short or malformed
+/// message is a spire::Error naming `what`).
+class MessageWriter {
+ public:
+  void put_i64(int64_t v);
+  void put_bytes(const void* p, size_t n);
+  void put_string(const std::string& s);
+  std::vector<char>& data() { return data_; }
+
+ private:
+  std::vector<char> data_;
+};
+
+class MessageReader {
+ public:
+  MessageReader(const std::vector<char>& data, std::string what) : data_(data), what_(std::move(what)) {}
+  int64_t get_i64();
+  /// The next `n` bytes (a pointer into the message).
+  const char* get_bytes(size_t n);
+  std::string get_string();
+  bool at_end() const { return at_ == data_.size(); }
+
+ private:
+  const std::vector<char>& data_;
+  std::string what_;
+  size_t at_ = 0;
+};
+
+}  // namespace spire::dist
