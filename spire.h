@@ -18,6 +18,7 @@
 #include "core/tensor.h"
 #include "dist/collective_ops.h"
 #include "dist/communicator.h"
+#include "dist/distributed_trainers.h"
 #include "dist/horovod_trainer.h"
 #include "dist/in_process_ring.h"
 #include "dist/multi_device_trainers.h"

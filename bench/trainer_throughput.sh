@@ -4,7 +4,8 @@
 # per tower): SimpleTrainer at 1 and 2 kernel threads, then the replicated,
 # parameter-server and async trainers on K devices, and HorovodTrainer
 # under mpirun on 1 and 2 ranks (one thread each; when mpirun exists and
-# horovod is in --trainers). Prints one table with
+# horovod is in --trainers), and the distributed parameter-server trainers
+# under mpirun on 3 ranks (1 server, 2 workers; dist-ps, dist-replicated). Prints one table with
 # scaling efficiency = throughput(K towers) / (K x throughput(1 tower)),
 # where the one-tower reference is SimpleTrainer with one device's share of
 # the threads (CPU: 1 thread per device; GPU: gpu:0).
@@ -13,7 +14,8 @@
 #   --build DIR      build directory with examples/mnist_convnet (default: build)
 #   --gpus N         towers on gpu:0..gpu:N-1 (K = 1..N) instead of 2 CPU devices
 #   --images N       training images timed per configuration (default 15360)
-#   --trainers LIST  trainers to time (default: replicated,ps,async,horovod)
+#   --trainers LIST  trainers to time (default: replicated,ps,async,horovod;
+#                    also dist-ps, dist-replicated)
 # The time is that of the epoch's steps only (the log's "Epoch 1 ... time"),
 # after a warm-up epoch of 10 steps; validation is not timed.
 set -u
@@ -51,7 +53,8 @@ run() {
     return
   fi
   local secs
-  secs=$(grep -o 'Epoch 2 (global_step [0-9]*) finished, time:[0-9.e+-]*' "$log" | sed 's/.*time://')
+  # (Several ranks print theirs: the slowest counts.)
+  secs=$(grep -o 'Epoch 2 (global_step [0-9]*) finished, time:[0-9.e+-]*' "$log" | sed 's/.*time://' | sort -g | tail -1)
   awk -v s="$secs" -v n=$(( steps * 128 * towers )) 'BEGIN { printf "%.1f", n / s }'
 }
 
@@ -72,6 +75,15 @@ if (( GPUS == 0 )); then
         v=$(run "horovod-$n" "$n" --trainer horovod --threads 1)
         ROWS+=("horovod mpirun -np $n (1 thread each)|$n|$v|$(ratio "$v" "$one" "$n")")
       done
+      LAUNCH=()
+      continue
+    fi
+    if [[ $t == dist-* ]]; then
+      command -v mpirun >/dev/null || { echo "trainer_throughput: no mpirun; $t skipped" >&2; continue; }
+      export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+      LAUNCH=(mpirun -np 3)
+      v=$(run "$t" 2 --trainer "$t" --ps 1 --threads 1)
+      ROWS+=("$t mpirun -np 3 (1 server, 2 workers)|2|$v|$(ratio "$v" "$one" 2)")
       LAUNCH=()
       continue
     fi

@@ -17,6 +17,7 @@
 #include "core/op_registry.h"
 #include "core/ops.h"
 #include "layers/tower.h"
+#include "train/callback.h"
 #include "train/logger.h"
 
 namespace spire {
@@ -40,7 +41,21 @@ const char* kind_name(int64_t k) {
   }
 }
 
-bool is_round(int64_t k) { return k == kSync || k == kLoop || k == kPush || k == kDone; }
+bool is_round(int64_t k) { return k == kSync || k == kLoop || k == kPush; }
+
+// A reply: a status (kOk, or kStop: a worker ended training, so this push
+// was not applied and the worker stops too), the kind and step it answers,
+// then its payload.
+constexpr int64_t kOk = 0, kStop = 1;
+constexpr size_t kReplyHeader = 3 * sizeof(int64_t);
+std::vector<char> reply(int64_t status, int64_t kind, int64_t step, const std::vector<char>& payload = {}) {
+  dist::MessageWriter w;
+  w.put_i64(status);
+  w.put_i64(kind);
+  w.put_i64(step);
+  w.put_bytes(payload.data(), payload.size());
+  return std::move(w.data());
+}
 
 int64_t num_bytes(const Output& v) {
   return v.shape().num_elements() * static_cast<int64_t>(dtype_size(v.dtype()));
@@ -195,15 +210,30 @@ class DistributedTrainerBase::Impl {
     }
   }
 
-  Message wait_reply(int p, int64_t kind_id, int64_t step) {
-    std::optional<dist::Message> msg = m->receive(server_rank(p), kTagReply, timeout());
-    if (!msg)
-      throw_error(kind(), ": rank ", t.rank_, " (worker ", t.worker_index(), ") waited ", timeout(),
-                  " s for parameter server rank ", server_rank(p), " to answer ", kind_name(kind_id),
-                  kind_id == kPush ? str_cat(" of step ", step) : std::string(),
-                  "; the server or another worker failed, stalled, or is still in a longer epoch-end "
-                  "callback (raise DistributedOptions::timeout_seconds)");
-    return std::move(*msg);
+  // A worker waits longer than a server: when a worker stalls, the server
+  // (which knows who is missing) reports first and names it.
+  double worker_timeout() const { return 1.5 * timeout() + 2; }
+
+  // The reply of server p to `kind_id` (its header checked, then skipped
+  // by the caller's reader); *stop is set when the server says to stop.
+  Message wait_reply(int p, int64_t kind_id, int64_t step, bool* stop = nullptr) {
+    std::optional<dist::Message> msg = m->receive(server_rank(p), kTagReply, worker_timeout());
+    if (msg) {
+      dist::MessageReader r(msg->data, str_cat(kind(), ": a reply of server rank ", p));
+      const int64_t status = r.get_i64(), k = r.get_i64(), s = r.get_i64();
+      SPIRE_CHECK(k == kind_id && (k != kPush || s == step), kind(), ": rank ", t.rank_, " expected server rank ",
+                  p, "'s answer to ", kind_name(kind_id), " (step ", step, "), got its answer to ", kind_name(k),
+                  " (step ", s, "): the ranks are out of step");
+      SPIRE_CHECK(status == kOk || (status == kStop && stop), kind(), ": server rank ", p, " refused ",
+                  kind_name(kind_id), " of rank ", t.rank_, " (status ", status, ")");
+      if (stop) *stop = status == kStop;
+      return std::move(*msg);
+    }
+    throw_error(kind(), ": rank ", t.rank_, " (worker ", t.worker_index(), ") waited ", worker_timeout(),
+                " s for parameter server rank ", server_rank(p), " to answer ", kind_name(kind_id),
+                kind_id == kPush ? str_cat(" of step ", step) : std::string(),
+                "; the server or another worker failed, stalled, or is still in a longer epoch-end "
+                "callback (raise DistributedOptions::timeout_seconds)");
   }
 
   // ---- worker side ----
@@ -239,6 +269,7 @@ class DistributedTrainerBase::Impl {
     for (int p = 0; p < t.num_ps(); ++p) {
       Message reply = wait_reply(p, kSync, 0);
       dist::MessageReader r(reply.data, str_cat(kind(), ": the synchronization reply of server rank ", p));
+      r.get_bytes(kReplyHeader);
       const int64_t n = r.get_i64();
       for (int64_t i = 0; i < n; ++i) input_names[static_cast<size_t>(p)].push_back(r.get_string());
       set_all(get_bundle(r, "the chief's values"), /*to_replicas=*/true, "the chief's values");
@@ -259,10 +290,22 @@ class DistributedTrainerBase::Impl {
       at += s.vars.size();
       m->send(server_rank(p), kTagRequest, std::move(w.data()));
     }
+    // Every server answers (values, or stop when a worker ended training:
+    // then no server applied this step); all answers are read first.
+    std::vector<Message> replies;
+    bool stop = false;
+    for (int p = 0; p < t.num_ps(); ++p) {
+      bool s = false;
+      replies.push_back(wait_reply(p, kPush, step, &s));
+      stop = stop || s;
+    }
+    if (stop)
+      throw StopTraining(str_cat("another worker ended training; rank ", t.rank_, " stops before step ", step));
     for (int p = 0; p < t.num_ps(); ++p) {
       const Shard& s = shards[static_cast<size_t>(p)];
-      Message reply = wait_reply(p, kPush, step);
-      dist::MessageReader r(reply.data, str_cat(kind(), ": server rank ", p, "'s values after step ", step));
+      dist::MessageReader r(replies[static_cast<size_t>(p)].data,
+                            str_cat(kind(), ": server rank ", p, "'s values after step ", step));
+      r.get_bytes(kReplyHeader);
       for (const Output& v : s.vars) {
         Tensor value = get_raw(r, v, "the values after a step");
         sess().set_variable_value(v.node, value);
@@ -278,6 +321,7 @@ class DistributedTrainerBase::Impl {
     for (int p = 0; p < t.num_ps(); ++p) {
       Message reply = wait_reply(p, kPull, 0);
       dist::MessageReader r(reply.data, str_cat(kind(), ": server rank ", p, "'s state"));
+      r.get_bytes(kReplyHeader);
       set_all(get_bundle(r, "a server's state"), /*to_replicas=*/false, "a server's state");
     }
   }
@@ -302,7 +346,8 @@ class DistributedTrainerBase::Impl {
     return b;
   }
 
-  void reply_all(const std::vector<char>& data) {
+  void reply_all(int64_t k, int64_t step, const std::vector<char>& payload) {
+    const std::vector<char> data = reply(kOk, k, step, payload);
     for (int w = 0; w < t.num_workers(); ++w) m->send(t.num_ps() + w, kTagReply, data);
   }
 
@@ -311,8 +356,9 @@ class DistributedTrainerBase::Impl {
     const int me = t.rank_;
     const Shard& mine = shards[static_cast<size_t>(me)];
     std::vector<std::optional<Message>> round(static_cast<size_t>(W));
-    int arrived = 0, done = 0;
+    int arrived = 0;
     int64_t round_kind = 0;
+    std::set<int> done;  // workers that ended training
     logger::info(kind(), ": parameter server rank ", me, " serves ", mine.vars.size(), " variables (",
                  mine.bytes, " bytes) to ", W, " worker(s)");
     for (;;) {
@@ -321,9 +367,10 @@ class DistributedTrainerBase::Impl {
         std::string who;
         for (int w = 0; w < W; ++w)
           if (!round[static_cast<size_t>(w)]) who += str_cat(who.empty() ? "" : ", ", t.num_ps() + w);
-        throw_error(kind(), ": parameter server rank ", me, " heard from no worker within ", timeout(), " s",
-                    arrived ? str_cat(" while waiting for ", kind_name(round_kind), " from rank(s) ", who)
-                            : str_cat(" (waiting for ranks ", who, ")"),
+        throw_error(kind(), ": parameter server rank ", me,
+                    arrived ? str_cat(" waited ", timeout(), " s for ", kind_name(round_kind), " from rank(s) ", who,
+                                      " (the other workers sent theirs)")
+                            : str_cat(" heard from no worker within ", timeout(), " s (waiting for rank(s) ", who, ")"),
                     "; a worker failed, stalled, or is in a longer epoch-end callback (raise "
                     "DistributedOptions::timeout_seconds)");
       }
@@ -335,7 +382,7 @@ class DistributedTrainerBase::Impl {
       if (k == kPull) {
         dist::MessageWriter out;
         put_bundle(out, state_values());
-        m->send(msg->source, kTagReply, std::move(out.data()));
+        m->send(msg->source, kTagReply, reply(kOk, kPull, 0, out.data()));
         continue;
       }
       if (k == kSetModel) {
@@ -349,7 +396,34 @@ class DistributedTrainerBase::Impl {
                       ", which does not hold it");
           sess().set_variable_value(v.node, value);
         }
-        m->send(msg->source, kTagReply, {});
+        m->send(msg->source, kTagReply, reply(kOk, kSetModel, 0));
+        continue;
+      }
+      if (k == kDone) {
+        // A worker ended training (its loop ended, or StopTraining): the
+        // others stop too. Their pushes of the step it did not make are
+        // answered "stop" (not applied); the server ends when all are done.
+        done.insert(w);
+        if (arrived > 0) {
+          SPIRE_CHECK(round_kind == kPush, kind(), ": rank ", msg->source, " ended training while the other ",
+                      "workers were in ", kind_name(round_kind), " (the workers are out of step)");
+          for (int q = 0; q < W; ++q) {
+            auto& pending = round[static_cast<size_t>(q)];
+            if (!pending) continue;
+            dist::MessageReader pr(pending->data, "a push");
+            pr.get_i64();
+            m->send(pending->source, kTagReply, reply(kStop, kPush, pr.get_i64()));
+            pending.reset();
+          }
+          arrived = 0;
+        }
+        if (static_cast<int>(done.size()) == W) break;
+        continue;
+      }
+      if (!done.empty()) {
+        SPIRE_CHECK(k == kPush, kind(), ": rank ", msg->source, " sent ", kind_name(k),
+                    " after another worker ended training (the workers are out of step)");
+        m->send(msg->source, kTagReply, reply(kStop, kPush, r.get_i64()));
         continue;
       }
       SPIRE_CHECK(is_round(k), kind(), ": parameter server rank ", me, " got an unknown request (", k,
@@ -358,20 +432,14 @@ class DistributedTrainerBase::Impl {
                   " before the other workers finished ", kind_name(round_kind));
       if (arrived > 0 && k != round_kind)
         throw_error(kind(), ": the workers are out of step at parameter server rank ", me, ": rank ",
-                    msg->source, " sent ", kind_name(k), " while another worker sent ", kind_name(round_kind),
-                    k == kDone || round_kind == kDone ? " (a worker finished training early)" : "");
+                    msg->source, " sent ", kind_name(k), " while another worker sent ", kind_name(round_kind));
       round_kind = k;
       round[static_cast<size_t>(w)] = std::move(msg);
       if (++arrived < W) continue;
-      if (round_kind == kDone) {
-        done = W;
-        break;
-      }
       handle_round(round_kind, round);
       for (auto& x : round) x.reset();
       arrived = 0;
     }
-    (void)done;
     logger::info(kind(), ": parameter server rank ", me, ": every worker finished; the server exits");
   }
 
@@ -412,7 +480,7 @@ class DistributedTrainerBase::Impl {
       out.put_i64(static_cast<int64_t>(inputs.size()));
       for (const Output& v : inputs) out.put_string(v.node->name());
       put_bundle(out, chief_values);
-      reply_all(out.data());
+      reply_all(kSync, 0, out.data());
       return;
     }
     if (k == kLoop) {
@@ -420,13 +488,18 @@ class DistributedTrainerBase::Impl {
       r.get_i64();
       dist::MessageWriter out;
       for (int i = 0; i < 3; ++i) out.put_i64(r.get_i64());
-      reply_all(out.data());
+      reply_all(kLoop, 0, out.data());
       return;
     }
-    // kPush: every worker's gradients, applied as its own update, in rank order.
+    // kPush: every worker's gradients (of the same step), applied as its
+    // own update, in rank order.
+    int64_t first_step = 0;
     for (int w = 0; w < W; ++w) {
       dist::MessageReader r = reader(w);
       const int64_t step = r.get_i64();
+      if (w == 0) first_step = step;
+      SPIRE_CHECK(step == first_step, kind(), ": rank ", t.num_ps() + w, " pushed step ", step, " while rank ",
+                  t.num_ps(), " pushed step ", first_step, " (the workers are out of step)");
       const std::string what = str_cat("rank ", t.num_ps() + w, "'s push of step ", step);
       for (const Output& v : inputs) sess().set_variable_value(v.node, get_raw(r, v, what));
       FeedDict feeds;
@@ -436,7 +509,7 @@ class DistributedTrainerBase::Impl {
     }
     dist::MessageWriter out;
     for (const Output& v : mine.vars) put_raw(out, sess().variable_value(v.node));
-    reply_all(out.data());
+    reply_all(kPush, first_step, out.data());
   }
 };
 
@@ -467,7 +540,7 @@ DistributedTrainerBase::DistributedTrainerBase(std::vector<Device> devices, Dist
       impl_(std::make_unique<Impl>(*this)),
       options_(std::move(options)),
       replicated_(replicated) {
-  impl_->m = options_.messenger ? options_.messenger : dist::make_mpi_messenger();
+  impl_->m = options_.messenger ? options_.messenger : dist::make_mpi_messenger(options_.timeout_seconds);
   rank_ = impl_->m->rank();
   size_ = impl_->m->size();
   SPIRE_CHECK(options_.num_ps >= 1, kind_, ": num_ps must be >= 1, got ", options_.num_ps);
@@ -621,6 +694,7 @@ void DistributedTrainerBase::synchronize_loop(int64_t& steps_per_epoch, int& sta
   impl_->m->send(0, kTagRequest, request(kLoop, 0, w.data()));
   dist::Message reply = impl_->wait_reply(0, kLoop, 0);
   dist::MessageReader r(reply.data, kind_ + ": the chief's loop");
+  r.get_bytes(kReplyHeader);
   const int64_t s = r.get_i64(), a = r.get_i64(), b = r.get_i64();
   if (s != steps_per_epoch || a != starting_epoch || b != max_epoch)
     logger::info(kind_, ": rank ", rank_, " runs the chief's loop: steps_per_epoch ", s, ", epochs ", a, "..", b,
@@ -637,11 +711,15 @@ bool DistributedTrainerBase::run_service() {
 }
 
 void DistributedTrainerBase::on_main_loop_finished() {
+  finished_ = true;
   if (is_ps()) return;
   for (int p = 0; p < num_ps(); ++p) impl_->m->send(p, kTagRequest, request(kDone, global_step()));
 }
 
-void DistributedTrainerBase::on_failure(const std::exception& error) { impl_->m->announce_failure(error.what()); }
+void DistributedTrainerBase::on_failure(const std::exception& error) {
+  finished_ = true;
+  impl_->m->announce_failure(error.what());
+}
 
 void DistributedTrainerBase::run_step() {
   std::vector<Tensor> g = hooked_sess().run(impl_->grads);
@@ -657,6 +735,7 @@ std::map<std::string, Tensor> DistributedTrainerBase::server_state() const {
 
 void DistributedTrainerBase::pull_server_state() {
   SPIRE_CHECK(!is_ps(), kind_, ": pull_server_state() is a worker's (rank ", rank_, " is a server)");
+  SPIRE_CHECK(!finished_, kind_, ": pull_server_state() after training: the servers have ended");
   impl_->pull_state();
 }
 

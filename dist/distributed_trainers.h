@@ -45,10 +45,24 @@
 //   (BatchNorm statistics); after each update the workers copy the shadows
 //   into every tower; the chief copies its model variables to the servers
 //   every epoch.
+// - A worker that ends training early (StopTraining, a hook's stop) tells
+//   the servers; the other workers' next push is answered "stop" (not
+//   applied) and they end their loops cleanly too.
 // - Failures: a rank whose training fails tells the others (their waits end
-//   at once naming it); a rank that stalls or dies is named by the others
-//   after `timeout_seconds` (mpirun ends the job at once when a process
-//   is killed). Every wait is bounded.
+//   at once naming it). A server waits `timeout_seconds` for a worker, a
+//   worker 1.5x that (+2 s) for a server, so a stalled or dead worker is
+//   named by the server, which tells the others; a dead server is named by
+//   the workers (mpirun itself ends the job at once when a process is
+//   killed, unless --enable-recovery). Every wait is bounded.
+// - Deviations and details: every rank builds the whole model (a server's
+//   towers are never run, but its devices must exist); the model
+//   variables of the replicated trainer are sharded after the trainable
+//   ones; the loop's agreement goes to server 0 only. A server's update is
+//   the optimizer's apply_gradients on its shard, so gradient processors
+//   that look at every gradient at once (GlobalNormClip) see one server's
+//   shard when there are several servers (tensorpack runs them on the
+//   worker). Only the chief fetches the servers' slots: other workers'
+//   copies of them are stale (they never save).
 #pragma once
 
 #include <map>
@@ -90,9 +104,11 @@ class DistributedTrainerBase : public DataParallelTrainer {
   const std::map<std::string, int>& variable_servers() const { return server_of_; }
   /// On a server, after train(): its state by variable name (for tests).
   std::map<std::string, Tensor> server_state() const;
-  /// On a worker, during or after training: fetches every server's state
-  /// into this worker's copies (the chief does it before its epoch
-  /// callbacks; for tests and tools).
+  /// On a worker during training (e.g. from a callback): fetches every
+  /// server's state (slots, step-wide optimizer state) into this worker's
+  /// copies. The chief does it before its epoch callbacks; a saver
+  /// triggered within an epoch should call it first. An error after
+  /// training (the servers have ended).
   void pull_server_state();
 
   struct Shard;  // (implementation)
@@ -114,6 +130,7 @@ class DistributedTrainerBase : public DataParallelTrainer {
   DistributedOptions options_;
   bool replicated_;
   int rank_ = 0, size_ = 1;
+  bool finished_ = false;
   std::map<std::string, int> server_of_;
   friend class Impl;
 };

@@ -135,7 +135,7 @@ std::shared_ptr<Messenger> LocalMessageHub::endpoint(int rank) const {
 }
 
 #if !defined(SPIRE_WITH_MPI)
-std::shared_ptr<Messenger> make_mpi_messenger() {
+std::shared_ptr<Messenger> make_mpi_messenger(double) {
   throw_error("make_mpi_messenger: this Spire was built without MPI (SPIRE_MPI=OFF)");
 }
 #endif

@@ -66,9 +66,10 @@ class LocalMessageHub {
 };
 
 /// The ranks of the MPI job (builds with SPIRE_MPI; throws spire::Error
-/// otherwise). Every rank must create it at the same point (it duplicates
-/// MPI_COMM_WORLD, a collective call).
-std::shared_ptr<Messenger> make_mpi_messenger();
+/// otherwise). Every rank must create it at the same point: it duplicates
+/// MPI_COMM_WORLD, a collective call, waiting at most `timeout_seconds`
+/// for the other ranks (and ending early when one announced a failure).
+std::shared_ptr<Messenger> make_mpi_messenger(double timeout_seconds = 60);
 
 /// Small helpers to pack and unpack a message: integers and byte strings
 /// appended in order, read back in the same order (a short or malformed

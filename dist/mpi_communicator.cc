@@ -1259,11 +1259,26 @@ void keep_forever(std::vector<char>&& b) {
 // size (MPI_Imrecv), polling the failure announcements and the time limit.
 class MpiMessenger : public Messenger {
  public:
-  MpiMessenger() {
+  explicit MpiMessenger(double timeout_seconds) {
     MpiRuntime& rt = MpiRuntime::get();
     rank_ = rt.rank();
     size_ = rt.size();
-    check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
+    // The duplicate is collective: polled, so a rank that never comes (or
+    // failed) is an error, not a hang.
+    MPI_Request req;
+    check_mpi(MPI_Comm_idup(MPI_COMM_WORLD, &comm_, &req), "MPI_Comm_idup");
+    const Clock::time_point deadline =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds));
+    for (int polls = 0;; ++polls) {
+      int done = 0;
+      check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      if (done) break;
+      if (polls % 64 == 0) check_failures();
+      if (Clock::now() >= deadline)
+        throw_error("MPI messenger: rank ", rank_, " waited ", timeout_seconds, " s for the other ranks to "
+                    "create theirs (MPI_Comm_idup): a rank failed, exited, stalled, or does not make one");
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
   }
   ~MpiMessenger() override {
     int finalized = 0;
@@ -1273,9 +1288,19 @@ class MpiMessenger : public Messenger {
     // exited; the process is ending), as is the communicator then.
     const auto deadline = Clock::now() + std::chrono::seconds(1);
     while (!pending_.empty() && Clock::now() < deadline) {
-      complete_sends();
+      for (size_t i = 0; i < pending_.size();) {  // (no check_mpi: nothing may throw here)
+        int done = 0;
+        if (MPI_Test(&pending_[i].req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) {
+          pending_[i] = std::move(pending_.back());
+          pending_.pop_back();
+        } else {
+          ++i;
+        }
+      }
       if (!pending_.empty()) std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
+    // (MPI_Comm_free is collective in the standard, but OpenMPI frees the
+    // duplicate locally; a rank with sends still pending leaves it.)
     if (pending_.empty()) MPI_Comm_free(&comm_);
     else
       for (auto& p : pending_) {
@@ -1315,8 +1340,10 @@ class MpiMessenger : public Messenger {
       if (polls % 64 == 0) check_failures();
       const Clock::time_point now = Clock::now();
       if (now >= deadline) return std::nullopt;
+      // A server waits a whole step between requests, and shares the cores
+      // with the workers: after a short spin it sleeps between polls.
       if (now - start < std::chrono::microseconds(20)) continue;
-      if (now - start < std::chrono::seconds(1)) std::this_thread::yield();
+      if (now - start < std::chrono::milliseconds(2)) std::this_thread::yield();
       else std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
     int len = 0;
@@ -1383,7 +1410,9 @@ class MpiMessenger : public Messenger {
 
 }  // namespace
 
-std::shared_ptr<Messenger> make_mpi_messenger() { return std::make_shared<MpiMessenger>(); }
+std::shared_ptr<Messenger> make_mpi_messenger(double timeout_seconds) {
+  return std::make_shared<MpiMessenger>(timeout_seconds);
+}
 
 }  // namespace spire::dist
 

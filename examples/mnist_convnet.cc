@@ -10,7 +10,8 @@
 //
 //   ./build/examples/mnist_convnet [--data DIR] [--logdir DIR] [--max-epoch N]
 //                                  [--steps-per-epoch N] [--threads N] [--device D]
-//                                  [--trainer simple|replicated|ps|async|horovod]
+//                                  [--trainer simple|replicated|ps|async|horovod|
+//                                             dist-ps|dist-replicated] [--ps K]
 //                                  [--devices cpu:0,cpu:1 | --gpus N] [--help]
 //
 // --trainer picks tensorpack's trainer (one line of change, as there):
@@ -29,6 +30,17 @@
 // alone writes the log directory and decides what to resume. --threads
 // defaults to the cores divided by the ranks on this host. Every rank
 // prints a checksum of its variables at the end (equal on every rank).
+//
+// --trainer dist-ps / dist-replicated are tensorpack's
+// DistributedTrainerParameterServer / DistributedTrainerReplicated under
+// mpirun: the first --ps K ranks (default 1) are parameter servers, the
+// others workers (the first of them the chief), each over --devices
+// (default cpu:0):
+//   mpirun -np 3 ./build/examples/mnist_convnet --trainer dist-ps --ps 1
+// Each worker takes its own shard of the batches; the servers apply every
+// worker's gradients as its own update (W workers, W updates of 128 images
+// per step), so an epoch is 468 / W steps. The chief alone validates,
+// saves and writes the log directory; a server prints what it served.
 //
 // --device gpu (or gpu:N, cuda, cuda:N) builds the whole trainer graph (the
 // tower, Adam and its slots, the global step, the callbacks' nodes) on that
@@ -55,6 +67,7 @@
 #include <vector>
 
 #include "device_flag.h"
+#include "dist/distributed_trainers.h"
 #include "dist/horovod_trainer.h"
 #include "dist/multi_device_trainers.h"
 #include "mnist_model.h"
@@ -117,10 +130,11 @@ struct Flags {
   std::string logdir = "train_log/mnist_convnet";
   int max_epoch = kDefaultMaxEpoch;
   int64_t steps_per_epoch = 0;
-  int threads = -1;  // -1: 2, or for horovod the cores / the ranks on this host
+  int threads = -1;  // -1: 2, or under mpirun the cores / the ranks on this host
   std::string device = "cpu";
   std::string trainer = "simple";
   std::string devices;
+  int num_ps = 1;  // dist-ps / dist-replicated: the parameter-server ranks
 };
 
 void usage(const char* argv0) {
@@ -136,7 +150,9 @@ void usage(const char* argv0) {
       "  --steps-per-epoch N  training steps per epoch (default: one pass, 468 batches of 128)\n"
       "  --threads N          CPU threads of the session's kernels (default 2; 0 = all cores)\n"
       "  --device D           %s: where the graph runs (simple trainer)\n"
-      "  --trainer T          simple (default), replicated, ps, async, or horovod (under mpirun)\n"
+      "  --trainer T          simple (default), replicated, ps, async, or under mpirun horovod,\n"
+      "                       dist-ps or dist-replicated\n"
+      "  --ps K               dist-*: the first K ranks are parameter servers (default 1)\n"
       "  --devices LIST       the towers' devices, e.g. cpu:0,cpu:1 or gpu:0,gpu:1 (default\n"
       "                       cpu:0,cpu:1 for the multi-device trainers)\n"
       "  --gpus N             shorthand for --devices gpu:0,...,gpu:N-1\n",
@@ -208,6 +224,7 @@ bool parse_flags(int argc, char** argv, Flags* f) {
     else if (key == "--device") f->device = val;
     else if (key == "--trainer") f->trainer = val;
     else if (key == "--devices") f->devices = val;
+    else if (key == "--ps") f->num_ps = static_cast<int>(parse_int(key, val, 1));
     else if (key == "--gpus") {
       const int64_t n = parse_int(key, val, 1);
       f->devices.clear();
@@ -216,12 +233,15 @@ bool parse_flags(int argc, char** argv, Flags* f) {
     else throw_error("unknown argument '", key, "' (see --help)");
   }
   if (f->logdir.empty()) throw_error("--logdir must not be empty");
+  const bool dist = f->trainer == "dist-ps" || f->trainer == "dist-replicated";
   if (f->trainer != "simple" && f->trainer != "replicated" && f->trainer != "ps" &&
-      f->trainer != "async" && f->trainer != "horovod")
-    throw_error("--trainer: expected simple, replicated, ps, async or horovod, got '", f->trainer, "'");
+      f->trainer != "async" && f->trainer != "horovod" && !dist)
+    throw_error("--trainer: expected simple, replicated, ps, async, horovod, dist-ps or dist-replicated, got '",
+                f->trainer, "'");
   if ((f->trainer == "simple" || f->trainer == "horovod") && !f->devices.empty())
     throw_error("--devices/--gpus need a multi-device --trainer (replicated, ps or async); the ",
                 f->trainer, " trainer runs on --device");
+  if (dist && f->devices.empty()) f->devices = "cpu:0";
   if (f->trainer != "simple" && f->trainer != "horovod" && f->devices.empty()) f->devices = "cpu:0,cpu:1";
   return true;
 }
@@ -279,8 +299,9 @@ int main(int argc, char** argv) {
     }
     Device device = spire_examples::parse_device_flag(flags.device);
     const bool horovod = flags.trainer == "horovod";
+    const bool dist = flags.trainer.rfind("dist-", 0) == 0;
     if (flags.threads < 0)
-      flags.threads = horovod ? std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / hvd::local_size())
+      flags.threads = horovod || dist ? std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / hvd::local_size())
                               : 2;
     if (horovod && device.is_cuda()) device = Device::cuda(hvd::local_rank());  // one GPU per rank
     const std::vector<Device> towers =
@@ -334,7 +355,13 @@ int main(int argc, char** argv) {
     else if (flags.trainer == "replicated") trainer = std::make_unique<SyncMultiGPUTrainerReplicated>(towers);
     else if (flags.trainer == "ps") trainer = std::make_unique<SyncMultiGPUTrainerParameterServer>(towers);
     else if (flags.trainer == "async") trainer = std::make_unique<AsyncMultiGPUTrainer>(towers);
-    else {
+    else if (dist) {
+      DistributedOptions options;
+      options.num_ps = flags.num_ps;
+      options.timeout_seconds = 300;  // the servers wait while the chief validates and saves
+      if (flags.trainer == "dist-ps") trainer = std::make_unique<DistributedTrainerParameterServer>(towers, options);
+      else trainer = std::make_unique<DistributedTrainerReplicated>(towers, options);
+    } else {
       HorovodOptions options;
       options.device = device;
       trainer = std::make_unique<HorovodTrainer>(options);
@@ -357,6 +384,16 @@ int main(int argc, char** argv) {
       launch_train_with_config(config, *trainer);
     }
 
+    const auto* dt = dynamic_cast<const DistributedTrainerBase*>(trainer.get());
+    if (dt && dt->is_ps()) {
+      std::printf("parameter server rank %d: served %d worker(s) until they finished\n", dt->rank(),
+                  dt->num_workers());
+      return 0;
+    }
+    if (dt && !dt->is_chief()) {
+      std::printf("worker %d (rank %d): trained; the chief validates and saves\n", dt->worker_index(), dt->rank());
+      return 0;
+    }
     double acc = 0, err = 0;
     int epoch = 0, err_epoch = 0;
     if (!final_stat(*trainer, flags.logdir, "validation_accuracy", &acc, &epoch)) {

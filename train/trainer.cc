@@ -192,7 +192,12 @@ void Trainer::main_loop(int64_t steps_per_epoch, int starting_epoch, int max_epo
     }
     throw;
   }
-  group_->after_train();
+  try {
+    group_->after_train();
+  } catch (const std::exception& e) {
+    on_failure(e);
+    throw;
+  }
   on_main_loop_finished();
 }
 

@@ -15,6 +15,7 @@
 #include "core/ops.h"
 #include "dist/distributed_trainers.h"
 #include "layers/layers.h"
+#include "tests/support/ps_test_models.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/tower_batches.h"
 #include "train/callbacks.h"
@@ -26,29 +27,6 @@
 
 namespace spire::testing {
 namespace {
-
-// cost = mean over the batch of x.w + sum(v * [1, 2, 4]): the gradient of w
-// is the batch's mean x, that of v is [1, 2, 4], so SGD's updates can be
-// computed by hand (and are exact in f64 with the integers used here).
-class LinearModel : public ModelDesc {
- public:
-  explicit LinearModel(bool momentum = false) : momentum_(momentum) {}
-  std::vector<InputDesc> inputs() const override { return {{"x", DType::F64, {-1, 4}}}; }
-  Output build_graph(const std::vector<Output>& in) override {
-    Output w = get_variable("w", Shape{4}, DType::F64);
-    Output v = get_variable("v", Shape{3}, DType::F64);
-    Output k = ops::constant(Tensor::from_vector<double>({3}, {1, 2, 4}));
-    Output xw = ops::mean(ops::sum(ops::mul(in[0], w), {1}), {});
-    return ops::add(xw, ops::sum(ops::mul(v, k)), "cost");
-  }
-  std::shared_ptr<Optimizer> optimizer() override {
-    if (momentum_) return std::make_shared<MomentumOptimizer>(0.5, 0.5);
-    return std::make_shared<GradientDescentOptimizer>(0.5);
-  }
-
- private:
-  bool momentum_;
-};
 
 // x [-1, 4] -> FC(6, tanh) -> [BatchNorm] -> FC(3) -> softmax cross-entropy.
 class NetModel : public ModelDesc {
@@ -67,22 +45,6 @@ class NetModel : public ModelDesc {
 
  private:
   bool bn_;
-};
-
-// Batches of 2 rows of small integers (exact means); a different sequence per `seed`.
-std::vector<Datapoint> integer_batches(int n, int seed) {
-  std::vector<Datapoint> out;
-  for (int i = 0; i < n; ++i) {
-    std::vector<double> x;
-    for (int j = 0; j < 8; ++j) x.push_back(static_cast<double>((seed * 7 + i * 3 + j * 5) % 9) - 4);
-    out.push_back({Tensor::from_vector<double>({2, 4}, x)});
-  }
-  return out;
-}
-
-const std::map<std::string, Tensor> kLinearInit = {
-    {"w", Tensor::from_vector<double>({4}, {1, 2, 3, 4})},
-    {"v", Tensor::from_vector<double>({3}, {-1, 0, 1})},
 };
 
 struct RankResult {
@@ -171,25 +133,6 @@ void expect_no_errors(const std::vector<RankResult>& rs) {
   for (size_t r = 0; r < rs.size(); ++r) ASSERT_EQ(rs[r].error, "") << "rank " << r;
 }
 
-// The hand-computed SGD reference: every worker's step applies
-// lr * (its mean x over its towers' batches) to w and lr * [1, 2, 4] to v.
-std::map<std::string, Tensor> sgd_reference(const Job& job, int workers, int towers) {
-  std::vector<double> w = {1, 2, 3, 4}, v = {-1, 0, 1};
-  const double k[3] = {1, 2, 4};
-  for (int64_t s = 0; s < job.steps * (job.max_epoch - job.starting_epoch + 1); ++s)
-    for (int wk = 0; wk < workers; ++wk) {
-      const std::vector<Datapoint> d = job.data(wk);
-      double g[4] = {0, 0, 0, 0};
-      for (int t = 0; t < towers; ++t) {
-        const auto x = d[static_cast<size_t>((s * towers + t) % static_cast<int64_t>(d.size()))][0].to_vector<double>();
-        for (int j = 0; j < 4; ++j) g[j] += (x[static_cast<size_t>(j)] + x[static_cast<size_t>(4 + j)]) / 2 / towers;
-      }
-      for (int j = 0; j < 4; ++j) w[static_cast<size_t>(j)] -= 0.5 * g[j];
-      for (int j = 0; j < 3; ++j) v[static_cast<size_t>(j)] -= 0.5 * k[j];
-    }
-  return {{"w", Tensor::from_vector<double>({4}, w)}, {"v", Tensor::from_vector<double>({3}, v)}};
-}
-
 Job linear_job(int ranks, int num_ps, int towers) {
   Job job;
   job.ranks = ranks;
@@ -210,7 +153,7 @@ TEST(DistributedTrainers, SgdUpdatesEqualTheHandComputedReference) {
       job.replicated = replicated;
       const auto rs = run_job(job);
       expect_no_errors(rs);
-      const auto want = sgd_reference(job, ranks - ps, towers);
+      const auto want = sgd_reference(job.data, job.steps, ranks - ps, towers);
       const std::string what = str_cat(ranks, " ranks, ", ps, " ps, ", towers, " towers",
                                        replicated ? ", replicated" : "");
       for (int r = ps; r < ranks; ++r)
@@ -279,7 +222,6 @@ TEST(DistributedTrainers, OneWorkerEqualsSimpleTrainer) {
     job.model = [] { return std::make_shared<NetModel>(true); };
     job.steps = 6;
     job.init = std::make_shared<DictRestore>(init);
-    job.ranks = 3;
     // One worker (rank 2), two servers.
     const auto rs = run_job(job);
     expect_no_errors(rs);
@@ -311,7 +253,8 @@ TEST(DistributedTrainers, CheckpointsRestoreAcrossTrainersAndResumeEqualsTrainin
     first.max_epoch = 1;
     first.logdir = dir.path();
     first.callbacks = [](int) { return std::vector<CallbackPtr>{std::make_shared<ModelSaver>()}; };
-    expect_no_errors(run_job(first));
+    const auto first_run = run_job(first);
+    expect_no_errors(first_run);
     const std::string ckpt = latest_checkpoint(dir.path());
     ASSERT_FALSE(ckpt.empty());
     // The checkpoint holds SimpleTrainer's names (slots included) and no replica.
@@ -319,6 +262,10 @@ TEST(DistributedTrainers, CheckpointsRestoreAcrossTrainersAndResumeEqualsTrainin
     for (const char* name : {"w", "v", "w/Momentum", "v/Momentum", "global_step", "learning_rate"})
       EXPECT_TRUE(saved.count(name)) << name;
     for (const auto& [name, t] : saved) EXPECT_EQ(name.find("tower"), std::string::npos) << name;
+    // ... with the values the servers held after epoch 1.
+    for (int p = 0; p < 2; ++p)
+      for (const auto& [name, t] : first_run[static_cast<size_t>(p)].values)
+        expect_bit_equal(saved.at(name), t, "saved " + name);
 
     Job second = job;
     second.starting_epoch = 2;
@@ -409,11 +356,93 @@ TEST(DistributedTrainers, AServerThatNeverAnswersIsNamedWithinTheTimeout) {
 
 TEST(DistributedTrainers, AWorkerThatNeverArrivesIsNamedByTheServer) {
   Job job = linear_job(3, 1, 1);
-  job.timeout_of = [](int r) { return r == 0 ? 1.0 : 30.0; };  // the server's wait ends first
+  job.timeout = 1;  // (every rank's: a worker waits longer than a server)
   job.skip = [](int r) { return r == 2; };
   const auto rs = run_job(job);
   EXPECT_NE(rs[0].error.find("rank(s) 2"), std::string::npos) << rs[0].error;
   EXPECT_NE(rs[1].error.find("rank 0 failed"), std::string::npos) << rs[1].error;
+}
+
+TEST(DistributedTrainers, AStalledWorkerIsNamedByTheServerAndEveryRankEnds) {
+  class Stall : public Callback {
+   public:
+    Stall() { chief_only_ = false; }
+
+   protected:
+    void _trigger_step() override {
+      if (trainer().global_step() == 2) std::this_thread::sleep_for(std::chrono::seconds(4));
+    }
+  };
+  Job job = linear_job(4, 1, 1);
+  job.steps = 6;
+  job.timeout = 1;  // the same for every rank
+  job.callbacks = [](int r) {
+    return r == 3 ? std::vector<CallbackPtr>{std::make_shared<Stall>()} : std::vector<CallbackPtr>{};
+  };
+  const auto start = std::chrono::steady_clock::now();
+  const auto rs = run_job(job);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
+  for (int r = 0; r < 4; ++r)  // the server names the stalled rank; the others hear it from the server
+    EXPECT_NE(rs[static_cast<size_t>(r)].error.find(r == 3 ? "rank 0 failed" : "rank(s) 3"), std::string::npos)
+        << "rank " << r << ": " << rs[static_cast<size_t>(r)].error;
+}
+
+TEST(DistributedTrainers, AWorkerThatStopsEndsEveryWorkerCleanlyAtTheSameStep) {
+  class StopAt3 : public Callback {
+   public:
+    StopAt3() { chief_only_ = false; }
+
+   protected:
+    void _trigger_step() override {
+      if (trainer().global_step() == 3) throw StopTraining("enough");
+    }
+  };
+  for (bool everyone : {false, true}) {
+    Job job = linear_job(5, 2, 1);  // 2 servers, 3 workers
+    job.steps = 8;
+    job.callbacks = [everyone](int r) {
+      return everyone || r == 3 ? std::vector<CallbackPtr>{std::make_shared<StopAt3>()} : std::vector<CallbackPtr>{};
+    };
+    const auto rs = run_job(job);
+    expect_no_errors(rs);
+    // Three steps were applied, no more (the others' fourth push was refused).
+    Job three = job;
+    three.steps = 3;
+    const auto want = sgd_reference(job.data, 3, 3, 1);
+    for (int r = 2; r < 5; ++r)
+      for (const auto& [name, t] : want)
+        expect_bit_equal(rs[static_cast<size_t>(r)].values.at(name), t, str_cat("rank ", r, " ", name));
+  }
+}
+
+TEST(DistributedTrainers, AdamAdvancesOncePerWorkerUpdate) {
+  // The linear model's gradients do not depend on the variables: 2 workers'
+  // steps equal SimpleTrainer's steps over their batches interleaved
+  // (Adam's slots and beta powers included, bit for bit).
+  Job job = linear_job(3, 1, 1);
+  job.model = [] { return std::make_shared<LinearModel>(false, /*adam=*/true); };
+  job.data = [](int w) { return integer_batches(3, w + 1); };
+  const auto rs = run_job(job);
+  expect_no_errors(rs);
+  std::vector<Datapoint> interleaved;
+  for (int s = 0; s < 3; ++s)
+    for (int w = 0; w < 2; ++w) interleaved.push_back(job.data(w)[static_cast<size_t>(s)]);
+  SimpleTrainer simple;
+  TrainConfig cfg;
+  cfg.model = job.model();
+  cfg.data = std::make_shared<FeedInput>(std::make_shared<DataFromList>(interleaved, false));
+  cfg.steps_per_epoch = 6;
+  cfg.max_epoch = 1;
+  cfg.monitors = std::vector<MonitorPtr>{};
+  cfg.session_init = std::make_shared<DictRestore>(kLinearInit);
+  launch_train_with_config(cfg, simple);
+  for (const auto& [name, t] : get_variable_values(simple.session())) {
+    if (name == "global_step") continue;  // (3 steps of 2 workers; 6 of one)
+    ASSERT_TRUE(rs[1].values.count(name)) << name;
+    expect_bit_equal(rs[1].values.at(name), t, "chief " + name);
+    if (rs[0].values.count(name)) expect_bit_equal(rs[0].values.at(name), t, "server " + name);
+  }
+  EXPECT_TRUE(rs[0].values.count("beta1_power") && rs[0].values.count("w/Adam_1")) << "the server's state";
 }
 
 TEST(DistributedTrainers, BadRolesAreClearErrors) {

@@ -400,7 +400,8 @@ TEST(MpiCommunicator, GraphAllReduceAcrossRanks) {
 }  // namespace spire::dist
 
 namespace spire {
-int run_trainer_failure();  // horovod_trainer_mpitest.cc
+int run_trainer_failure();                   // horovod_trainer_mpitest.cc
+int run_ps_failure(const std::string& mode);  // distributed_trainers_mpitest.cc
 }
 
 namespace {
@@ -414,6 +415,7 @@ namespace {
 int run_failure(const std::string& mode) {
   using namespace spire;
   if (mode == "trainer") return run_trainer_failure();
+  if (mode.rfind("ps-", 0) == 0) return run_ps_failure(mode);
   using namespace spire::dist;
   MpiRuntime& rt = MpiRuntime::get();
   MpiCommunicator comm(Device::cpu(), 3.0);

@@ -1,0 +1,81 @@
+// Test support for the distributed trainers (threads and MPI ranks): a
+// linear model whose SGD updates can be computed by hand, integer batches
+// whose means are exact, and the hand-computed reference.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/ops.h"
+#include "layers/layers.h"
+#include "train/dataflow.h"
+#include "train/model_desc.h"
+
+namespace spire::testing {
+
+// cost = mean over the batch of x.w + sum(v * [1, 2, 4]): the gradient of w
+// is the batch's mean x, that of v is [1, 2, 4], so SGD's updates can be
+// computed by hand (and are exact in f64 with the integers used here).
+// The gradients do not depend on the variables, so W workers' updates of a
+// step equal W sequential single-worker steps (for any optimizer).
+class LinearModel : public ModelDesc {
+ public:
+  explicit LinearModel(bool momentum = false, bool adam = false) : momentum_(momentum), adam_(adam) {}
+  std::vector<InputDesc> inputs() const override { return {{"x", DType::F64, {-1, 4}}}; }
+  Output build_graph(const std::vector<Output>& in) override {
+    Output w = get_variable("w", Shape{4}, DType::F64);
+    Output v = get_variable("v", Shape{3}, DType::F64);
+    Output k = ops::constant(Tensor::from_vector<double>({3}, {1, 2, 4}));
+    Output xw = ops::mean(ops::sum(ops::mul(in[0], w), {1}), {});
+    return ops::add(xw, ops::sum(ops::mul(v, k)), "cost");
+  }
+  std::shared_ptr<Optimizer> optimizer() override {
+    if (adam_) return std::make_shared<AdamOptimizer>(0.25);
+    if (momentum_) return std::make_shared<MomentumOptimizer>(0.5, 0.5);
+    return std::make_shared<GradientDescentOptimizer>(0.5);
+  }
+
+ private:
+  bool momentum_, adam_;
+};
+
+// Batches of 2 rows of small integers (exact means); a different sequence per `seed`.
+inline std::vector<Datapoint> integer_batches(int n, int seed) {
+  std::vector<Datapoint> out;
+  for (int i = 0; i < n; ++i) {
+    std::vector<double> x;
+    for (int j = 0; j < 8; ++j) x.push_back(static_cast<double>((seed * 7 + i * 3 + j * 5) % 9) - 4);
+    out.push_back({Tensor::from_vector<double>({2, 4}, x)});
+  }
+  return out;
+}
+
+inline const std::map<std::string, Tensor> kLinearInit = {
+    {"w", Tensor::from_vector<double>({4}, {1, 2, 3, 4})},
+    {"v", Tensor::from_vector<double>({3}, {-1, 0, 1})},
+};
+
+// The hand-computed SGD reference: every worker's step applies
+// lr * (its mean x over its towers' batches) to w and lr * [1, 2, 4] to v.
+inline std::map<std::string, Tensor> sgd_reference(const std::function<std::vector<Datapoint>(int)>& data,
+                                                   int64_t steps, int workers, int towers) {
+  std::vector<double> w = {1, 2, 3, 4}, v = {-1, 0, 1};
+  const double k[3] = {1, 2, 4};
+  for (int64_t s = 0; s < steps; ++s)
+    for (int wk = 0; wk < workers; ++wk) {
+      const std::vector<Datapoint> d = data(wk);
+      double g[4] = {0, 0, 0, 0};
+      for (int t = 0; t < towers; ++t) {
+        const auto x = d[static_cast<size_t>((s * towers + t) % static_cast<int64_t>(d.size()))][0].to_vector<double>();
+        for (int j = 0; j < 4; ++j) g[j] += (x[static_cast<size_t>(j)] + x[static_cast<size_t>(4 + j)]) / 2 / towers;
+      }
+      for (int j = 0; j < 4; ++j) w[static_cast<size_t>(j)] -= 0.5 * g[j];
+      for (int j = 0; j < 3; ++j) v[static_cast<size_t>(j)] -= 0.5 * k[j];
+    }
+  return {{"w", Tensor::from_vector<double>({4}, w)}, {"v", Tensor::from_vector<double>({3}, v)}};
+}
+
+}  // namespace spire::testing
