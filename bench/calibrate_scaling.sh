@@ -7,25 +7,31 @@
 #     used where the kernel has it; otherwise the script says so);
 # each run of build/bench/mpi_allreduce_bandwidth appends rows (median of
 # --reps interleaved calls per size and algorithm, plus a memcpy row) to
-# OUT/allreduce.csv; then bench/scaling_sim.py fit (--cores: every rank of
-# these runs shares this machine's cores) writes OUT/fit.txt and
-# OUT/fit.json (constants per setting, predicted vs measured for every
-# configuration) and bench/plot_scaling.py the PNGs.
+# OUT/allreduce.csv, the whole sequence --runs times (one run on a shared
+# machine varies 10-15%); then bench/scaling_sim.py fit writes OUT/fit.txt
+# and OUT/fit.json (constants per setting, predicted vs measured for every
+# configuration, runs pooled by median) and bench/plot_scaling.py the PNGs.
+# The fit's model of this machine: every rank shares its cores (--cores
+# $(nproc)); a second beta from 4 MiB (the caches: --cache); the shaped
+# settings are a wire between the hosts with the unshaped TCP link inside
+# them (the test hosts' ranks talk TCP inside a host too: --wire, --inside).
 #
-# usage: bench/calibrate_scaling.sh [--build DIR] [--out DIR] [--reps N] [--quick]
-#   --quick: fewer ranks and sizes (a smoke run, not a calibration)
+# usage: bench/calibrate_scaling.sh [--build DIR] [--out DIR] [--reps N] [--runs N] [--quick]
+#   --quick: fewer ranks and sizes, one run (a smoke run, not a calibration)
 # Needs root for the test hosts (skipped, saying so, without).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=build
 OUT=bench/results
 REPS=7
+RUNS=3
 QUICK=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) BUILD=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --reps) REPS=$2; shift 2 ;;
+    --runs) RUNS=$2; shift 2 ;;
     --quick) QUICK=1; shift ;;
     *) echo "calibrate_scaling: unknown option $1" >&2; exit 2 ;;
   esac
@@ -41,7 +47,7 @@ SHM_RANKS=(2 3 4 6 8)
 TCP_NP=(2 4 6 8)
 MAX=64M
 SHAPED_MAX=16M
-if [[ $QUICK == 1 ]]; then SHM_RANKS=(2 4); TCP_NP=(2 4); MAX=4M; SHAPED_MAX=1M; REPS=3; fi
+if [[ $QUICK == 1 ]]; then SHM_RANKS=(2 4); TCP_NP=(2 4); MAX=4M; SHAPED_MAX=1M; REPS=3; RUNS=1; fi
 
 run() {  # run SETTING MAX LAUNCHER...
   local setting=$1 max=$2
@@ -50,25 +56,32 @@ run() {  # run SETTING MAX LAUNCHER...
   "$@" "$BENCH" --min 64K --max "$max" --reps "$REPS" --csv "$CSV" --setting "$setting" | grep -v '^\[' >&2
 }
 
-for n in "${SHM_RANKS[@]}"; do
-  run shm "$MAX" mpirun -np "$n"
-done
-
+HOSTS=0
 if [[ $(id -u) -eq 0 ]] && bash scripts/test_hosts.sh up >/dev/null 2>&1; then
+  HOSTS=1
   trap 'bash scripts/test_hosts.sh down >/dev/null 2>&1 || true' EXIT
-  for np in "${TCP_NP[@]}"; do
-    run tcp "$MAX" bash scripts/test_hosts.sh run -np "$np"
-  done
-  for rate in 1gbit 400mbit; do
-    bash scripts/test_hosts.sh up --rate "$rate" --delay 200us >&2
-    for np in 2 4; do
-      run "tcp-$rate" "$SHAPED_MAX" bash scripts/test_hosts.sh run -np "$np"
-    done
-  done
-  bash scripts/test_hosts.sh up >/dev/null  # (unshaped again)
 else
   echo "calibrate_scaling: test hosts need root and network namespaces; TCP settings skipped" >&2
 fi
+for (( k = 1; k <= RUNS; ++k )); do
+  echo "== run $k of $RUNS" >&2
+  for n in "${SHM_RANKS[@]}"; do
+    run shm "$MAX" mpirun -np "$n"
+  done
+  if [[ $HOSTS == 1 ]]; then
+    bash scripts/test_hosts.sh up >/dev/null  # (unshaped)
+    for np in "${TCP_NP[@]}"; do
+      run tcp "$MAX" bash scripts/test_hosts.sh run -np "$np"
+    done
+    for rate in 1gbit 400mbit; do
+      bash scripts/test_hosts.sh up --rate "$rate" --delay 200us >&2
+      for np in 2 4; do
+        run "tcp-$rate" "$SHAPED_MAX" bash scripts/test_hosts.sh run -np "$np"
+      done
+    done
+  fi
+done
 
-python3 -B bench/scaling_sim.py fit "$CSV" --cores "$(nproc)" --json "$OUT/fit.json" | tee "$OUT/fit.txt" | grep -E "^setting|worst"
+python3 -B bench/scaling_sim.py fit "$CSV" --cores "$(nproc)" --cache 4M --wire tcp-1gbit,tcp-400mbit --inside tcp \
+  --json "$OUT/fit.json" | tee "$OUT/fit.txt" | grep -E "^setting|within"
 python3 -B bench/plot_scaling.py --csv "$CSV" --fit "$OUT/fit.json" --out "$OUT"

@@ -12,7 +12,8 @@
   (--measured RANKS=EFF) and the simulator's prediction from the fitted
   shared-memory constants (--fit);
 - predicted_vs_measured.png: every fitted configuration's predicted and
-  measured time (--fit), the 15% band drawn.
+  measured time from 1 MiB (--fit; runs pooled by median), the 15% band
+  drawn.
 
 usage: bench/plot_scaling.py --csv FILE [--fit fit.json] [--measured 2=0.96 ...] [--out DIR]
 """
@@ -56,6 +57,7 @@ def save(plt, fig, out, name):
 
 
 def plot_busbw(plt, rows, out):
+    rows = sim.pool_rows(rows)  # several runs: their median
     panels = sorted({(r["setting"], r["ranks"]) for r in rows},
                     key=lambda k: (k[0] != "shm", k[0], k[1]))
     panels = [p for p in panels if p[1] in (2, 4)] or panels
@@ -107,9 +109,10 @@ def plot_efficiency(plt, fit, measured, out):
     mnist = sim.Model("MNIST convnet", MNIST_BYTES, MNIST_STEP_S, 2.0 / 3.0, 8)
     if fit and "shm" in fit:
         k = fit["shm"]["constants"]
-        link = sim.Link(k["alpha"], k["beta"])
+        link = sim.Link(k["alpha"], k["beta"], k.get("beta_out"), cpu=True)
         xs = [1, 2]  # (ranks beyond the 2 cores would share them with the compute too)
-        ys = [sim.efficiency(sim.Cluster(1, p, link, link, k["gamma"]), mnist, 128 << 20) for p in xs]
+        ys = [sim.efficiency(sim.Cluster(1, p, link, link, k["gamma"], cache_bytes=k.get("cache_bytes", 0)),
+                             mnist, 128 << 20) for p in xs]
         right.plot(xs, ys, "-o", label="simulated (fitted shared-memory constants)")
     if measured:
         xs = sorted(measured)
@@ -128,8 +131,8 @@ def plot_fit(plt, rows, fit, out):
     lo, hi = float("inf"), 0.0
     for setting in sorted(fit):
         k = fit[setting]["constants"]
-        pts = [(r["seconds"], sim.predict_row(k, r)) for r in rows
-               if r["setting"] == setting and r["algorithm"] in sim.FORMULAS]
+        pts = [(r["seconds"], sim.predict_row(k, r)) for r in sim.pool_rows(rows)
+               if r["setting"] == setting and r["algorithm"] in sim.FORMULAS and r["bytes"] >= 1 << 20]
         if not pts:
             continue
         ax.plot([m for m, _ in pts], [p for _, p in pts], "o", markersize=3, label=setting)

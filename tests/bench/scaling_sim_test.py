@@ -3,7 +3,9 @@
 one kind of link, every allreduce formula is the textbook one of
 ../shared/docs/allreduce-facts.md exactly; placement on nodes, folding of
 ranks beyond a power of two and link sharing behave as documented; the fit
-recovers known constants from rows the model made; the training step's
+recovers known constants from rows the model made (ranks sharing cores,
+a second beta beyond the caches, a wire between hosts beside a CPU-bound
+link inside them, runs pooled by median); the training step's
 overlap is what a hand computation gives; the ring's crossover with
 recursive doubling matches the closed form."""
 import math
@@ -17,10 +19,10 @@ import scaling_sim as sim  # noqa: E402
 A, B, G = 5e-6, 1e-10, 3e-11
 
 
-def flat(p, per_node=None, contention=False, a=A, b=B, g=G):
+def flat(p, per_node=None, contention=False, a=A, b=B, g=G, cpu=False, cores=0):
     per = per_node or p
-    link = sim.Link(a, b)
-    return sim.Cluster(p // per, per, link, link, g, contention=contention)
+    link = sim.Link(a, b, cpu=cpu)
+    return sim.Cluster(p // per, per, link, link, g, contention=contention, cores=cores)
 
 
 def close(x, y, rel=1e-12):
@@ -120,27 +122,80 @@ class Fit(unittest.TestCase):
         self.assertLess(report["s"][1], 1e-6)
 
     def test_ranks_sharing_cores_stretch_every_term(self):
-        # Rows measured with p ranks on 2 cores took p/2 times the formula (p > 2).
+        # Rows measured with p ranks on 2 cores: the simulator's crowding
+        # made them; the fit recovers the constants, and without the cores
+        # the same rows cannot be fitted.
         rows = []
-        for p in (2, 4, 8):
+        for p in (2, 3, 4, 8):
             for algo in ("ring", "rd", "hd"):  # (rd tells beta from gamma: ring's and hd's are in one ratio)
                 for n in (65536, 1 << 22):
-                    t = sim.allreduce_time(flat(p), algo, n) * max(1.0, p / 2)
+                    c = flat(p, cpu=True, cores=2)
                     rows.append({"setting": "s", "ranks": p, "hosts": 1, "bytes": n, "algorithm": algo,
-                                 "seconds": t})
+                                 "seconds": sim.allreduce_time(c, algo, n)})
         k = sim.fit_constants(rows, cores=2)
         self.assertTrue(close(k["alpha"], A, 1e-6) and close(k["beta"], B, 1e-6) and close(k["gamma"], G, 1e-6), k)
         self.assertTrue(close(sim.predict_row(k, rows[-1]), rows[-1]["seconds"], 1e-6))
-        # Without the factor the same rows cannot be fitted exactly.
         k0 = sim.fit_constants(rows)
         self.assertGreater(max(abs(sim.predict_row(k0, r) / r["seconds"] - 1) for r in rows), 0.1)
+
+    def test_a_second_beta_beyond_the_caches(self):
+        rows = []
+        for p in (2, 4):
+            for algo in ("ring", "rd"):
+                for n in (1 << 18, 1 << 20, 1 << 22, 1 << 24):
+                    link = sim.Link(A, B, beta_out=3 * B)
+                    c = sim.Cluster(1, p, link, link, G, contention=False, cache_bytes=1 << 22)
+                    rows.append({"setting": "s", "ranks": p, "hosts": 1, "bytes": n, "algorithm": algo,
+                                 "seconds": sim.allreduce_time(c, algo, n)})
+        k = sim.fit_constants(rows, cache_bytes=1 << 22)
+        self.assertTrue(close(k["beta"], B, 1e-6) and close(k["beta_out"], 3 * B, 1e-6), k)
+        self.assertTrue(close(k["alpha"], A, 1e-6) and close(k["gamma"], G, 1e-6), k)
+        # (4 MiB is past the caches: the ring at 4 MiB costs beta_out.)
+        two = rows[2]
+        self.assertEqual(two["bytes"], 1 << 22)
+        self.assertTrue(close(two["seconds"], (A + two["bytes"] / 2 * 3 * B) * 2 + two["bytes"] / 2 * G))
+
+    def test_a_wire_between_hosts_with_the_cpu_link_inside(self):
+        # 2 hosts: inside them a known CPU-bound link (fitted first), between
+        # them a wire whose flows share it; the fit finds the wire.
+        inside = {"alpha": 2e-6, "beta": 2e-10, "beta_out": None, "gamma": G, "wire": False}
+        wire = sim.Link(5e-5, 8e-9)
+        rows = []
+        for p in (2, 4, 8):
+            for algo in ("ring", "rd", "hd"):
+                for n in (4096, 65536, 1 << 20, 1 << 22):
+                    c = sim.Cluster(2, p // 2, sim.Link(2e-6, 2e-10, cpu=True), wire, G, contention=True, cores=2)
+                    rows.append({"setting": "w", "ranks": p, "hosts": 2, "bytes": n, "algorithm": algo,
+                                 "seconds": sim.allreduce_time(c, algo, n)})
+        k = sim.fit_constants(rows, cores=2, intra=inside, wire=True)
+        self.assertTrue(close(k["alpha"], wire.alpha, 0.02) and close(k["beta"], wire.beta, 0.02), k)
+        worst = max(abs(sim.predict_row(k, r) / r["seconds"] - 1) for r in rows)
+        self.assertLess(worst, 0.02)
+        # A wire is not stretched by ranks sharing cores; a CPU link is, and
+        # its flows do not share it.
+        n = 1 << 20
+        cpu = sim.Link(A, B, cpu=True)
+        crowded = sim.Cluster(1, 4, cpu, cpu, 0.0, cores=2)
+        self.assertTrue(close(sim.allreduce_time(crowded, "ring", n), 2 * sim.allreduce_time(flat(4, g=0.0), "ring", n)))
+        on_wire = sim.Cluster(1, 4, sim.Link(A, B), sim.Link(A, B), 0.0, cores=2)
+        self.assertTrue(close(sim.allreduce_time(on_wire, "ring", n), sim.allreduce_time(flat(4, g=0.0), "ring", n)))
+        shared = sim.Cluster(2, 4, cpu, cpu, 0.0, contention=True)
+        self.assertTrue(close(sim.allreduce_time(shared, "hd", n), sim.allreduce_time(flat(8, g=0.0), "hd", n)))
+
+    def test_runs_pool_by_median(self):
+        rows = [{"setting": "s", "ranks": 2, "hosts": 1, "bytes": 8, "algorithm": "ring", "seconds": t}
+                for t in (3.0, 1.0, 2.0, 10.0)]
+        pooled = sim.pool_rows(rows)
+        self.assertEqual(len(pooled), 1)
+        self.assertEqual(pooled[0]["seconds"], 2.5)
+        self.assertEqual(pooled[0]["runs"], 4)
 
     def test_constants_stay_non_negative(self):
         # Times that fall with size would need a negative beta: it is held at 0.
         rows = [{"setting": "s", "ranks": 2, "hosts": 1, "bytes": n, "algorithm": "ring", "seconds": t}
                 for n, t in ((1 << 10, 2e-3), (1 << 20, 1e-3), (1 << 24, 1e-3))]
         k = sim.fit_constants(rows)
-        self.assertTrue(all(v >= 0 for v in k.values()), k)
+        self.assertTrue(all(k[key] >= 0 for key in ("alpha", "beta", "gamma")), k)
 
 
 if __name__ == "__main__":
