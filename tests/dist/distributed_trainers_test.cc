@@ -16,6 +16,7 @@
 #include "dist/distributed_trainers.h"
 #include "layers/layers.h"
 #include "tests/support/ps_test_models.h"
+#include "tests/support/step_callbacks.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/tower_batches.h"
 #include "train/callbacks.h"
@@ -319,19 +320,12 @@ TEST(DistributedTrainers, ReplicatedTowersGetTheShadowsAndTheChiefsModelVariable
 }
 
 TEST(DistributedTrainers, AWorkerThatFailsEndsEveryRankNamingIt) {
-  class Raise : public Callback {
-   public:
-    Raise() { chief_only_ = false; }
-
-   protected:
-    void _trigger_step() override {
-      if (trainer().global_step() == 2) throw Error("worker callback failed on purpose");
-    }
-  };
   Job job = linear_job(4, 1, 1);
   job.steps = 6;
   job.callbacks = [](int r) {
-    return r == 2 ? std::vector<CallbackPtr>{std::make_shared<Raise>()} : std::vector<CallbackPtr>{};
+    if (r != 2) return std::vector<CallbackPtr>{};
+    return std::vector<CallbackPtr>{
+        std::make_shared<AtStep>(2, [](Trainer&) { throw Error("worker callback failed on purpose"); })};
   };
   const auto start = std::chrono::steady_clock::now();
   const auto rs = run_job(job);
@@ -364,20 +358,13 @@ TEST(DistributedTrainers, AWorkerThatNeverArrivesIsNamedByTheServer) {
 }
 
 TEST(DistributedTrainers, AStalledWorkerIsNamedByTheServerAndEveryRankEnds) {
-  class Stall : public Callback {
-   public:
-    Stall() { chief_only_ = false; }
-
-   protected:
-    void _trigger_step() override {
-      if (trainer().global_step() == 2) std::this_thread::sleep_for(std::chrono::seconds(4));
-    }
-  };
   Job job = linear_job(4, 1, 1);
   job.steps = 6;
   job.timeout = 1;  // the same for every rank
   job.callbacks = [](int r) {
-    return r == 3 ? std::vector<CallbackPtr>{std::make_shared<Stall>()} : std::vector<CallbackPtr>{};
+    if (r != 3) return std::vector<CallbackPtr>{};
+    return std::vector<CallbackPtr>{
+        std::make_shared<AtStep>(2, [](Trainer&) { std::this_thread::sleep_for(std::chrono::seconds(4)); })};
   };
   const auto start = std::chrono::steady_clock::now();
   const auto rs = run_job(job);
@@ -388,20 +375,12 @@ TEST(DistributedTrainers, AStalledWorkerIsNamedByTheServerAndEveryRankEnds) {
 }
 
 TEST(DistributedTrainers, AWorkerThatStopsEndsEveryWorkerCleanlyAtTheSameStep) {
-  class StopAt3 : public Callback {
-   public:
-    StopAt3() { chief_only_ = false; }
-
-   protected:
-    void _trigger_step() override {
-      if (trainer().global_step() == 3) throw StopTraining("enough");
-    }
-  };
   for (bool everyone : {false, true}) {
     Job job = linear_job(5, 2, 1);  // 2 servers, 3 workers
     job.steps = 8;
     job.callbacks = [everyone](int r) {
-      return everyone || r == 3 ? std::vector<CallbackPtr>{std::make_shared<StopAt3>()} : std::vector<CallbackPtr>{};
+      if (!everyone && r != 3) return std::vector<CallbackPtr>{};
+      return std::vector<CallbackPtr>{std::make_shared<AtStep>(3, [](Trainer&) { throw StopTraining("enough"); })};
     };
     const auto rs = run_job(job);
     expect_no_errors(rs);

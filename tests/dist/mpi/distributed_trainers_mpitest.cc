@@ -13,7 +13,9 @@
 
 #include "dist/distributed_trainers.h"
 #include "dist/mpi_communicator.h"
+#include "tests/dist/mpi/mpi_test_util.h"
 #include "tests/support/ps_test_models.h"
+#include "tests/support/step_callbacks.h"
 #include "tests/support/temp_dir.h"
 #include "train/callbacks.h"
 #include "train/checkpoint.h"
@@ -67,18 +69,6 @@ DistRun train_dist(bool replicated, bool momentum, int max_epoch, int starting_e
   return r;
 }
 
-// Every rank's `x` (allgather through a fresh communicator).
-std::vector<int64_t> gather(int64_t x) {
-  dist::MpiCommunicator comm;
-  Tensor in(DType::I64, Shape{1}), out(DType::I64, Shape{nranks()});
-  in.data<int64_t>()[0] = x;
-  std::vector<dist::Participant> p{{0, in, out}};
-  dist::CollectiveCall c;
-  c.name = "gather";
-  comm.allgather(c, p);
-  return out.to_vector<int64_t>();
-}
-
 int64_t fnv(const Tensor& t) {
   uint64_t h = 1469598103934665603ull;
   const auto* p = static_cast<const unsigned char*>(t.raw_data());
@@ -99,7 +89,7 @@ TEST(DistributedTrainersMpi, SgdEqualsTheReferenceAndTheServersHoldWhatTheWorker
       }
       // The server holding `name` and every worker: the same bytes.
       const int64_t mine = r.values.count(name) ? fnv(r.values.at(name)) : 0;
-      const std::vector<int64_t> all = gather(mine);
+      const std::vector<int64_t> all = testing::gather_from_ranks(mine);
       int holders = 0;
       for (int q = 0; q < nranks(); ++q) {
         if (q >= servers()) EXPECT_EQ(all[static_cast<size_t>(q)], fnv(t)) << name << " on rank " << q;
@@ -149,17 +139,6 @@ TEST(DistributedTrainersMpi, TheChiefsCheckpointRestoresIntoSimpleTrainerAndResu
       EXPECT_EQ(fnv(resumed.values.at(name)), fnv(t)) << name;
 }
 
-// Raises in a worker's callback at step 2.
-class RaiseAtStep2 : public Callback {
- public:
-  RaiseAtStep2() { chief_only_ = false; }
-
- protected:
-  void _trigger_step() override {
-    if (trainer().global_step() == 2) throw Error("the worker's model raised: boom");
-  }
-};
-
 }  // namespace
 
 // A failure for tests/dist/mpi/rank_failures.py: "ps-raise-worker" (rank 1,
@@ -173,7 +152,7 @@ int run_ps_failure(const std::string& mode) {
   // server's wait ends first and the others hear the server name it.)
   o.timeout_seconds = 3;
   std::vector<CallbackPtr> cbs;
-  if (mode == "ps-raise-worker" && rank() == 1) cbs.push_back(std::make_shared<RaiseAtStep2>());
+  if (mode == "ps-raise-worker" && rank() == 1) cbs.push_back(std::make_shared<testing::AtStep>(2, [](Trainer&) { throw Error("the worker's model raised: boom"); }));
   const int victim = mode == "ps-kill-server" ? 0 : mode == "ps-kill-worker" ? 1 : -1;
   if (rank() == victim)
     std::thread([] {

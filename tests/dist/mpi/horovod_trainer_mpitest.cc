@@ -22,6 +22,8 @@
 #include "train/input_source.h"
 #include "train/model_desc.h"
 #include "train/session_init.h"
+#include "tests/dist/mpi/mpi_test_util.h"
+#include "tests/support/step_callbacks.h"
 #include "tests/support/tower_batches.h"
 
 namespace spire {
@@ -119,17 +121,6 @@ uint64_t checksum(const std::map<std::string, Tensor>& vars) {
   return h;
 }
 
-// Every rank's value of `h` (through a fresh communicator).
-std::vector<int64_t> gather(int64_t h) {
-  dist::MpiCommunicator comm;
-  Tensor in(DType::I64, Shape{1}), out(DType::I64, Shape{nranks()});
-  in.data<int64_t>()[0] = h;
-  std::vector<dist::Participant> p{{0, in, out}};
-  dist::CollectiveCall c;
-  c.name = "gather";
-  comm.allgather(c, p);
-  return out.to_vector<int64_t>();
-}
 
 constexpr int kBatch = 5, kSteps = 4;
 
@@ -157,7 +148,7 @@ TEST(HorovodTrainer, RanksTimesBatchEqualsSimpleTrainerOnTheWholeBatchBitIdentic
       EXPECT_LE(max_rel_diff(w, got.at(name)), 1e-12) << (adam ? "adam " : "momentum ") << name;
     }
     EXPECT_EQ(got.at("global_step").item<int64_t>(), kSteps);
-    const std::vector<int64_t> sums = gather(static_cast<int64_t>(checksum(got)));
+    const std::vector<int64_t> sums = testing::gather_from_ranks(static_cast<int64_t>(checksum(got)));
     for (int r = 1; r < n; ++r) EXPECT_EQ(sums[static_cast<size_t>(r)], sums[0]) << "rank " << r << " differs";
   }
 }
@@ -185,7 +176,7 @@ TEST(HorovodTrainer, Fp16CompressionIsWithinHalfPrecisionOfTheF32Run) {
   }
   EXPECT_GT(worst, 0) << "fp16 compression changed nothing: were the gradients compressed?";
   // Still identical on every rank.
-  const std::vector<int64_t> sums = gather(static_cast<int64_t>(checksum(got)));
+  const std::vector<int64_t> sums = testing::gather_from_ranks(static_cast<int64_t>(checksum(got)));
   for (int r = 1; r < n; ++r) EXPECT_EQ(sums[static_cast<size_t>(r)], sums[0]) << "rank " << r;
 }
 
@@ -318,16 +309,6 @@ TEST(HorovodTrainer, DistributedInferenceRunnerSumsTheRanksCounts) {
 // For rank_failures.py ("trainer" mode): a HorovodTrainer whose rank 1
 // raises from a callback at its third step; every rank must end at once
 // with an error naming rank 1 (the trainer announces the failure).
-class RaiseAtStep : public Callback {
- public:
-  RaiseAtStep() { chief_only_ = false; }
-
- protected:
-  void _trigger_step() override {
-    if (rank() == 1 && trainer().global_step() == 3) throw_error("the model raised: boom");
-  }
-};
-
 int run_trainer_failure() {
   const int n = nranks();
   auto data = batches(n * 50, kBatch, 48);
@@ -335,7 +316,9 @@ int run_trainer_failure() {
   o.timeout_seconds = 30;  // the others must not need the timeout
   try {
     HorovodTrainer hvd(o);
-    train(hvd, std::make_shared<Model>(false), shard(data, rank(), n), 50, 1, {std::make_shared<RaiseAtStep>()});
+    train(hvd, std::make_shared<Model>(false), shard(data, rank(), n), 50, 1, {std::make_shared<testing::AtStep>(3, [](Trainer&) {
+                if (rank() == 1) throw_error("the model raised: boom");
+              })});
     std::fprintf(stderr, "rank %d: no error\n", rank());
     return 0;
   } catch (const Error& e) {
