@@ -279,16 +279,7 @@ TEST(DistributedTrainers, CheckpointsRestoreAcrossTrainersAndResumeEqualsTrainin
     EXPECT_EQ(resumed[2].values.at("global_step").item<int64_t>(), 6);
 
     // Into SimpleTrainer: the same values as the servers held after epoch 1.
-    SimpleTrainer simple;
-    TrainConfig cfg;
-    cfg.model = std::make_shared<LinearModel>(true);
-    cfg.data = std::make_shared<FeedInput>(std::make_shared<DataFromList>(integer_batches(3, 1), false));
-    cfg.steps_per_epoch = 1;
-    cfg.max_epoch = 0;
-    cfg.monitors = std::vector<MonitorPtr>{};
-    cfg.session_init = std::make_shared<CheckpointRestore>(ckpt);
-    launch_train_with_config(cfg, simple);
-    const auto restored = get_variable_values(simple.session());
+    const auto restored = linear_values_restored_from(ckpt);
     for (const auto& [name, t] : saved) expect_bit_equal(restored.at(name), t, "SimpleTrainer " + name);
   }
 }

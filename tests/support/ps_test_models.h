@@ -11,8 +11,12 @@
 
 #include "core/ops.h"
 #include "layers/layers.h"
+#include "train/config.h"
 #include "train/dataflow.h"
+#include "train/input_source.h"
 #include "train/model_desc.h"
+#include "train/session_init.h"
+#include "train/trainer.h"
 
 namespace spire::testing {
 
@@ -76,6 +80,21 @@ inline std::map<std::string, Tensor> sgd_reference(const std::function<std::vect
       for (int j = 0; j < 3; ++j) v[static_cast<size_t>(j)] -= 0.5 * k[j];
     }
   return {{"w", Tensor::from_vector<double>({4}, w)}, {"v", Tensor::from_vector<double>({3}, v)}};
+}
+
+/// The variables of a SimpleTrainer that restored `checkpoint` into the
+/// linear model with Momentum (and trained no step).
+inline std::map<std::string, Tensor> linear_values_restored_from(const std::string& checkpoint) {
+  SimpleTrainer simple;
+  TrainConfig cfg;
+  cfg.model = std::make_shared<LinearModel>(/*momentum=*/true);
+  cfg.data = std::make_shared<FeedInput>(std::make_shared<DataFromList>(integer_batches(1, 1), false));
+  cfg.steps_per_epoch = 1;
+  cfg.max_epoch = 0;
+  cfg.monitors = std::vector<MonitorPtr>{};
+  cfg.session_init = std::make_shared<CheckpointRestore>(checkpoint);
+  launch_train_with_config(cfg, simple);
+  return get_variable_values(simple.session());
 }
 
 }  // namespace spire::testing

@@ -114,16 +114,7 @@ TEST(DistributedTrainersMpi, TheChiefsCheckpointRestoresIntoSimpleTrainerAndResu
     ckpt = latest_checkpoint(dir.path());
     ASSERT_FALSE(ckpt.empty());
     // SimpleTrainer takes it: every saved value, slots included.
-    SimpleTrainer simple;
-    TrainConfig cfg;
-    cfg.model = std::make_shared<LinearModel>(true);
-    cfg.data = std::make_shared<FeedInput>(std::make_shared<DataFromList>(worker_data(0), false));
-    cfg.steps_per_epoch = 1;
-    cfg.max_epoch = 0;
-    cfg.monitors = std::vector<MonitorPtr>{};
-    cfg.session_init = std::make_shared<CheckpointRestore>(ckpt);
-    launch_train_with_config(cfg, simple);
-    const auto restored = get_variable_values(simple.session());
+    const auto restored = testing::linear_values_restored_from(ckpt);
     for (const char* name : {"w", "v", "w/Momentum", "v/Momentum"})
       EXPECT_EQ(fnv(restored.at(name)), fnv(first.values.at(name))) << name;
   }
