@@ -68,6 +68,23 @@ up() {
       fi
     done
   done
+  # New links take a moment to forward (a first TCP connect of mpirun right
+  # after `up` failed once in CI): wait, bounded, until both hosts' links
+  # are up and their bridge ports forward (brport state 3).
+  local tries=0 i ready
+  while :; do
+    ready=1
+    for i in 0 1; do
+      [[ $(cat "/sys/class/net/spv$i/brport/state" 2>/dev/null) == 3 ]] || ready=0
+      [[ $(ip netns exec "${HOSTS[$i]}" cat "/sys/class/net/spp$i/operstate" 2>/dev/null) == up ]] || ready=0
+    done
+    (( ready )) && break
+    if (( ++tries >= 50 )); then
+      echo "test_hosts: the hosts' links are not forwarding after 10 s" >&2
+      return 1
+    fi
+    sleep 0.2
+  done
   echo "test hosts up: ${HOSTS[0]}=${ADDRS[0]} ${HOSTS[1]}=${ADDRS[1]}${rate:+ rate $rate}${delay:+ delay $delay}"
 }
 
