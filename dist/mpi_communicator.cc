@@ -976,8 +976,11 @@ void MpiCommunicator::recursive_doubling(void* waits_ptr, const CollectiveSignat
   const int64_t seg = std::max<int64_t>(1, segment_bytes_ / es);
   char* out = static_cast<char*>(p.output.raw_data());
   const char* in = static_cast<const char*>(p.input.raw_data());
-  if (out != in && sig.count) std::memcpy(out, in, static_cast<size_t>(sig.count * es));
   if (sig.count == 0) return;
+  // The partial sum so far: the input until the first reduction writes the
+  // output (an out-of-place call reads its input where it lies, with no
+  // copy of it first: one pass over the buffer less).
+  const char* sum = in;
   char* tmp = scratch(*impl_, waits, 0, sig.count * es);
   std::unique_ptr<RingDevice> dev = make_ring_device(Device::cpu(), 0);
   int pow2 = 1;
@@ -996,7 +999,7 @@ void MpiCommunicator::recursive_doubling(void* waits_ptr, const CollectiveSignat
   };
   auto exchange = [&](int peer, int64_t send_lo, int64_t send_hi, char* into, int64_t recv_lo, int64_t recv_hi) {
     MPI_Request r = recv(peer, into, recv_lo, recv_hi);
-    MPI_Request s = send(peer, out, send_lo, send_hi);
+    MPI_Request s = send(peer, sum, send_lo, send_hi);
     const std::string stage = str_cat("rank ", peer, " in ", algo);
     waits.wait(r, stage);
     waits.wait(s, stage);
@@ -1015,7 +1018,7 @@ void MpiCommunicator::recursive_doubling(void* waits_ptr, const CollectiveSignat
     auto [nrecv, recv_range] = pieces(recv_lo, recv_hi);
     auto [nsend, send_range] = pieces(send_lo, send_hi);
     pipelined_step(waits, comm, type, tag, es, peer, nrecv, recv_range, [&](int64_t lo) { return into + lo * es; },
-                   peer, nsend, send_range, out, on_segment, str_cat("rank ", peer, " in ", algo));
+                   peer, nsend, send_range, sum, on_segment, str_cat("rank ", peer, " in ", algo));
   };
 
   const int64_t last_divisor = op == ReduceOp::kMean ? n : 1;
@@ -1023,13 +1026,14 @@ void MpiCommunicator::recursive_doubling(void* waits_ptr, const CollectiveSignat
   int vrank;  // rank among the pow2 participants, or -1 for a folded rank
   if (me < 2 * extra) {
     if (me % 2) {
-      MPI_Request r = send(me - 1, out, 0, all);
+      MPI_Request r = send(me - 1, sum, 0, all);
       waits.wait(r, str_cat("rank ", me - 1, " in ", algo));
       vrank = -1;
     } else {
       MPI_Request r = recv(me + 1, tmp, 0, all);
       waits.wait(r, str_cat("rank ", me + 1, " in ", algo));
-      dev->combine(op, sig.dtype, out, out, tmp, Device::cpu(), all, pow2 == 1 ? last_divisor : 1);
+      dev->combine(op, sig.dtype, out, sum, tmp, Device::cpu(), all, pow2 == 1 ? last_divisor : 1);
+      sum = out;
       vrank = me / 2;
     }
   } else {
@@ -1042,7 +1046,8 @@ void MpiCommunicator::recursive_doubling(void* waits_ptr, const CollectiveSignat
     for (int mask = 1; mask < pow2; mask <<= 1) {
       const int peer = real(vrank ^ mask);
       exchange(peer, 0, all, tmp, 0, all);
-      dev->combine(op, sig.dtype, out, out, tmp, Device::cpu(), all, mask * 2 == pow2 ? last_divisor : 1);
+      dev->combine(op, sig.dtype, out, sum, tmp, Device::cpu(), all, mask * 2 == pow2 ? last_divisor : 1);
+      sum = out;
     }
   } else if (vrank >= 0) {
     // Reduce-scatter by recursive halving: at each level keep one half of
@@ -1062,9 +1067,12 @@ void MpiCommunicator::recursive_doubling(void* waits_ptr, const CollectiveSignat
       const int64_t keep_lo = lower ? lo : mid, keep_hi = lower ? mid : hi;
       const int64_t give_lo = lower ? mid : lo, give_hi = lower ? hi : mid;
       const int64_t divisor = mask * 2 == pow2 ? last_divisor : 1;
+      // (The kept half is written while the given half is still being
+      // sent from `sum`: disjoint ranges.)
       segmented_exchange(peer, give_lo, give_hi, tmp, keep_lo, keep_hi, [&](int64_t a, int64_t b) {
-        dev->combine(op, sig.dtype, out + a * es, out + a * es, tmp + a * es, Device::cpu(), b - a, divisor);
+        dev->combine(op, sig.dtype, out + a * es, sum + a * es, tmp + a * es, Device::cpu(), b - a, divisor);
       });
+      sum = out;
       lo = keep_lo, hi = keep_hi;
     }
     // Allgather by recursive doubling, the levels in reverse: each partner
@@ -1078,6 +1086,8 @@ void MpiCommunicator::recursive_doubling(void* waits_ptr, const CollectiveSignat
       lo = rlo, hi = rhi;
     }
   }
+  // No level ran (one rank): the output is the input.
+  if (vrank >= 0 && sum != out) std::memcpy(out, sum, static_cast<size_t>(all * es));
   if (me < 2 * extra) {
     if (me % 2) {
       MPI_Request r = recv(me - 1, out, 0, all);

@@ -91,6 +91,8 @@ class MpiRuntime {
 ///   first, so the largest exchanges stay on a host when ranks are placed
 ///   host by host; in segments, each reduced as it arrives.
 /// - kMpi: MPI's own collectives (the reference and fallback).
+/// Out of place, recursive doubling and halving-doubling read the input
+/// where it lies (no copy of it into the output first).
 /// Spire's algorithms reduce in one fixed tree per call, so every rank's
 /// result is bit-identical and runs repeat exactly. Reduce-scatter,
 /// allgather (ring) and broadcast (a pipelined chain) are the same in all

@@ -104,6 +104,8 @@ TEST(MpiCommunicator, EveryCollectiveIsExactOnEveryRank) {
           return base;
         });
         expect_bits(parts[0].output, want, what + " allreduce " + reduce_op_name(op));
+        // Out of place, the input is read where it lies and left as it was.
+        expect_bits(parts[0].input, input(dt, count, r), what + " allreduce's input " + reduce_op_name(op));
       }
       // In place.
       std::vector<Participant> inplace{{0, input(dt, count, r), Tensor()}};
