@@ -6,15 +6,21 @@
 #     ranks, unshaped and with tc-shaped links at two rates (netem delay is
 #     used where the kernel has it; otherwise the script says so);
 # each run of build/bench/mpi_allreduce_bandwidth appends rows (median of
-# --reps interleaved calls per size and algorithm, plus a memcpy row) to
+# --reps interleaved calls per size and algorithm, each call's time the
+# slowest rank's, plus a memcpy row) to
 # OUT/allreduce.csv, the whole sequence --runs times (one run on a shared
 # machine varies 10-15%); then bench/scaling_sim.py fit writes OUT/fit.txt
 # and OUT/fit.json (constants per setting, predicted vs measured for every
 # configuration, runs pooled by median) and bench/plot_scaling.py the PNGs.
-# The fit's model of this machine: every rank shares its cores (--cores
-# $(nproc)); a second beta from 4 MiB (the caches: --cache); the shaped
-# settings are a wire between the hosts with the unshaped TCP link inside
-# them (the test hosts' ranks talk TCP inside a host too: --wire, --inside).
+# The ranks are bound to cores so that every run shares them alike (one
+# run to the next varied up to 50% at 4 ranks unbound; bound, 4%): on one
+# host round-robin by rank (--map-by core --bind-to core), the test hosts
+# each on a core of its own (test_hosts.sh run --pin).
+# The fit's model of this machine: the ranks share its cores so bound
+# (--cores $(nproc)); a beta per size, 1 to 64 MiB (the caches: --sizes);
+# the shaped settings are a wire between the hosts with the unshaped TCP
+# link inside them (the test hosts' ranks talk TCP inside a host too:
+# --wire, --inside).
 #
 # usage: bench/calibrate_scaling.sh [--build DIR] [--out DIR] [--reps N] [--runs N] [--quick]
 #   --quick: fewer ranks and sizes, one run (a smoke run, not a calibration)
@@ -66,22 +72,22 @@ fi
 for (( k = 1; k <= RUNS; ++k )); do
   echo "== run $k of $RUNS" >&2
   for n in "${SHM_RANKS[@]}"; do
-    run shm "$MAX" mpirun -np "$n"
+    run shm "$MAX" mpirun -np "$n" --map-by core --bind-to core:overload-allowed
   done
   if [[ $HOSTS == 1 ]]; then
     bash scripts/test_hosts.sh up >/dev/null  # (unshaped)
     for np in "${TCP_NP[@]}"; do
-      run tcp "$MAX" bash scripts/test_hosts.sh run -np "$np"
+      run tcp "$MAX" bash scripts/test_hosts.sh run --pin -np "$np"
     done
     for rate in 1gbit 400mbit; do
       bash scripts/test_hosts.sh up --rate "$rate" --delay 200us >&2
       for np in 2 4; do
-        run "tcp-$rate" "$SHAPED_MAX" bash scripts/test_hosts.sh run -np "$np"
+        run "tcp-$rate" "$SHAPED_MAX" bash scripts/test_hosts.sh run --pin -np "$np"
       done
     done
   fi
 done
 
-python3 -B bench/scaling_sim.py fit "$CSV" --cores "$(nproc)" --cache 4M --wire tcp-1gbit,tcp-400mbit --inside tcp \
+python3 -B bench/scaling_sim.py fit "$CSV" --cores "$(nproc)" --sizes 1M,4M,16M,64M --wire tcp-1gbit,tcp-400mbit --inside tcp \
   --json "$OUT/fit.json" | tee "$OUT/fit.txt" | grep -E "^setting|within"
 python3 -B bench/plot_scaling.py --csv "$CSV" --fit "$OUT/fit.json" --out "$OUT"

@@ -7,7 +7,7 @@
 // bus bandwidth as nccl-tests defines it (S/t x 2(n-1)/n), the algorithm
 // auto chose, and the MPI/Spire time ratio (> 1: Spire is faster). Run
 // under mpirun, e.g.
-//   mpirun -np 2 build/bench/mpi_allreduce_bandwidth [--min 4K] [--max 256M] [--reps 9]
+//   mpirun -np 2 build/bench/mpi_allreduce_bandwidth [--min 4K] [--max 256M] [--reps 9] [--segment 256K]
 //       [--csv FILE --setting NAME]   (rows for bench/scaling_sim.py fit and
 //                                      bench/plot_scaling.py, with a memcpy row per size)
 #include <algorithm>
@@ -41,10 +41,25 @@ std::string human(int64_t bytes) {
   return std::to_string(bytes) + " B";
 }
 
-// Median seconds of `reps` allreduces of `count` floats on each of `comms`,
+// Seconds of a benchmark's repeated calls: the median and the fastest
+// (noise on a shared machine only ever adds time: the fastest call is the
+// steadiest estimate of what the links and cores can do).
+struct Timing {
+  double median = 0.0;
+  double best = 0.0;
+};
+
+Timing timing_of(std::vector<double> secs) {
+  std::sort(secs.begin(), secs.end());
+  return {secs[secs.size() / 2], secs.front()};
+}
+
+// Seconds of `reps` allreduces of `count` floats on each of `comms`,
 // interleaved (rep r calls every communicator once, starting at r % k), so
 // every algorithm sees the same conditions over the run; one warm-up each.
-std::vector<double> time_allreduces(const std::vector<MpiCommunicator*>& comms, int64_t count, int reps) {
+// A call's time is the slowest rank's (each rank times its own call after
+// a barrier; the times are gathered once all reps are done).
+std::vector<Timing> time_allreduces(const std::vector<MpiCommunicator*>& comms, int64_t count, int reps) {
   Tensor in(DType::F32, Shape{count}), out(DType::F32, Shape{count});
   for (int64_t i = 0; i < count; ++i) in.data<float>()[i] = static_cast<float>(i % 7);
   std::vector<Participant> parts{{0, in, out}};
@@ -63,17 +78,25 @@ std::vector<double> time_allreduces(const std::vector<MpiCommunicator*>& comms, 
       if (r >= 0) secs[(j + static_cast<size_t>(r)) % k].push_back(s);
     }
   }
-  std::vector<double> med;
-  for (auto& v : secs) {
-    std::sort(v.begin(), v.end());
-    med.push_back(v[v.size() / 2]);
-  }
-  return med;
+  // Every call's slowest rank: one max-allreduce of all the times (MPI's).
+  const size_t per = static_cast<size_t>(reps);
+  Tensor mine(DType::F64, Shape{static_cast<int64_t>(k * per)}), slowest(DType::F64, Shape{static_cast<int64_t>(k * per)});
+  for (size_t j = 0; j < k; ++j)
+    for (size_t r = 0; r < per; ++r) mine.data<double>()[j * per + r] = secs[j][r];
+  std::vector<Participant> p{{0, mine, slowest}};
+  CollectiveCall gather;
+  gather.name = "bench times";
+  comms.back()->allreduce(gather, p, ReduceOp::kMax);
+  std::vector<Timing> result;
+  for (size_t j = 0; j < k; ++j)
+    result.push_back(
+        timing_of(std::vector<double>(slowest.data<double>() + j * per, slowest.data<double>() + (j + 1) * per)));
+  return result;
 }
 
-// Median seconds of `reps` memcpys of `bytes` on every rank at once (after
-// a barrier): the copy ceiling the plots draw beside the allreduces.
-double time_memcpy(MpiCommunicator& comm, int64_t bytes, int reps) {
+// Seconds of `reps` memcpys of `bytes` on every rank at once (after a
+// barrier; rank 0's): the copy ceiling the plots draw beside the allreduces.
+Timing time_memcpy(MpiCommunicator& comm, int64_t bytes, int reps) {
   std::vector<char> a(static_cast<size_t>(bytes), 1), b(static_cast<size_t>(bytes));
   CollectiveCall call;
   call.name = "memcpy";
@@ -86,8 +109,7 @@ double time_memcpy(MpiCommunicator& comm, int64_t bytes, int reps) {
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (r >= 0) secs.push_back(s);
   }
-  std::sort(secs.begin(), secs.end());
-  return secs[secs.size() / 2];
+  return timing_of(secs);
 }
 
 }  // namespace
@@ -97,6 +119,7 @@ int main(int argc, char** argv) {
     int64_t lo = 4 << 10, hi = 256 << 20;
     int reps = 9;
     std::string csv_path, setting = "default";
+    int64_t segment = 256 << 10;  // the pipelined algorithms' segment (MpiCommunicator's default)
     for (int i = 1; i < argc; i += 2) {
       std::string k = argv[i];
       if (i + 1 >= argc) throw_error("argument ", k, " needs a value");
@@ -106,11 +129,12 @@ int main(int argc, char** argv) {
       else if (k == "--reps") reps = std::max(1, std::atoi(v.c_str()));
       else if (k == "--csv") csv_path = v;
       else if (k == "--setting") setting = v;
+      else if (k == "--segment") segment = parse_size(v);
       else throw_error("unknown argument ", k);
     }
     MpiRuntime& rt = MpiRuntime::get();
     // --csv FILE: rank 0 appends one row per size and communicator
-    // (setting, ranks, hosts, bytes, algorithm, median seconds) for
+    // (setting, ranks, hosts, bytes, algorithm, median seconds, fastest) for
     // bench/scaling_sim.py fit; --setting names the machine/link setting.
     // (Opened first: a rank that cannot open it fails before any collective.)
     std::FILE* csv = nullptr;
@@ -120,13 +144,13 @@ int main(int argc, char** argv) {
       if (probe) std::fclose(probe);
       csv = std::fopen(csv_path.c_str(), "a");
       if (!csv) throw_error("--csv: cannot open '", csv_path, "' for appending");
-      if (fresh) std::fprintf(csv, "setting,ranks,hosts,bytes,algorithm,seconds\n");
+      if (fresh) std::fprintf(csv, "setting,ranks,hosts,bytes,algorithm,seconds,best\n");
     }
-    MpiCommunicator spire(Device::cpu(), 120, MpiAlgorithm::kAuto);
-    MpiCommunicator ring(Device::cpu(), 120, MpiAlgorithm::kRing);
-    MpiCommunicator rd(Device::cpu(), 120, MpiAlgorithm::kRecursiveDoubling);
-    MpiCommunicator hd(Device::cpu(), 120, MpiAlgorithm::kHalvingDoubling);
-    MpiCommunicator mpi(Device::cpu(), 120, MpiAlgorithm::kMpi);
+    MpiCommunicator spire(Device::cpu(), 120, MpiAlgorithm::kAuto, segment);
+    MpiCommunicator ring(Device::cpu(), 120, MpiAlgorithm::kRing, segment);
+    MpiCommunicator rd(Device::cpu(), 120, MpiAlgorithm::kRecursiveDoubling, segment);
+    MpiCommunicator hd(Device::cpu(), 120, MpiAlgorithm::kHalvingDoubling, segment);
+    MpiCommunicator mpi(Device::cpu(), 120, MpiAlgorithm::kMpi, segment);
     const int n = rt.size();
     // Hosts: the ranks that are first on theirs, counted.
     int hosts = 1;
@@ -145,8 +169,8 @@ int main(int argc, char** argv) {
                   "MPI/Spire");
     for (int64_t bytes = lo; bytes <= hi; bytes *= 4) {
       const int64_t count = bytes / 4;
-      const std::vector<double> t = time_allreduces({&spire, &ring, &rd, &hd, &mpi}, count, reps);
-      const double ta = t[0], tr = t[1], td = t[2], th = t[3], tm = t[4];
+      const std::vector<Timing> t = time_allreduces({&spire, &ring, &rd, &hd, &mpi}, count, reps);
+      const double ta = t[0].median, tr = t[1].median, td = t[2].median, th = t[3].median, tm = t[4].median;
       const MpiAlgorithm a = spire.last_allreduce_algorithm();
       const char* chose = a == MpiAlgorithm::kRing ? "ring" : a == MpiAlgorithm::kHalvingDoubling ? "hd" : "rd";
       const double factor = 2.0 * (n - 1) / n;
@@ -154,12 +178,14 @@ int main(int argc, char** argv) {
       if (rt.rank() == 0)
         std::printf("%10s %9.1f us %8.2f %5s %8.2f %8.2f %8.2f %8.2f %9.1f us %9.2f\n", human(bytes).c_str(), ta * 1e6,
                     bw(ta), chose, bw(tr), bw(td), bw(th), bw(tm), tm * 1e6, tm / ta);
-      const double tc = csv_path.empty() ? 0.0 : time_memcpy(mpi, bytes, reps);
+      const Timing tc = csv_path.empty() ? Timing{} : time_memcpy(mpi, bytes, reps);
       if (csv) {
         const char* names[6] = {"auto", "ring", "rd", "hd", "mpi", "memcpy"};
-        for (int j = 0; j < 6; ++j)
-          std::fprintf(csv, "%s,%d,%d,%lld,%s,%.9g\n", setting.c_str(), n, hosts, static_cast<long long>(bytes),
-                       names[j], j < 5 ? t[static_cast<size_t>(j)] : tc);
+        for (int j = 0; j < 6; ++j) {
+          const Timing& row = j < 5 ? t[static_cast<size_t>(j)] : tc;
+          std::fprintf(csv, "%s,%d,%d,%lld,%s,%.9g,%.9g\n", setting.c_str(), n, hosts, static_cast<long long>(bytes),
+                       names[j], row.median, row.best);
+        }
         std::fflush(csv);
       }
     }

@@ -109,10 +109,8 @@ def plot_efficiency(plt, fit, measured, out):
     mnist = sim.Model("MNIST convnet", MNIST_BYTES, MNIST_STEP_S, 2.0 / 3.0, 8)
     if fit and "shm" in fit:
         k = fit["shm"]["constants"]
-        link = sim.Link(k["alpha"], k["beta"], k.get("beta_out"), cpu=True)
         xs = [1, 2]  # (ranks beyond the 2 cores would share them with the compute too)
-        ys = [sim.efficiency(sim.Cluster(1, p, link, link, k["gamma"], cache_bytes=k.get("cache_bytes", 0)),
-                             mnist, 128 << 20) for p in xs]
+        ys = [sim.efficiency(sim.cluster_of_row(k, {"ranks": p, "hosts": 1}), mnist, 128 << 20) for p in xs]
         right.plot(xs, ys, "-o", label="simulated (fitted shared-memory constants)")
     if measured:
         xs = sorted(measured)

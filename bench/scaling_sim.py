@@ -26,13 +26,18 @@ one exactly):
   in parallel, sharing its network link), ring allgather inside the node.
 
 Measured machines differ from a cluster of dedicated GPUs in ways the
-calibration must model (`Link.cpu`, `Cluster.cores`, `cache_bytes`): on
-a CPU every byte a rank moves over shared memory or kernel TCP is CPU work,
-so a step with `a` ranks at work on `cores` cores takes ceil(a / cores)
-times as long (the most loaded core sets the pace of a synchronous step;
-a wire slower than the CPUs is not stretched, and the flows through it
-share it instead); and a second beta applies from the size at which the
-buffers outgrow the caches.
+calibration must model (`Link.cpu`, `Cluster.cores`, `Cluster.placement`,
+`Link.betas`, `Link.beta_fixed`): on a CPU every byte a rank moves over
+shared memory or kernel TCP is CPU work, so a step is stretched by the
+number of its ranks at work on the busiest core (ranks bound to cores take
+turns on theirs; which ranks share a core follows the binding: round-robin
+by rank, or one core per host); a one-way transfer (a fold, a tree's
+level) is half an exchange's CPU work (each side copies once); a TCP
+link's bytes also spend time in the kernel that no rank's core is busy
+for (`beta_fixed`: not stretched); the time per byte depends on whether
+the allreduce's buffers fit the caches (a beta per size, `betas`,
+interpolated in log size); a wire slower than the CPUs (a tc-shaped link)
+is not stretched, and the flows through it at once share it.
 
 A training step (`step_time`) runs the forward and backward pass of one
 rank, the gradients (`model_bytes`) becoming ready uniformly over the
@@ -45,11 +50,13 @@ Commands:
   scaling_sim.py allreduce --ranks 8 --per-node 8 --bytes 64M [cluster options]
   scaling_sim.py predict [cluster options]      ResNet-50 scaling 8..1024 ranks,
                                                 the ring's crossover sizes
-  scaling_sim.py fit CSV... [--cores N] [--cache 4M] [--min-bytes 1M] [--json OUT]
-      fit alpha, beta (and beta_out beyond --cache), gamma per setting from
-      bench/mpi_allreduce_bandwidth --csv rows (several runs pooled by
-      median), multi-host settings with the shared-memory link inside each
-      host; print predicted vs measured for every configuration.
+  scaling_sim.py fit CSV... [--cores N] [--sizes 1M,4M,16M,64M] [--wire S,...] [--inside S]
+                    [--min-bytes 1M] [--json OUT]
+      fit alpha, beta (a beta per --sizes), beta_fixed, gamma per setting
+      from bench/mpi_allreduce_bandwidth --csv rows (several runs pooled
+      by median), the --wire settings as a wire between hosts with the
+      --inside setting's link inside each host; print predicted vs
+      measured for every configuration.
 """
 import argparse
 import csv
@@ -65,25 +72,67 @@ ALGORITHMS = ("ring", "rd", "hd", "tree", "hier")
 class Link:
     alpha: float  # seconds per message
     beta: float  # seconds per byte
-    # Seconds per byte once an allreduce's buffers outgrow the caches
-    # (n >= Cluster.cache_bytes: copies and reductions stream from memory);
-    # None: beta at every size.
-    beta_out: float = None
+    # Seconds per byte at each of Cluster.sizes (the allreduce's size: its
+    # buffers in the caches or beyond them), interpolated in log size
+    # between them; None: beta at every size.
+    betas: tuple = None
     # False: a wire (a network or GPU link; a tc-shaped one): the flows
     # through it at once share it (Cluster.contention). True: the link's
     # time is CPU work (shared memory, TCP through the kernel with no
-    # slower wire): each flow has its CPU, and ranks sharing cores stretch
-    # it (Cluster.cores).
+    # slower wire): each flow has its CPU, and ranks sharing a core
+    # stretch it (Cluster.cores).
     cpu: bool = False
+    # A CPU link's seconds per byte that ranks sharing a core do not
+    # stretch (time its bytes spend where no rank's CPU works: the
+    # kernel's queues and wakeups of a TCP link; 0 for a wire).
+    beta_fixed: float = 0.0
 
     def time(self, nbytes, crowd=1.0, share=1):
-        """One message of `nbytes` with `crowd` ranks per core at work
-        (Cluster.crowding) and `share` flows through the link at once: a
-        CPU-bound link is stretched by the crowding (every flow has its own
-        CPU's work), a wire by the flows sharing it."""
+        """One step of `nbytes` each way between partners (an exchange, or
+        a ring's send to one and receive from the other) with `crowd` ranks
+        at work on the busiest core (Cluster.crowding) and `share` flows
+        through the link at once: a CPU-bound link is stretched by the
+        crowding (every flow has its own CPU's work), a wire by the flows
+        sharing it."""
         if self.cpu:
-            return (self.alpha + nbytes * self.beta) * crowd
+            return (self.alpha + nbytes * self.beta) * crowd + nbytes * self.beta_fixed
         return self.alpha + nbytes * self.beta * share
+
+    def one_way(self, nbytes, crowd=1.0, share=1):
+        """`nbytes` one way (a fold, a tree's level): on a CPU link each
+        side copies once where an exchange copies twice (half the CPU
+        work); a wire's time is the same (its directions are separate)."""
+        if self.cpu:
+            return (self.alpha + nbytes * self.beta / 2) * crowd + nbytes * self.beta_fixed
+        return self.time(nbytes, crowd, share)
+
+    def at_size(self, sizes, n):
+        """This link for an allreduce of `n` bytes: beta from the curve."""
+        if not self.betas or not sizes:
+            return self
+        return replace(self, beta=interpolate(sizes, self.betas, n), betas=None)
+
+
+def interpolate(sizes, values, n):
+    """values[i] at sizes[i], linear in log2(size) between them, the end
+    values beyond the ends."""
+    if n <= sizes[0]:
+        return values[0]
+    for i in range(1, len(sizes)):
+        if n <= sizes[i]:
+            t = (math.log2(n) - math.log2(sizes[i - 1])) / (math.log2(sizes[i]) - math.log2(sizes[i - 1]))
+            return values[i - 1] * (1 - t) + values[i] * t
+    return values[-1]
+
+
+def size_weights(sizes, n):
+    """The weight of each of `sizes` in interpolate() at `n` (they sum to 1)."""
+    w = [0.0] * len(sizes)
+    for i in range(len(sizes)):
+        e = [0.0] * len(sizes)
+        e[i] = 1.0
+        w[i] = interpolate(sizes, e, n)
+    return w
 
 
 @dataclass
@@ -96,15 +145,39 @@ class Cluster:
     contention: bool = True  # flows through one node's network link share it
     # Cores the ranks share (0: every rank has its own core, the case of a
     # real cluster). Spire's collectives copy, reduce and poll on the CPU,
-    # so a step in which `a` ranks are at work takes ceil(a / cores) times
-    # as long: it runs at the pace of the most loaded core (used to model
-    # the calibration runs, where up to 8 ranks share one machine's cores).
+    # so a step's time is stretched by the number of ranks at work on the
+    # busiest core (they take turns; ranks waiting yield theirs). Used to
+    # model the calibration runs, where up to 8 ranks share one machine's
+    # cores, bound to them (`placement`).
     cores: int = 0
-    # The allreduce size from which the links' beta_out applies (0: never).
-    cache_bytes: float = 0
+    # Which core a rank is bound to: "rank": rank r on core r mod cores
+    # (mpirun --map-by core --bind-to core); "host": every rank of node h
+    # on core h mod cores (the test hosts pinned, one core each); local
+    # ranks of every node alike otherwise ("local": core (r mod per_node)
+    # mod cores).
+    placement: str = "rank"
+    # Allreduce sizes at which the links' `betas` apply (() : none).
+    sizes: tuple = ()
+
+    def core_of(self, r):
+        if self.placement == "host":
+            return self.node_of(r) % self.cores
+        if self.placement == "local":
+            return (r % self.per_node) % self.cores
+        return r % self.cores
 
     def crowding(self, active):
-        return float(max(1, -(-active // self.cores))) if self.cores > 0 else 1.0
+        """The ranks at work on the busiest core when the ranks `active`
+        (an iterable of ranks, or a count of ranks 0..count-1) work at once."""
+        if self.cores <= 0:
+            return 1.0
+        if isinstance(active, int):
+            active = range(active)
+        load = {}
+        for r in active:
+            core = self.core_of(r)
+            load[core] = load.get(core, 0) + 1
+        return float(max(1, max(load.values(), default=1)))
 
     @property
     def ranks(self):
@@ -136,7 +209,7 @@ def _exchange_step(c, pow2_ranks, distance, nbytes):
         q = pow2_ranks[i ^ distance]
         link = c.link(r, q)
         share = crossing.get(c.node_of(r), 1) if (link is c.inter and c.contention) else 1
-        worst = max(worst, link.time(nbytes, c.crowding(len(pow2_ranks)), share))
+        worst = max(worst, link.time(nbytes, c.crowding(pow2_ranks), share))
     return worst
 
 
@@ -150,8 +223,8 @@ def _fold(c, n):
     if extra == 0:
         return ranks, 0.0
     links = [c.link(2 * i, 2 * i + 1) for i in range(extra)]
-    crowd = c.crowding(2 * extra)
-    t = max(2 * l.time(n, crowd) for l in links) + n * c.gamma * crowd
+    crowd = c.crowding(range(2 * extra))
+    t = max(2 * l.one_way(n, crowd) for l in links) + n * c.gamma * crowd
     return ranks, t
 
 
@@ -171,7 +244,7 @@ def rd(c, n):
     p = len(ranks)
     d = 1
     while d < p:
-        t += _exchange_step(c, ranks, d, n) + n * c.gamma * c.crowding(p)
+        t += _exchange_step(c, ranks, d, n) + n * c.gamma * c.crowding(ranks)
         d *= 2
     return t
 
@@ -184,7 +257,7 @@ def hd(c, n):
     d, part = 1, n
     while d < p:  # reduce-scatter: distance doubling, halves shrinking
         part /= 2
-        t += _exchange_step(c, ranks, d, part) + part * c.gamma * c.crowding(p)
+        t += _exchange_step(c, ranks, d, part) + part * c.gamma * c.crowding(ranks)
         d *= 2
     while d > 1:  # allgather: the reverse
         d //= 2
@@ -203,8 +276,8 @@ def tree(c, n):
     while d < p:
         # Level d: rank r (r % 2d == d) sends to r - d; the slowest pair.
         pairs = [(r, r - d) for r in range(d, p, 2 * d)]
-        crowd = c.crowding(2 * len(pairs))
-        step = max(c.link(a, b).time(n, crowd) for a, b in pairs)
+        crowd = c.crowding([r for pair in pairs for r in pair])
+        step = max(c.link(a, b).one_way(n, crowd) for a, b in pairs)
         t += 2 * step + n * c.gamma * crowd  # (the broadcast's level costs the same)
         d *= 2
     return t
@@ -234,10 +307,8 @@ FORMULAS = {"ring": ring, "rd": rd, "hd": hd, "tree": tree, "hier": hier}
 
 
 def allreduce_time(c, algorithm, n):
-    if c.cache_bytes and n >= c.cache_bytes:
-        def out(link):
-            return link if link.beta_out is None else Link(link.alpha, link.beta_out, None, link.cpu)
-        c = replace(c, intra=out(c.intra), inter=out(c.inter))
+    if c.sizes:
+        c = replace(c, intra=c.intra.at_size(c.sizes, n), inter=c.inter.at_size(c.sizes, n))
     return FORMULAS[algorithm](c, float(n))
 
 
@@ -342,15 +413,19 @@ def cluster_of_row(constants, r):
     row's hosts as nodes with the setting's link between them; inside a
     host the single-host setting's link when the fit has one ("intra": two
     links, and the flows leaving a host share its link), else the same
-    link everywhere (one link, no contention); ranks sharing `cores`;
-    beta_out from `cache_bytes`."""
+    link everywhere (one link, no contention); ranks sharing `cores` as
+    `placement` binds them; betas at `sizes`."""
     k = constants
-    link = Link(k["alpha"], k["beta"], k.get("beta_out"), not k.get("wire", False))
+
+    def link_of(c):
+        betas = c.get("betas")
+        return Link(c["alpha"], c["beta"], tuple(betas) if betas else None, not c.get("wire", False),
+                    c.get("beta_fixed") or 0.0)
+    link = link_of(k)
     intra = k.get("intra")
-    hosts = r["hosts"] if intra else 1
-    inner = Link(intra["alpha"], intra["beta"], intra.get("beta_out"), not intra.get("wire", False)) if intra else link
-    return Cluster(hosts, r["ranks"] // hosts, inner, link, k["gamma"], contention=bool(intra),
-                   cores=k.get("cores", 0), cache_bytes=k.get("cache_bytes", 0))
+    inner = link_of(intra) if intra else link
+    return Cluster(r["hosts"], r["ranks"] // r["hosts"], inner, link, k["gamma"], contention=bool(intra),
+                   cores=k.get("cores", 0), placement=k.get("placement", "rank"), sizes=tuple(k.get("sizes") or ()))
 
 
 def predict_row(constants, r):
@@ -401,15 +476,13 @@ def _nnls(data):
     return best[1]
 
 
-KEYS = ("alpha", "beta", "beta_out", "gamma")
-
-
-def fit_constants(rows, cores=0, cache_bytes=0, intra=None, wire=False):
+def fit_constants(rows, cores=0, sizes=(), intra=None, wire=False, placement="rank"):
     """The constants of one setting minimising the squared relative error of
-    the simulator over `rows`: alpha, beta, beta_out (sizes from
-    `cache_bytes`; None without), gamma, all >= 0. `wire`: the setting's
-    link is a wire slower than the CPUs (not stretched by ranks sharing
-    cores: a tc-shaped link).
+    the simulator over `rows`: alpha, beta (betas: one per size of `sizes`,
+    when given, for a CPU link), gamma, all >= 0; the rows ran with ranks
+    sharing `cores` as `placement` binds them. `wire`: the setting's link
+    is a wire slower than the CPUs (not stretched by ranks sharing cores:
+    a tc-shaped link; one beta).
 
     One link (`intra` None): the time is linear in the constants, solved by
     non-negative least squares. Two links (`intra`: a single-host setting's
@@ -421,68 +494,78 @@ def fit_constants(rows, cores=0, cache_bytes=0, intra=None, wire=False):
     rows = [r for r in rows if r["algorithm"] in FORMULAS]
     if not rows:
         raise ValueError("no rows of Spire's algorithms to fit")
-    base = {"cores": cores, "cache_bytes": cache_bytes, "wire": wire}
+    sizes = tuple(sizes) if (sizes and not wire) else ()
+    base = {"cores": cores, "sizes": list(sizes), "wire": wire, "placement": placement}
 
-    def coefficients(r, fixed):
-        def at(**k):
-            c = dict(base, alpha=0.0, beta=0.0, beta_out=None, gamma=0.0)
-            c.update(fixed)
-            c.update(k)
-            return predict_row(c, r)
-        big = bool(cache_bytes) and r["bytes"] >= cache_bytes
-        b = at(beta=1.0, beta_out=1.0)
-        return [at(alpha=1.0), 0.0 if big else b, b if big else 0.0, at(gamma=1.0)]
+    def at(r, fixed, **k):
+        c = dict(base, alpha=0.0, beta=0.0, betas=None, gamma=0.0)
+        c.update(fixed)
+        c.update(k)
+        return predict_row(c, r)
+
+    def unit(i):
+        e = [0.0] * len(sizes)
+        e[i] = 1.0
+        return e
 
     if intra is None:
-        x = _nnls([[v / r["seconds"] for v in coefficients(r, {})] for r in rows])
-        k = dict(base, **dict(zip(KEYS, x)))
-    else:
-        free_inside = {"intra": {"alpha": 0.0, "beta": 0.0, "beta_out": None}}
-        x = _nnls([[v / r["seconds"] for v in coefficients(r, free_inside)[:3]] for r in rows])
-        k = dict(base, alpha=x[0], beta=x[1], beta_out=x[2], gamma=intra["gamma"],
-                 intra={key: intra.get(key) for key in ("alpha", "beta", "beta_out", "wire")})
+        def coefficients(r):
+            bs = [at(r, {}, betas=unit(i)) for i in range(len(sizes))] if sizes else [at(r, {}, beta=1.0)]
+            fixed = [at(r, {}, beta_fixed=1.0)] if (cores and not wire) else []
+            return [at(r, {}, alpha=1.0)] + bs + fixed + [at(r, {}, gamma=1.0)]
+        x = _nnls([[v / r["seconds"] for v in coefficients(r)] for r in rows])
+        nb = len(sizes) or 1
+        betas = x[1:1 + nb]
+        k = dict(base, alpha=x[0], beta=betas[0], betas=betas if sizes else None,
+                 beta_fixed=x[1 + nb] if (cores and not wire) else 0.0, gamma=x[-1])
+        return k
 
-        def loss(c):
-            return sum((predict_row(c, r) / r["seconds"] - 1.0) ** 2 for r in rows)
+    inside = {key: intra.get(key) for key in ("alpha", "beta", "betas", "beta_fixed", "wire")}
+    free_inside = {"intra": {"alpha": 0.0, "beta": 0.0, "betas": None, "beta_fixed": 0.0}}
+    x = _nnls([[at(r, free_inside, alpha=1.0) / r["seconds"], at(r, free_inside, beta=1.0) / r["seconds"]]
+               for r in rows])
+    k = dict(base, alpha=x[0], beta=x[1], betas=None, gamma=intra["gamma"], intra=inside)
 
-        # A constant the first solve left at 0 starts the search from a
-        # thousandth of the fastest row's time (or bytes' time).
-        fastest = min(rows, key=lambda r: r["seconds"])
-        seed = {"alpha": 1e-3 * fastest["seconds"], "beta": 1e-3 * fastest["seconds"] / fastest["bytes"]}
-        seed["beta_out"] = seed["beta"]
-        best = loss(k)
-        for key in ("alpha", "beta", "beta_out"):
-            if not k[key]:
-                trial = dict(k, **{key: seed[key]})
-                t = loss(trial)
-                if t < best:
-                    best, k = t, trial
-        for step in (4.0, 2.0, 1.4, 1.1, 1.02, 1.005):
-            for _ in range(200):
-                better = False
-                for key in ("alpha", "beta", "beta_out"):
-                    for f in (step, 1.0 / step):
-                        trial = dict(k)
-                        if not k[key]:
-                            continue
-                        trial[key] = k[key] * f
-                        t = loss(trial)
-                        if t < best:
-                            best, k, better = t, trial, True
-                if not better:
-                    break
-    if not cache_bytes:
-        k["beta_out"] = None
+    def loss(c):
+        return sum((predict_row(c, r) / r["seconds"] - 1.0) ** 2 for r in rows)
+
+    # A constant the first solve left at 0 starts the search from a
+    # thousandth of the fastest row's time (or bytes' time).
+    fastest = min(rows, key=lambda r: r["seconds"])
+    seed = {"alpha": 1e-3 * fastest["seconds"], "beta": 1e-3 * fastest["seconds"] / fastest["bytes"]}
+    best = loss(k)
+    for key in ("alpha", "beta"):
+        if not k[key]:
+            trial = dict(k, **{key: seed[key]})
+            t = loss(trial)
+            if t < best:
+                best, k = t, trial
+    for step in (4.0, 2.0, 1.4, 1.1, 1.02, 1.005):
+        for _ in range(200):
+            better = False
+            for key in ("alpha", "beta"):
+                for f in (step, 1.0 / step):
+                    if not k[key]:
+                        continue
+                    trial = dict(k, **{key: k[key] * f})
+                    t = loss(trial)
+                    if t < best:
+                        best, k, better = t, trial, True
+            if not better:
+                break
     return k
 
 
-def fit_report(rows, min_bytes=1 << 20, out=sys.stdout, cores=0, cache_bytes=0, wire=(), inside="tcp"):
+def fit_report(rows, min_bytes=1 << 20, out=sys.stdout, cores=0, sizes=(), wire=(), inside="tcp"):
     """Pools the runs, fits each setting's constants on its rows from
     `min_bytes` and prints predicted vs measured time of every
     configuration. A setting has one link (every rank pair alike: shared
     memory; TCP between hosts and inside them), except the `wire` settings
     (a wire between hosts, e.g. tc-shaped): two links, the setting
-    `inside`'s link and reduction inside each host (fitted first).
+    `inside`'s link and reduction inside each host (fitted first). With
+    `cores`, a setting's rows on one host had their ranks bound round-robin
+    to the cores (placement "rank"), those on several hosts each host on a
+    core of its own ("host": the test hosts pinned).
     Returns {setting: (constants, worst error from min_bytes, median
     error, rows within 15%, rows)}."""
     rows = pool_rows([r for r in rows if r["algorithm"] in FORMULAS])
@@ -492,18 +575,26 @@ def fit_report(rows, min_bytes=1 << 20, out=sys.stdout, cores=0, cache_bytes=0, 
         mine = [r for r in rows if r["setting"] == setting]
         fit_rows = [r for r in mine if r["bytes"] >= min_bytes] or mine
         two = setting in wire and inside in result
-        k = fit_constants(fit_rows, cores, cache_bytes, result[inside][0] if two else None, setting in wire)
+        placement = "host" if any(r["hosts"] > 1 for r in mine) else "rank"
+        k = fit_constants(fit_rows, cores, sizes, result[inside][0] if two else None, setting in wire, placement)
 
         def gbs(v):
             return f"{1e-9 / v:.2f} GB/s" if v else "inf"
-        line = f"setting {setting}: alpha {k['alpha'] * 1e6:.2f} us, beta {gbs(k['beta'])}"
-        if k.get("beta_out") is not None:
-            line += f" (from {human(cache_bytes)}: {gbs(k['beta_out'])})"
+        if k.get("betas"):
+            bw = " / ".join(f"{1e-9 / v:.2f}" if v else "inf" for v in k["betas"])
+            line = (f"setting {setting}: alpha {k['alpha'] * 1e6:.2f} us, beta {bw} GB/s at "
+                    f"{' / '.join(human(n) for n in k['sizes'])}")
+        else:
+            line = f"setting {setting}: alpha {k['alpha'] * 1e6:.2f} us, beta {gbs(k['beta'])}"
+        if k.get("beta_fixed"):
+            line += f" + {gbs(k['beta_fixed'])} not stretched"
         line += f", reduction {gbs(k['gamma'])}"
         if k.get("intra"):
             line += f" (a wire between hosts; inside them {inside}'s link and reduction)"
         if cores:
-            line += f"; ranks share {cores} cores" + (" (not the wire's time)" if k.get("wire") else "")
+            line += (f"; ranks share {cores} cores, " +
+                     ("each host on one" if placement == "host" else "bound round-robin") +
+                     (" (not the wire's time)" if k.get("wire") else ""))
         print(line, file=out)
         print(f"  {'ranks':>5} {'hosts':>5} {'algorithm':>9} {'size':>10} {'measured':>12} {'predicted':>12} {'error':>7}",
               file=out)
@@ -613,7 +704,8 @@ def cmd_allreduce(args):
 
 def cmd_fit(args):
     rows = read_rows(args.csv)
-    result = fit_report(rows, parse_size(args.min_bytes), cores=args.cores, cache_bytes=parse_size(args.cache),
+    result = fit_report(rows, parse_size(args.min_bytes), cores=args.cores,
+                        sizes=tuple(parse_size(x) for x in args.sizes.split(",") if x),
                         wire=tuple(w for w in args.wire.split(",") if w), inside=args.inside)
     if args.json:
         with open(args.json, "w") as f:
@@ -640,8 +732,10 @@ def main(argv=None):
     p.add_argument("--min-bytes", default="1M")
     p.add_argument("--cores", type=int, default=0,
                    help="cores the measured ranks shared (0: each rank had its own)")
-    p.add_argument("--cache", default="0",
-                   help="allreduce size from which a second beta (beta_out) applies, e.g. 4M (0: one beta)")
+    p.add_argument("--sizes", default="",
+                   help="comma-separated allreduce sizes at which a CPU link's beta is fitted on its own, "
+                        "interpolated in log size between them (the buffers in the caches and beyond), "
+                        "e.g. 1M,4M,16M,64M (empty: one beta)")
     p.add_argument("--wire", default="",
                    help="comma-separated settings whose link between hosts is a wire slower than the CPUs "
                         "(tc-shaped): ranks sharing cores do not stretch it, flows through it share it; "

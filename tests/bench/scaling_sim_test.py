@@ -4,7 +4,7 @@ one kind of link, every allreduce formula is the textbook one of
 ../shared/docs/allreduce-facts.md exactly; placement on nodes, folding of
 ranks beyond a power of two and link sharing behave as documented; the fit
 recovers known constants from rows the model made (ranks sharing cores,
-a second beta beyond the caches, a wire between hosts beside a CPU-bound
+a beta curve over the sizes, a wire between hosts beside a CPU-bound
 link inside them, runs pooled by median); the training step's
 overlap is what a hand computation gives; the ring's crossover with
 recursive doubling matches the closed form."""
@@ -109,7 +109,7 @@ class Fit(unittest.TestCase):
         for p, hosts in ((2, 1), (4, 1), (4, 2), (8, 2), (3, 1)):
             for algo in ("ring", "rd", "hd"):
                 for n in (4096, 65536, 1 << 20, 1 << 24):
-                    c = flat(p, per_node=p // hosts)
+                    c = flat(p, per_node=p // hosts, cpu=True)  # (a measured setting's link is the CPU's)
                     rows.append({"setting": "s", "ranks": p, "hosts": hosts, "bytes": n, "algorithm": algo,
                                  "seconds": sim.allreduce_time(c, algo, n)})
         rows.append({"setting": "s", "ranks": 2, "hosts": 1, "bytes": 4096, "algorithm": "mpi", "seconds": 1.0})
@@ -122,43 +122,55 @@ class Fit(unittest.TestCase):
         self.assertLess(report["s"][1], 1e-6)
 
     def test_ranks_sharing_cores_stretch_every_term(self):
-        # Rows measured with p ranks on 2 cores: the simulator's crowding
-        # made them; the fit recovers the constants, and without the cores
-        # the same rows cannot be fitted.
+        # Rows measured with p ranks bound round-robin to 2 cores: the
+        # simulator's crowding made them; the fit recovers the constants,
+        # and without the cores the same rows cannot be fitted.
+        # Part of a byte's time (beta_fixed: the kernel's queues of a TCP
+        # link) is not stretched; the fit tells it from the stretched part.
         rows = []
         for p in (2, 3, 4, 8):
             for algo in ("ring", "rd", "hd"):  # (rd tells beta from gamma: ring's and hd's are in one ratio)
                 for n in (65536, 1 << 22):
-                    c = flat(p, cpu=True, cores=2)
+                    link = sim.Link(A, B, cpu=True, beta_fixed=B / 2)
+                    c = sim.Cluster(1, p, link, link, G, contention=False, cores=2)
                     rows.append({"setting": "s", "ranks": p, "hosts": 1, "bytes": n, "algorithm": algo,
                                  "seconds": sim.allreduce_time(c, algo, n)})
         k = sim.fit_constants(rows, cores=2)
         self.assertTrue(close(k["alpha"], A, 1e-6) and close(k["beta"], B, 1e-6) and close(k["gamma"], G, 1e-6), k)
+        self.assertTrue(close(k["beta_fixed"], B / 2, 1e-6), k)
         self.assertTrue(close(sim.predict_row(k, rows[-1]), rows[-1]["seconds"], 1e-6))
         k0 = sim.fit_constants(rows)
         self.assertGreater(max(abs(sim.predict_row(k0, r) / r["seconds"] - 1) for r in rows), 0.1)
 
-    def test_a_second_beta_beyond_the_caches(self):
+    def test_a_beta_curve_over_the_sizes(self):
+        # Time per byte that grows as the buffers leave the caches: one beta
+        # per size, interpolated in log size between them; the fit finds them.
+        sizes = (1 << 20, 1 << 22, 1 << 24)
+        betas = (B, 2 * B, 3 * B)
         rows = []
         for p in (2, 4):
             for algo in ("ring", "rd"):
-                for n in (1 << 18, 1 << 20, 1 << 22, 1 << 24):
-                    link = sim.Link(A, B, beta_out=3 * B)
-                    c = sim.Cluster(1, p, link, link, G, contention=False, cache_bytes=1 << 22)
+                for n in (1 << 18, 1 << 20, 1 << 21, 1 << 22, 1 << 24, 1 << 26):
+                    link = sim.Link(A, B, betas=betas)
+                    c = sim.Cluster(1, p, link, link, G, contention=False, sizes=sizes)
                     rows.append({"setting": "s", "ranks": p, "hosts": 1, "bytes": n, "algorithm": algo,
                                  "seconds": sim.allreduce_time(c, algo, n)})
-        k = sim.fit_constants(rows, cache_bytes=1 << 22)
-        self.assertTrue(close(k["beta"], B, 1e-6) and close(k["beta_out"], 3 * B, 1e-6), k)
+        k = sim.fit_constants(rows, sizes=sizes)
+        self.assertTrue(all(close(got, want, 1e-6) for got, want in zip(k["betas"], betas)), k)
         self.assertTrue(close(k["alpha"], A, 1e-6) and close(k["gamma"], G, 1e-6), k)
-        # (4 MiB is past the caches: the ring at 4 MiB costs beta_out.)
-        two = rows[2]
-        self.assertEqual(two["bytes"], 1 << 22)
-        self.assertTrue(close(two["seconds"], (A + two["bytes"] / 2 * 3 * B) * 2 + two["bytes"] / 2 * G))
+        # 2 MiB lies halfway (in log size) between 1 and 4 MiB: 1.5 B; the
+        # ends hold beyond the ends.
+        half = next(r for r in rows if r["bytes"] == 1 << 21 and r["algorithm"] == "ring" and r["ranks"] == 2)
+        self.assertTrue(close(half["seconds"], (A + half["bytes"] / 2 * 1.5 * B) * 2 + half["bytes"] / 2 * G))
+        self.assertEqual(sim.interpolate(sizes, betas, 1 << 10), B)
+        self.assertEqual(sim.interpolate(sizes, betas, 1 << 30), 3 * B)
+        # A wire's fit has one beta, whatever the sizes.
+        self.assertIsNone(sim.fit_constants(rows, sizes=sizes, wire=True)["betas"])
 
     def test_a_wire_between_hosts_with_the_cpu_link_inside(self):
         # 2 hosts: inside them a known CPU-bound link (fitted first), between
         # them a wire whose flows share it; the fit finds the wire.
-        inside = {"alpha": 2e-6, "beta": 2e-10, "beta_out": None, "gamma": G, "wire": False}
+        inside = {"alpha": 2e-6, "beta": 2e-10, "betas": None, "gamma": G, "wire": False}
         wire = sim.Link(5e-5, 8e-9)
         rows = []
         for p in (2, 4, 8):
@@ -181,6 +193,33 @@ class Fit(unittest.TestCase):
         self.assertTrue(close(sim.allreduce_time(on_wire, "ring", n), sim.allreduce_time(flat(4, g=0.0), "ring", n)))
         shared = sim.Cluster(2, 4, cpu, cpu, 0.0, contention=True)
         self.assertTrue(close(sim.allreduce_time(shared, "hd", n), sim.allreduce_time(flat(8, g=0.0), "hd", n)))
+
+    def test_the_busiest_core_sets_the_pace(self):
+        # Bound round-robin, 3 ranks on 2 cores: ranks 0 and 2 share core 0.
+        cpu = sim.Link(A, B, cpu=True)
+        c = sim.Cluster(1, 3, cpu, cpu, G, contention=False, cores=2)
+        self.assertEqual(c.crowding([0, 1]), 1.0)
+        self.assertEqual(c.crowding([0, 2]), 2.0)
+        self.assertEqual(c.crowding(3), 2.0)
+        # Recursive doubling folds rank 1 into rank 0 (ranks 0 and 1 at work:
+        # one each core; one way: half an exchange's copies), then ranks 0
+        # and 2 exchange (both on core 0), then rank 0 returns the result to
+        # rank 1.
+        n = 1 << 20
+        want = (A + n * B / 2) + n * G + 2 * ((A + n * B) + n * G) + (A + n * B / 2)
+        self.assertTrue(close(sim.allreduce_time(c, "rd", n), want))
+        # The test hosts pinned: every rank of host h on core h.
+        hosts = sim.Cluster(2, 3, cpu, cpu, G, contention=False, cores=2, placement="host")
+        self.assertEqual(hosts.crowding([0, 1, 2, 3]), 3.0)
+        self.assertEqual(hosts.crowding([2, 3]), 1.0)
+        self.assertEqual(hosts.crowding(6), 3.0)
+        # A real cluster (no cores given): nothing is stretched.
+        self.assertEqual(flat(8).crowding(8), 1.0)
+        # beta_fixed: bytes' time that sharing a core does not stretch.
+        fixed = sim.Link(A, B, cpu=True, beta_fixed=2 * B)
+        self.assertTrue(close(fixed.time(n, crowd=3.0), 3 * (A + n * B) + 2 * n * B))
+        self.assertTrue(close(fixed.one_way(n, crowd=3.0), 3 * (A + n * B / 2) + 2 * n * B))
+        self.assertEqual(sim.Link(A, B).one_way(n, crowd=3.0), A + n * B)
 
     def test_runs_pool_by_median(self):
         rows = [{"setting": "s", "ranks": 2, "hosts": 1, "bytes": 8, "algorithm": "ring", "seconds": t}
