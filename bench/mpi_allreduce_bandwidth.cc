@@ -41,9 +41,10 @@ std::string human(int64_t bytes) {
   return std::to_string(bytes) + " B";
 }
 
-// Seconds of a benchmark's repeated calls: the median and the fastest
-// (noise on a shared machine only ever adds time: the fastest call is the
-// steadiest estimate of what the links and cores can do).
+// Seconds of a benchmark's repeated calls: the median (what the tables and
+// bench/scaling_sim.py use) and the fastest (noise on a shared machine only
+// adds time; on the dev VM the fastest varied between runs as much as the
+// median did, so it is written beside it, not instead).
 struct Timing {
   double median = 0.0;
   double best = 0.0;

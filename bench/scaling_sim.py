@@ -125,16 +125,6 @@ def interpolate(sizes, values, n):
     return values[-1]
 
 
-def size_weights(sizes, n):
-    """The weight of each of `sizes` in interpolate() at `n` (they sum to 1)."""
-    w = [0.0] * len(sizes)
-    for i in range(len(sizes)):
-        e = [0.0] * len(sizes)
-        e[i] = 1.0
-        w[i] = interpolate(sizes, e, n)
-    return w
-
-
 @dataclass
 class Cluster:
     nodes: int
