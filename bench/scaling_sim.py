@@ -142,9 +142,7 @@ class Cluster:
     cores: int = 0
     # Which core a rank is bound to: "rank": rank r on core r mod cores
     # (mpirun --map-by core --bind-to core); "host": every rank of node h
-    # on core h mod cores (the test hosts pinned, one core each); local
-    # ranks of every node alike otherwise ("local": core (r mod per_node)
-    # mod cores).
+    # on core h mod cores (the test hosts pinned, one core each).
     placement: str = "rank"
     # Allreduce sizes at which the links' `betas` apply (() : none).
     sizes: tuple = ()
@@ -152,8 +150,6 @@ class Cluster:
     def core_of(self, r):
         if self.placement == "host":
             return self.node_of(r) % self.cores
-        if self.placement == "local":
-            return (r % self.per_node) % self.cores
         return r % self.cores
 
     def crowding(self, active):
@@ -469,7 +465,9 @@ def _nnls(data):
 def fit_constants(rows, cores=0, sizes=(), intra=None, wire=False, placement="rank"):
     """The constants of one setting minimising the squared relative error of
     the simulator over `rows`: alpha, beta (betas: one per size of `sizes`,
-    when given, for a CPU link), gamma, all >= 0; the rows ran with ranks
+    when given, for a CPU link), beta_fixed (a CPU link's time per byte
+    that crowding does not stretch; fitted when `cores` is given), gamma,
+    all >= 0; the rows ran with ranks
     sharing `cores` as `placement` binds them. `wire`: the setting's link
     is a wire slower than the CPUs (not stretched by ranks sharing cores:
     a tc-shaped link; one beta).
