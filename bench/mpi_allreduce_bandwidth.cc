@@ -8,6 +8,7 @@
 // auto chose, and the MPI/Spire time ratio (> 1: Spire is faster). Run
 // under mpirun, e.g.
 //   mpirun -np 2 build/bench/mpi_allreduce_bandwidth [--min 4K] [--max 256M] [--reps 9] [--segment 256K]
+//       [--wire-segment 63K]   (MpiCommunicator's segments within and across hosts; default: its own)
 //       [--csv FILE --setting NAME]   (rows for bench/scaling_sim.py fit and
 //                                      bench/plot_scaling.py, with a memcpy row per size)
 #include <algorithm>
@@ -121,6 +122,7 @@ int main(int argc, char** argv) {
     int reps = 9;
     std::string csv_path, setting = "default";
     int64_t segment = 256 << 10;  // the pipelined algorithms' segment (MpiCommunicator's default)
+    int64_t wire_segment = 0;     // across hosts (0: MpiCommunicator's choice, TCP's eager limit)
     for (int i = 1; i < argc; i += 2) {
       std::string k = argv[i];
       if (i + 1 >= argc) throw_error("argument ", k, " needs a value");
@@ -131,6 +133,7 @@ int main(int argc, char** argv) {
       else if (k == "--csv") csv_path = v;
       else if (k == "--setting") setting = v;
       else if (k == "--segment") segment = parse_size(v);
+      else if (k == "--wire-segment") wire_segment = parse_size(v);
       else throw_error("unknown argument ", k);
     }
     MpiRuntime& rt = MpiRuntime::get();
@@ -147,11 +150,11 @@ int main(int argc, char** argv) {
       if (!csv) throw_error("--csv: cannot open '", csv_path, "' for appending");
       if (fresh) std::fprintf(csv, "setting,ranks,hosts,bytes,algorithm,seconds,best\n");
     }
-    MpiCommunicator spire(Device::cpu(), 120, MpiAlgorithm::kAuto, segment);
-    MpiCommunicator ring(Device::cpu(), 120, MpiAlgorithm::kRing, segment);
-    MpiCommunicator rd(Device::cpu(), 120, MpiAlgorithm::kRecursiveDoubling, segment);
-    MpiCommunicator hd(Device::cpu(), 120, MpiAlgorithm::kHalvingDoubling, segment);
-    MpiCommunicator mpi(Device::cpu(), 120, MpiAlgorithm::kMpi, segment);
+    MpiCommunicator spire(Device::cpu(), 120, MpiAlgorithm::kAuto, segment, wire_segment);
+    MpiCommunicator ring(Device::cpu(), 120, MpiAlgorithm::kRing, segment, wire_segment);
+    MpiCommunicator rd(Device::cpu(), 120, MpiAlgorithm::kRecursiveDoubling, segment, wire_segment);
+    MpiCommunicator hd(Device::cpu(), 120, MpiAlgorithm::kHalvingDoubling, segment, wire_segment);
+    MpiCommunicator mpi(Device::cpu(), 120, MpiAlgorithm::kMpi, segment, wire_segment);
     const int n = rt.size();
     // Hosts: the ranks that are first on theirs, counted.
     int hosts = 1;
@@ -164,6 +167,11 @@ int main(int argc, char** argv) {
       mpi.allreduce(call, p, ReduceOp::kSum);
       hosts = static_cast<int>(count.data<float>()[0]);
     }
+    if (rt.rank() == 0)
+      std::printf("segments: %lld KiB to rank %d, %lld KiB to rank %d (%s transport between ranks of a host)\n",
+                  static_cast<long long>(spire.segment_bytes_to(n - 1) >> 10), n - 1,
+                  static_cast<long long>(spire.segment_bytes_to(n > 1 ? 1 : 0) >> 10), n > 1 ? 1 : 0,
+                  rt.shared_memory_transport() ? "shared-memory" : "no shared-memory");
     if (rt.rank() == 0)
       std::printf("allreduce f32 sum, %d ranks, median of %d; busbw in GB/s\n%10s %12s %8s %5s %8s %8s %8s %8s %12s %9s\n",
                   n, reps, "size", "Spire time", "busbw", "(alg)", "ring", "rec-dbl", "halv-dbl", "MPI", "MPI time",

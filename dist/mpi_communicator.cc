@@ -52,6 +52,59 @@ MPI_Datatype mpi_type(DType dt, const std::string& what) {
   throw_error(what, ": MPI collectives take f32, f64, i32, i64, bool, f16 or bf16 tensors, not ", dtype_name(dt));
 }
 
+// The value of an MPI control variable (MPI_T), as text: nullopt when the
+// MPI has none of that name (or MPI_T cannot read it). Integers and strings.
+std::optional<std::string> mpi_control_variable(const char* name) {
+  int provided = 0;
+  if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return std::nullopt;
+  std::optional<std::string> value;
+  int index = -1;
+  if (MPI_T_cvar_get_index(name, &index) == MPI_SUCCESS) {
+    char got[256];
+    int got_len = sizeof(got), verbosity = 0, bind = 0, scope = 0;
+    MPI_Datatype type = MPI_DATATYPE_NULL;
+    MPI_T_enum enumtype;
+    if (MPI_T_cvar_get_info(index, got, &got_len, &verbosity, &type, &enumtype, nullptr, nullptr, &bind,
+                            &scope) == MPI_SUCCESS &&
+        bind == MPI_T_BIND_NO_OBJECT) {
+      MPI_T_cvar_handle handle;
+      int count = 0;
+      if (MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count) == MPI_SUCCESS) {
+        if (type == MPI_CHAR && count > 0) {
+          std::vector<char> buf(static_cast<size_t>(count) + 1, '\0');
+          if (MPI_T_cvar_read(handle, buf.data()) == MPI_SUCCESS) value = std::string(buf.data());
+        } else if (count == 1) {
+          // The integer types MPI_T may use.
+          unsigned long long u = 0;
+          long long v = 0;
+          if (type == MPI_INT || type == MPI_UNSIGNED) {
+            int x = 0;
+            if (MPI_T_cvar_read(handle, &x) == MPI_SUCCESS)
+              value = type == MPI_INT ? std::to_string(x) : std::to_string(static_cast<unsigned>(x));
+          } else if (type == MPI_UNSIGNED_LONG || type == MPI_UNSIGNED_LONG_LONG || type == MPI_COUNT) {
+            if (MPI_T_cvar_read(handle, &u) == MPI_SUCCESS) value = std::to_string(u);
+          } else if (type == MPI_LONG || type == MPI_LONG_LONG) {
+            if (MPI_T_cvar_read(handle, &v) == MPI_SUCCESS) value = std::to_string(v);
+          }
+        }
+        MPI_T_cvar_handle_free(&handle);
+      }
+    }
+  }
+  MPI_T_finalize();
+  return value;
+}
+
+// "a,b,c" -> {"a", "b", "c"} (spaces dropped).
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out(1);
+  for (char ch : text) {
+    if (ch == ',') out.emplace_back();
+    else if (ch != ' ') out.back() += ch;
+  }
+  return out;
+}
+
 MPI_Op mpi_op(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
@@ -128,7 +181,22 @@ MpiRuntime::MpiRuntime() : control_(std::make_unique<Control>()) {
             "MPI_Comm_split_type");
   MPI_Comm_rank(local, &local_rank_);
   MPI_Comm_size(local, &local_size_);
+  int host = rank_;
+  check_mpi(MPI_Allreduce(&rank_, &host, 1, MPI_INT, MPI_MIN, local), "MPI_Allreduce");
   MPI_Comm_free(&local);
+  host_of_.assign(static_cast<size_t>(size_), 0);
+  check_mpi(MPI_Allgather(&host, 1, MPI_INT, host_of_.data(), 1, MPI_INT, MPI_COMM_WORLD), "MPI_Allgather");
+  // The transports' settings, where the MPI tells them (OpenMPI's names).
+  if (std::optional<std::string> btl = mpi_control_variable("btl"); btl && !btl->empty()) {
+    // "a,b" selects components, "^a,b" leaves them out.
+    const bool exclude = (*btl)[0] == '^';
+    bool listed = false;
+    for (const std::string& name : split_list(exclude ? btl->substr(1) : *btl))
+      if (name == "vader" || name == "sm" || name == "smcuda") listed = true;
+    shared_memory_transport_ = exclude ? !listed : listed;
+  }
+  if (std::optional<std::string> limit = mpi_control_variable("btl_tcp_eager_limit"))
+    tcp_eager_limit_ = std::strtoll(limit->c_str(), nullptr, 10);
   check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &control_->comm), "MPI_Comm_dup");
 }
 
@@ -300,6 +368,7 @@ struct MpiCommunicator::Impl {
   // zeroing each call: hd 1.6x slower at 64 MiB); grown as needed.
   std::shared_ptr<std::vector<char>> scratch[2];
   MpiAlgorithm last_allreduce = MpiAlgorithm::kAuto;
+  SegmentPlan segments;  // the pipelined algorithms' segment bytes (see plan_segments)
 };
 
 namespace {
@@ -492,13 +561,16 @@ class CallWaits {
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(Device device, double timeout_seconds, MpiAlgorithm algorithm,
-                                 int64_t segment_bytes)
+                                 int64_t segment_bytes, int64_t wire_segment_bytes)
     : devices_{device},
       timeout_seconds_(timeout_seconds),
       algorithm_(algorithm),
       segment_bytes_(segment_bytes),
+      wire_segment_bytes_(wire_segment_bytes),
       impl_(std::make_unique<Impl>()) {
-  SPIRE_CHECK(segment_bytes > 0, "MpiCommunicator: segment_bytes must be > 0");
+  SPIRE_CHECK(segment_bytes > 0, "MpiCommunicator: segment_bytes must be > 0, not ", segment_bytes);
+  SPIRE_CHECK(wire_segment_bytes >= 0, "MpiCommunicator: wire_segment_bytes must be >= 0 (0: TCP's eager limit), not ",
+              wire_segment_bytes);
   SPIRE_CHECK(device.is_cpu(), "MpiCommunicator: MPI's collectives take CPU tensors; ", device.to_string(),
               " needs NCCL across processes");
   SPIRE_CHECK(timeout_seconds > 0, "MpiCommunicator: timeout_seconds must be > 0");
@@ -506,6 +578,39 @@ MpiCommunicator::MpiCommunicator(Device device, double timeout_seconds, MpiAlgor
   check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &impl_->comm), "MPI_Comm_dup");
   impl_->rank = rt.rank();
   impl_->size = rt.size();
+  if (wire_segment_bytes_ == 0) {
+    const int64_t eager = rt.tcp_eager_limit() > 0 ? rt.tcp_eager_limit() : int64_t{64} << 10;
+    wire_segment_bytes_ = std::max<int64_t>(eager - 1024, 4096);
+  }
+  std::vector<int> host_of(static_cast<size_t>(impl_->size));
+  for (int r = 0; r < impl_->size; ++r) host_of[static_cast<size_t>(r)] = rt.host_of(r);
+  impl_->segments =
+      plan_segments(host_of, rt.shared_memory_transport(), impl_->rank, segment_bytes_, wire_segment_bytes_);
+}
+
+SegmentPlan plan_segments(const std::vector<int>& host_of, bool shared_memory, int me, int64_t segment_bytes,
+                          int64_t wire_segment_bytes) {
+  const int n = static_cast<int>(host_of.size());
+  SPIRE_CHECK(me >= 0 && me < n, "plan_segments: rank ", me, " of ", n);
+  SPIRE_CHECK(segment_bytes > 0 && wire_segment_bytes > 0, "plan_segments: segment bytes ", segment_bytes,
+              " and ", wire_segment_bytes, " must be > 0");
+  auto same_host = [&](int a, int b) {
+    return shared_memory && host_of[static_cast<size_t>(a)] == host_of[static_cast<size_t>(b)];
+  };
+  SegmentPlan plan;
+  plan.to_peer.resize(static_cast<size_t>(n));
+  plan.ring = segment_bytes;
+  for (int r = 0; r < n; ++r) {
+    plan.to_peer[static_cast<size_t>(r)] = same_host(me, r) ? segment_bytes : wire_segment_bytes;
+    if (!same_host(r, (r + 1) % n)) plan.ring = std::min(plan.ring, wire_segment_bytes);
+  }
+  return plan;
+}
+
+int64_t MpiCommunicator::segment_bytes_to(int peer) const {
+  SPIRE_CHECK(peer >= 0 && peer < impl_->size, "MpiCommunicator::segment_bytes_to: rank ", peer, " of ",
+              impl_->size);
+  return impl_->segments.to_peer[static_cast<size_t>(peer)];
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -734,7 +839,7 @@ void MpiCommunicator::ring_collective(void* waits_ptr, CollectiveKind kind, cons
   const int n = impl_->size, me = impl_->rank;
   const int succ = (me + 1) % n, pred = (me + n - 1) % n;
   const int64_t es = static_cast<int64_t>(dtype_size(sig.dtype));
-  const int64_t seg = std::max<int64_t>(1, segment_bytes_ / es);
+  const int64_t seg = std::max<int64_t>(1, impl_->segments.ring / es);
   impl_->tag = (impl_->tag + 1) % 32000;  // MPI guarantees tags up to 32767
   const int tag = impl_->tag;
   std::unique_ptr<RingDevice> dev = make_ring_device(Device::cpu(), 0);
@@ -973,7 +1078,6 @@ void MpiCommunicator::recursive_doubling(void* waits_ptr, const CollectiveSignat
   impl_->tag = (impl_->tag + 1) % 32000;
   const int tag = impl_->tag;
   const char* algo = halving ? "halving-doubling" : "recursive doubling";
-  const int64_t seg = std::max<int64_t>(1, segment_bytes_ / es);
   char* out = static_cast<char*>(p.output.raw_data());
   const char* in = static_cast<const char*>(p.input.raw_data());
   if (sig.count == 0) return;
@@ -1010,6 +1114,7 @@ void MpiCommunicator::recursive_doubling(void* waits_ptr, const CollectiveSignat
   // a segment (large ones were 1.5x slower over TCP at 64 MiB).
   auto segmented_exchange = [&](int peer, int64_t send_lo, int64_t send_hi, char* into, int64_t recv_lo,
                                 int64_t recv_hi, auto on_segment) {
+    const int64_t seg = std::max<int64_t>(1, impl_->segments.to_peer[static_cast<size_t>(peer)] / es);
     auto pieces = [&](int64_t lo, int64_t hi) {
       return std::make_pair(std::max<int64_t>(1, (hi - lo + seg - 1) / seg), [=](int64_t k) {
         return std::make_pair(lo + k * seg, std::min(hi, lo + (k + 1) * seg));

@@ -40,6 +40,17 @@ class MpiRuntime {
   /// Rank among the ranks on this host and their number (Horovod's local_rank/local_size).
   int local_rank() const { return local_rank_; }
   int local_size() const { return local_size_; }
+  /// The host of `rank` (the lowest world rank on its host): ranks on one
+  /// host share memory.
+  int host_of(int rank) const { return host_of_.at(static_cast<size_t>(rank)); }
+  /// What MPI's transports tell through MPI_T (OpenMPI's control
+  /// variables; empty or 0 where the MPI has no such variable):
+  /// whether ranks of one host may use a shared-memory transport (false
+  /// when the `btl` selection leaves out vader/sm, e.g. `--mca btl
+  /// tcp,self`), and TCP's eager limit (btl_tcp_eager_limit, bytes with the
+  /// headers: larger messages wait for the receiver's reply first).
+  bool shared_memory_transport() const { return shared_memory_transport_; }
+  int64_t tcp_eager_limit() const { return tcp_eager_limit_; }
 
   /// Tells every other rank that this rank failed (`why`: the error), so
   /// their waits end at once with a spire::Error naming this rank. Waits
@@ -72,6 +83,9 @@ class MpiRuntime {
   std::unique_ptr<Control> control_;
   bool initialized_here_ = false;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+  std::vector<int> host_of_;
+  bool shared_memory_transport_ = true;
+  int64_t tcp_eager_limit_ = 0;
 };
 
 /// How MpiCommunicator moves an allreduce's data:
@@ -134,6 +148,21 @@ struct MpiLinkModel {
   MpiAlgorithm choose(int n, int64_t bytes) const;
 };
 
+/// The segments of MpiCommunicator's pipelined algorithms, as rank `me`
+/// sends and receives them (see MpiCommunicator's constructor): to_peer[r]
+/// for an exchange with rank r (`segment_bytes` when r shares me's host,
+/// host_of[r] == host_of[me], and `shared_memory` says the transport is
+/// there; else `wire_segment_bytes`), ring for the ring and the broadcast
+/// chain (the wire's when any link r -> r+1 of the ring crosses hosts).
+/// Both ends of a link compute the same size, so a message is received in
+/// the pieces it was sent in.
+struct SegmentPlan {
+  std::vector<int64_t> to_peer;
+  int64_t ring = 0;
+};
+SegmentPlan plan_segments(const std::vector<int>& host_of, bool shared_memory, int me, int64_t segment_bytes,
+                          int64_t wire_segment_bytes);
+
 /// Collectives across ranks behind Communicator: this rank's one participant on
 /// `device` (a CPU device), size() = the number of ranks of the world
 /// communicator (duplicated, so Spire's traffic never mixes with the
@@ -146,9 +175,24 @@ struct MpiLinkModel {
 /// and later calls fail at once.
 class MpiCommunicator : public Communicator {
  public:
+  /// The pipelined algorithms (ring, halving-doubling, the broadcast chain)
+  /// move messages of at most `segment_bytes` between ranks of one host
+  /// (shared memory: large segments, few handshakes) and of at most
+  /// `wire_segment_bytes` between hosts, and everywhere when MPI's
+  /// shared-memory transport is left out. A message over TCP larger than
+  /// the eager limit waits for the receiver's reply, and in an exchange
+  /// both ways that reply queues behind the receiver's own data on the
+  /// socket: a 2-rank ring over a 1 Gbit/s link took 3 transfer times of
+  /// n/2 instead of 2 (bench/README.md). 0 (the default) sizes them to
+  /// travel eagerly: TCP's eager limit (MpiRuntime::tcp_eager_limit(), 64
+  /// KiB unless set) less 1 KiB for the headers. The ring and the broadcast
+  /// chain use one size on all their links: the wire's when any link of
+  /// the ring crosses hosts (the slowest link sets their pace).
   explicit MpiCommunicator(Device device = Device::cpu(), double timeout_seconds = 60,
                            MpiAlgorithm algorithm = MpiAlgorithm::kAuto,
-                           int64_t segment_bytes = 256 << 10);
+                           int64_t segment_bytes = 256 << 10, int64_t wire_segment_bytes = 0);
+  /// The segment bytes of messages between this rank and `peer`.
+  int64_t segment_bytes_to(int peer) const;
   MpiAlgorithm algorithm() const { return algorithm_; }
   /// The link model kAuto chooses with (measured = false before the first
   /// allreduce that needed it).
@@ -191,7 +235,7 @@ class MpiCommunicator : public Communicator {
   std::vector<Device> devices_;
   double timeout_seconds_;
   MpiAlgorithm algorithm_;
-  int64_t segment_bytes_;
+  int64_t segment_bytes_, wire_segment_bytes_;
   std::unique_ptr<Impl> impl_;
   mutable std::mutex mu_;
 };

@@ -66,22 +66,25 @@ CollectiveCall call(const std::string& name) {
 
 // Spire's ring with small segments (several per chunk: the pipelined path),
 // with the default 256 KiB, and MPI's own collectives.
+// (Segments within a host, and across hosts or where the shared-memory
+// transport is left out, e.g. between the test hosts; 0: the default.)
 struct Backend {
   const char* name;
   MpiAlgorithm algorithm;
-  int64_t segment_bytes;
+  int64_t segment_bytes, wire_segment_bytes;
 };
-const Backend kBackends[] = {{"ring/4KiB", MpiAlgorithm::kRing, 4096},
-                             {"ring/256KiB", MpiAlgorithm::kRing, 256 << 10},
-                             {"recursive-doubling", MpiAlgorithm::kRecursiveDoubling, 256 << 10},
-                             {"halving-doubling", MpiAlgorithm::kHalvingDoubling, 256 << 10},
-                             {"auto", MpiAlgorithm::kAuto, 256 << 10},
-                             {"mpi", MpiAlgorithm::kMpi, 256 << 10}};
+const Backend kBackends[] = {{"ring/4KiB", MpiAlgorithm::kRing, 4096, 4096},
+                             {"ring/256KiB", MpiAlgorithm::kRing, 256 << 10, 0},
+                             {"recursive-doubling", MpiAlgorithm::kRecursiveDoubling, 256 << 10, 0},
+                             {"halving-doubling", MpiAlgorithm::kHalvingDoubling, 256 << 10, 0},
+                             {"halving-doubling/4KiB,12KiB", MpiAlgorithm::kHalvingDoubling, 4096, 12288},
+                             {"auto", MpiAlgorithm::kAuto, 256 << 10, 0},
+                             {"mpi", MpiAlgorithm::kMpi, 256 << 10, 0}};
 
 TEST(MpiCommunicator, EveryCollectiveIsExactOnEveryRank) {
  for (const Backend& be : kBackends) {
   SCOPED_TRACE(be.name);
-  MpiCommunicator comm(Device::cpu(), 60, be.algorithm, be.segment_bytes);
+  MpiCommunicator comm(Device::cpu(), 60, be.algorithm, be.segment_bytes, be.wire_segment_bytes);
   const int n = nranks(), r = rank();
   ASSERT_EQ(comm.size(), n);
   ASSERT_EQ(comm.rank(), r);
@@ -139,6 +142,44 @@ TEST(MpiCommunicator, EveryCollectiveIsExactOnEveryRank) {
   std::vector<Participant> none;
   comm.barrier(call("barrier"), none);
  }
+}
+
+// Segments: within a host where shared memory carries them, the wire's
+// otherwise; the ring takes the wire's when any of its links crosses
+// hosts; both ends of every link agree.
+TEST(MpiCommunicator, SegmentsFollowTheHostsAndTheTransport) {
+  const int64_t S = 256 << 10, W = 63 << 10;
+  const std::vector<int> two_hosts{0, 0, 2, 2, 2};
+  SegmentPlan p0 = plan_segments(two_hosts, true, 0, S, W), p3 = plan_segments(two_hosts, true, 3, S, W);
+  EXPECT_EQ(p0.to_peer, (std::vector<int64_t>{S, S, W, W, W}));
+  EXPECT_EQ(p3.to_peer, (std::vector<int64_t>{W, W, S, S, S}));
+  EXPECT_EQ(p0.ring, W);
+  EXPECT_EQ(p3.ring, W);
+  for (int a = 0; a < 5; ++a)
+    for (int b = 0; b < 5; ++b)
+      EXPECT_EQ(plan_segments(two_hosts, true, a, S, W).to_peer[static_cast<size_t>(b)],
+                plan_segments(two_hosts, true, b, S, W).to_peer[static_cast<size_t>(a)])
+          << a << " <-> " << b;
+  const std::vector<int> one_host{0, 0, 0};
+  EXPECT_EQ(plan_segments(one_host, true, 1, S, W).to_peer, (std::vector<int64_t>{S, S, S}));
+  EXPECT_EQ(plan_segments(one_host, true, 1, S, W).ring, S);
+  // No shared-memory transport (--mca btl tcp,self): the wire everywhere.
+  EXPECT_EQ(plan_segments(one_host, false, 1, S, W).to_peer, (std::vector<int64_t>{W, W, W}));
+  EXPECT_EQ(plan_segments(one_host, false, 1, S, W).ring, W);
+  EXPECT_THROW(plan_segments(one_host, true, 3, S, W), Error);
+  EXPECT_THROW(plan_segments(one_host, true, 0, S, 0), Error);
+
+  // This job's communicator: its runtime's hosts and transport, and a
+  // wire segment that travels under TCP's eager limit by default.
+  MpiRuntime& rt = MpiRuntime::get();
+  MpiCommunicator comm(Device::cpu(), 60, MpiAlgorithm::kRing, S);
+  const int64_t wire = rt.tcp_eager_limit() > 0 ? rt.tcp_eager_limit() - 1024 : (64 << 10) - 1024;
+  for (int r = 0; r < nranks(); ++r)
+    EXPECT_EQ(comm.segment_bytes_to(r),
+              rt.shared_memory_transport() && rt.host_of(r) == rt.host_of(rank()) ? S : wire)
+        << "rank " << r;
+  EXPECT_THROW(comm.segment_bytes_to(nranks()), Error);
+  EXPECT_THROW(MpiCommunicator(Device::cpu(), 60, MpiAlgorithm::kRing, S, -1), Error);
 }
 
 TEST(MpiCommunicator, TheRingIsBitIdenticalOnEveryRankAndRun) {
