@@ -599,8 +599,10 @@ SegmentPlan plan_segments(const std::vector<int>& host_of, bool shared_memory, i
   };
   SegmentPlan plan;
   plan.to_peer.resize(static_cast<size_t>(n));
+  plan.over_wire.resize(static_cast<size_t>(n));
   plan.ring = segment_bytes;
   for (int r = 0; r < n; ++r) {
+    plan.over_wire[static_cast<size_t>(r)] = !same_host(me, r);
     plan.to_peer[static_cast<size_t>(r)] = same_host(me, r) ? segment_bytes : wire_segment_bytes;
     if (!same_host(r, (r + 1) % n)) plan.ring = std::min(plan.ring, wire_segment_bytes);
   }
@@ -1150,7 +1152,16 @@ void MpiCommunicator::recursive_doubling(void* waits_ptr, const CollectiveSignat
   if (vrank >= 0 && !halving) {
     for (int mask = 1; mask < pow2; mask <<= 1) {
       const int peer = real(vrank ^ mask);
-      exchange(peer, 0, all, tmp, 0, all);
+      // Over a wire, in segments that travel eagerly (the whole buffer in
+      // one message waits for the reply behind the partner's data: 2 ranks
+      // over TCP, 1 MiB, 1.7-2.0 -> 4.2-4.3 GB/s busbw); within a host one
+      // message (segmented was 10% slower at 1-4 MiB on shared memory).
+      // (The reduction follows the exchange: the sent and the received
+      // ranges are the same.)
+      if (impl_->segments.over_wire[static_cast<size_t>(peer)])
+        segmented_exchange(peer, 0, all, tmp, 0, all, [](int64_t, int64_t) {});
+      else
+        exchange(peer, 0, all, tmp, 0, all);
       dev->combine(op, sig.dtype, out, sum, tmp, Device::cpu(), all, mask * 2 == pow2 ? last_divisor : 1);
       sum = out;
     }
