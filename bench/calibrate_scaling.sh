@@ -6,8 +6,9 @@
 #     ranks, unshaped and with tc-shaped links at two rates (netem delay is
 #     used where the kernel has it; otherwise the script says so);
 # each run of build/bench/mpi_allreduce_bandwidth appends rows (median of
-# --reps interleaved calls per size and algorithm, each call's time the
-# slowest rank's, plus a memcpy row) to
+# --reps interleaved calls per size and algorithm, each after an untimed
+# call of the same algorithm, each call's time the slowest rank's, plus a
+# memcpy row) to
 # OUT/allreduce.csv, the whole sequence --runs times (one run on a shared
 # machine varies 10-15%); then bench/scaling_sim.py fit writes OUT/fit.txt
 # and OUT/fit.json (constants per setting, predicted vs measured for every
@@ -59,7 +60,7 @@ run() {  # run SETTING MAX LAUNCHER...
   local setting=$1 max=$2
   shift 2
   echo "== $setting: $*" >&2
-  "$@" "$BENCH" --min 64K --max "$max" --reps "$REPS" --csv "$CSV" --setting "$setting" | grep -v '^\[' >&2
+  "$@" "$BENCH" --min 64K --max "$max" --reps "$REPS" --warm 1 --csv "$CSV" --setting "$setting" | grep -v '^\[' >&2
 }
 
 HOSTS=0

@@ -9,6 +9,8 @@
 // under mpirun, e.g.
 //   mpirun -np 2 build/bench/mpi_allreduce_bandwidth [--min 4K] [--max 256M] [--reps 9] [--segment 256K]
 //       [--wire-segment 63K]   (MpiCommunicator's segments within and across hosts; default: its own)
+//       [--warm 1]   (untimed calls of the same communicator before each timed one: a call's
+//                     time depends on the one before it; see below)
 //       [--csv FILE --setting NAME]   (rows for bench/scaling_sim.py fit and
 //                                      bench/plot_scaling.py, with a memcpy row per size)
 #include <algorithm>
@@ -59,9 +61,16 @@ Timing timing_of(std::vector<double> secs) {
 // Seconds of `reps` allreduces of `count` floats on each of `comms`,
 // interleaved (rep r calls every communicator once, starting at r % k), so
 // every algorithm sees the same conditions over the run; one warm-up each.
+// `warm` untimed calls of the same communicator come before each timed
+// one: over TCP a call after one that sent whole buffers (recursive
+// doubling, MPI_Allreduce) was 20-25% slower than after a segmented one,
+// so without them the order of the communicators shows in their times (2
+// ranks, 4 MiB: the ring 1.21 ms right after auto's ring, 1.55 ms as auto
+// right after MPI_Allreduce). A training loop calls one algorithm per
+// bucket again and again: warm calls measure that.
 // A call's time is the slowest rank's (each rank times its own call after
 // a barrier; the times are gathered once all reps are done).
-std::vector<Timing> time_allreduces(const std::vector<MpiCommunicator*>& comms, int64_t count, int reps) {
+std::vector<Timing> time_allreduces(const std::vector<MpiCommunicator*>& comms, int64_t count, int reps, int warm) {
   Tensor in(DType::F32, Shape{count}), out(DType::F32, Shape{count});
   for (int64_t i = 0; i < count; ++i) in.data<float>()[i] = static_cast<float>(i % 7);
   std::vector<Participant> parts{{0, in, out}};
@@ -73,6 +82,7 @@ std::vector<Timing> time_allreduces(const std::vector<MpiCommunicator*>& comms, 
     for (size_t j = 0; j < k; ++j) {
       MpiCommunicator& comm = *comms[(j + static_cast<size_t>(std::max(r, 0))) % k];
       std::vector<Participant> none;
+      for (int w = 0; w < warm; ++w) comm.allreduce(call, parts, ReduceOp::kSum);
       comm.barrier(call, none);
       auto t0 = std::chrono::steady_clock::now();
       comm.allreduce(call, parts, ReduceOp::kSum);
@@ -120,6 +130,7 @@ int main(int argc, char** argv) {
   try {
     int64_t lo = 4 << 10, hi = 256 << 20;
     int reps = 9;
+    int warm = 0;
     std::string csv_path, setting = "default";
     int64_t segment = 256 << 10;  // the pipelined algorithms' segment (MpiCommunicator's default)
     int64_t wire_segment = 0;     // across hosts (0: MpiCommunicator's choice, TCP's eager limit)
@@ -130,6 +141,7 @@ int main(int argc, char** argv) {
       if (k == "--min") lo = parse_size(v);
       else if (k == "--max") hi = parse_size(v);
       else if (k == "--reps") reps = std::max(1, std::atoi(v.c_str()));
+      else if (k == "--warm") warm = std::max(0, std::atoi(v.c_str()));
       else if (k == "--csv") csv_path = v;
       else if (k == "--setting") setting = v;
       else if (k == "--segment") segment = parse_size(v);
@@ -178,7 +190,7 @@ int main(int argc, char** argv) {
                   "MPI/Spire");
     for (int64_t bytes = lo; bytes <= hi; bytes *= 4) {
       const int64_t count = bytes / 4;
-      const std::vector<Timing> t = time_allreduces({&spire, &ring, &rd, &hd, &mpi}, count, reps);
+      const std::vector<Timing> t = time_allreduces({&spire, &ring, &rd, &hd, &mpi}, count, reps, warm);
       const double ta = t[0].median, tr = t[1].median, td = t[2].median, th = t[3].median, tm = t[4].median;
       const MpiAlgorithm a = spire.last_allreduce_algorithm();
       const char* chose = a == MpiAlgorithm::kRing ? "ring" : a == MpiAlgorithm::kHalvingDoubling ? "hd" : "rd";
