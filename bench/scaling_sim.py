@@ -294,7 +294,10 @@ FORMULAS = {"ring": ring, "rd": rd, "hd": hd, "tree": tree, "hier": hier}
 
 def allreduce_time(c, algorithm, n):
     if c.sizes:
-        c = replace(c, intra=c.intra.at_size(c.sizes, n), inter=c.inter.at_size(c.sizes, n))
+        # The ranks sharing a core share its caches: their buffers together
+        # are the working set (n times the ranks on the busiest core).
+        ws = n * c.crowding(c.ranks)
+        c = replace(c, intra=c.intra.at_size(c.sizes, ws), inter=c.inter.at_size(c.sizes, ws))
     return FORMULAS[algorithm](c, float(n))
 
 

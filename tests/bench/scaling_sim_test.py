@@ -162,6 +162,12 @@ class Fit(unittest.TestCase):
         # ends hold beyond the ends.
         half = next(r for r in rows if r["bytes"] == 1 << 21 and r["algorithm"] == "ring" and r["ranks"] == 2)
         self.assertTrue(close(half["seconds"], (A + half["bytes"] / 2 * 1.5 * B) * 2 + half["bytes"] / 2 * G))
+        # Ranks sharing a core share its caches: 4 ranks on 2 cores, 1 MiB
+        # each, are 2 MiB on a core (beta 1.5 B), and each step stretched 2x.
+        n = 1 << 20
+        crowded = sim.Cluster(1, 4, sim.Link(A, B, betas=betas, cpu=True), sim.Link(A, B, betas=betas, cpu=True), G,
+                              cores=2, sizes=sizes)
+        self.assertTrue(close(sim.allreduce_time(crowded, "ring", n), 6 * (A + n / 4 * 1.5 * B) * 2 + 0.75 * n * G * 2))
         self.assertEqual(sim.interpolate(sizes, betas, 1 << 10), B)
         self.assertEqual(sim.interpolate(sizes, betas, 1 << 30), 3 * B)
         # A wire's fit has one beta, whatever the sizes.
