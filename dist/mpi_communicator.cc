@@ -599,10 +599,8 @@ SegmentPlan plan_segments(const std::vector<int>& host_of, bool shared_memory, i
   };
   SegmentPlan plan;
   plan.to_peer.resize(static_cast<size_t>(n));
-  plan.over_wire.resize(static_cast<size_t>(n));
   plan.ring = segment_bytes;
   for (int r = 0; r < n; ++r) {
-    plan.over_wire[static_cast<size_t>(r)] = !same_host(me, r);
     plan.to_peer[static_cast<size_t>(r)] = same_host(me, r) ? segment_bytes : wire_segment_bytes;
     if (!same_host(r, (r + 1) % n)) plan.ring = std::min(plan.ring, wire_segment_bytes);
   }
@@ -676,11 +674,13 @@ char* scratch(MpiCommunicator::Impl& impl, CallWaits& waits, int slot, int64_t b
 // landing at recv_at(lo)) and send to `to` (send_range(k), from send_base)
 // is posted at once; then each receive is waited for in order and
 // on_segment(lo, hi) runs as it arrives (a segment's reduction overlaps the
-// next one's transfer); then the sends.
+// next one's transfer); then the sends. `send_first`: segment k's send is
+// done before on_segment(k) runs (it writes what that send reads).
 template <typename RecvRange, typename RecvAt, typename SendRange, typename OnSegment>
 void pipelined_step(CallWaits& waits, MPI_Comm comm, MPI_Datatype type, int tag, int64_t es, int from,
                     int64_t nrecv, RecvRange recv_range, RecvAt recv_at, int to, int64_t nsend,
-                    SendRange send_range, const char* send_base, OnSegment on_segment, const std::string& stage) {
+                    SendRange send_range, const char* send_base, OnSegment on_segment, const std::string& stage,
+                    bool send_first = false) {
   std::vector<MPI_Request> recvs(static_cast<size_t>(nrecv)), sends(static_cast<size_t>(nsend));
   for (int64_t k = 0; k < nrecv; ++k) {
     auto [lo, hi] = recv_range(k);
@@ -695,6 +695,7 @@ void pipelined_step(CallWaits& waits, MPI_Comm comm, MPI_Datatype type, int tag,
   }
   for (int64_t k = 0; k < nrecv; ++k) {
     waits.wait(recvs[static_cast<size_t>(k)], stage);
+    if (send_first && k < nsend) waits.wait(sends[static_cast<size_t>(k)], stage);
     auto [lo, hi] = recv_range(k);
     if (hi > lo) on_segment(lo, hi);
   }
@@ -1103,19 +1104,13 @@ void MpiCommunicator::recursive_doubling(void* waits_ptr, const CollectiveSignat
     check_mpi(MPI_Irecv(buf + lo * es, static_cast<int>(hi - lo), type, peer, tag, comm, &req), "MPI_Irecv");
     return req;
   };
-  auto exchange = [&](int peer, int64_t send_lo, int64_t send_hi, char* into, int64_t recv_lo, int64_t recv_hi) {
-    MPI_Request r = recv(peer, into, recv_lo, recv_hi);
-    MPI_Request s = send(peer, sum, send_lo, send_hi);
-    const std::string stage = str_cat("rank ", peer, " in ", algo);
-    waits.wait(r, stage);
-    waits.wait(s, stage);
-  };
-  // Halving-doubling's exchanges go in segments, as the ring's steps do:
-  // each received segment is reduced (on_segment) as it arrives, while the
-  // next is in flight and while it is in cache; no message is larger than
-  // a segment (large ones were 1.5x slower over TCP at 64 MiB).
+  // The exchanges go in segments, as the ring's steps do: each received
+  // segment is reduced (on_segment) as it arrives, while the next is in
+  // flight and while it is in cache; no message is larger than a segment
+  // (large ones were 1.5x slower over TCP at 64 MiB, and over a wire wait
+  // for the reply behind the partner's data: see the constructor).
   auto segmented_exchange = [&](int peer, int64_t send_lo, int64_t send_hi, char* into, int64_t recv_lo,
-                                int64_t recv_hi, auto on_segment) {
+                                int64_t recv_hi, auto on_segment, bool send_first = false) {
     const int64_t seg = std::max<int64_t>(1, impl_->segments.to_peer[static_cast<size_t>(peer)] / es);
     auto pieces = [&](int64_t lo, int64_t hi) {
       return std::make_pair(std::max<int64_t>(1, (hi - lo + seg - 1) / seg), [=](int64_t k) {
@@ -1125,7 +1120,7 @@ void MpiCommunicator::recursive_doubling(void* waits_ptr, const CollectiveSignat
     auto [nrecv, recv_range] = pieces(recv_lo, recv_hi);
     auto [nsend, send_range] = pieces(send_lo, send_hi);
     pipelined_step(waits, comm, type, tag, es, peer, nrecv, recv_range, [&](int64_t lo) { return into + lo * es; },
-                   peer, nsend, send_range, sum, on_segment, str_cat("rank ", peer, " in ", algo));
+                   peer, nsend, send_range, sum, on_segment, str_cat("rank ", peer, " in ", algo), send_first);
   };
 
   const int64_t last_divisor = op == ReduceOp::kMean ? n : 1;
@@ -1152,17 +1147,20 @@ void MpiCommunicator::recursive_doubling(void* waits_ptr, const CollectiveSignat
   if (vrank >= 0 && !halving) {
     for (int mask = 1; mask < pow2; mask <<= 1) {
       const int peer = real(vrank ^ mask);
-      // Over a wire, in segments that travel eagerly (the whole buffer in
-      // one message waits for the reply behind the partner's data: 2 ranks
-      // over TCP, 1 MiB, 1.7-2.0 -> 4.2-4.3 GB/s busbw); within a host one
-      // message (segmented was 10% slower at 1-4 MiB on shared memory).
-      // (The reduction follows the exchange: the sent and the received
-      // ranges are the same.)
-      if (impl_->segments.over_wire[static_cast<size_t>(peer)])
-        segmented_exchange(peer, 0, all, tmp, 0, all, [](int64_t, int64_t) {});
-      else
-        exchange(peer, 0, all, tmp, 0, all);
-      dev->combine(op, sig.dtype, out, sum, tmp, Device::cpu(), all, mask * 2 == pow2 ? last_divisor : 1);
+      // In segments, each reduced as it arrives (in cache, while the next
+      // one is in flight); once the sum is the output, a segment is reduced
+      // after its own send is done (the sent and received ranges are the
+      // same). Over TCP the whole buffer in one message waits for the
+      // reply behind the partner's data (2.2x slower at 1 MiB, 2 ranks);
+      // on shared memory one message reduced afterwards was as fast
+      // (0.95-1.2x from 1 to 64 MiB, 2 and 4 ranks, two A/B rounds).
+      const int64_t divisor = mask * 2 == pow2 ? last_divisor : 1;
+      segmented_exchange(
+          peer, 0, all, tmp, 0, all,
+          [&](int64_t a, int64_t b) {
+            dev->combine(op, sig.dtype, out + a * es, sum + a * es, tmp + a * es, Device::cpu(), b - a, divisor);
+          },
+          sum == out);
       sum = out;
     }
   } else if (vrank >= 0) {

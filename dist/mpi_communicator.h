@@ -98,8 +98,8 @@ class MpiRuntime {
 ///   allgather in dist/ring_schedule.h's order, chunks split into
 ///   pipelined segments).
 /// - kRecursiveDoubling: log2(n) pairwise exchanges of the whole buffer
-///   (ranks beyond the largest power of two fold into a partner first);
-///   over a wire in segments (see MpiCommunicator's constructor).
+///   (ranks beyond the largest power of two fold into a partner first),
+///   in segments, each reduced as it arrives.
 /// - kHalvingDoubling: Rabenseifner's reduce-scatter by recursive halving
 ///   then allgather by recursive doubling: the ring's bytes in 2 log2(n)
 ///   steps instead of 2(n-1) (the same folding); partners at distance 1
@@ -153,14 +153,12 @@ struct MpiLinkModel {
 /// sends and receives them (see MpiCommunicator's constructor): to_peer[r]
 /// for an exchange with rank r (`segment_bytes` when r shares me's host,
 /// host_of[r] == host_of[me], and `shared_memory` says the transport is
-/// there; else `wire_segment_bytes`: over_wire[r]), ring for the ring and
+/// there; else `wire_segment_bytes`), ring for the ring and
 /// the broadcast chain (the wire's when any link r -> r+1 of the ring
 /// crosses hosts). Both ends of a link compute the same size, so a message
-/// is received in the pieces it was sent in. Recursive doubling exchanges
-/// whole buffers within a host and wire segments over a wire.
+/// is received in the pieces it was sent in.
 struct SegmentPlan {
   std::vector<int64_t> to_peer;
-  std::vector<bool> over_wire;
   int64_t ring = 0;
 };
 SegmentPlan plan_segments(const std::vector<int>& host_of, bool shared_memory, int me, int64_t segment_bytes,
