@@ -669,10 +669,10 @@ char* scratch(MpiCommunicator::Impl& impl, CallWaits& waits, int slot, int64_t b
   return b->data();
 }
 
-// One pipelined step of the ring and of halving-doubling: every segment's
-// receive from `from` (nrecv of them: recv_range(k) = [lo, hi) elements,
-// landing at recv_at(lo)) and send to `to` (send_range(k), from send_base)
-// is posted at once; then each receive is waited for in order and
+// One pipelined step of the ring, halving-doubling and recursive
+// doubling: every segment's receive from `from` (nrecv of them:
+// recv_range(k) = [lo, hi) elements, landing at recv_at(lo)) and send to
+// `to` (send_range(k), from send_base) is posted at once; then each receive is waited for in order and
 // on_segment(lo, hi) runs as it arrives (a segment's reduction overlaps the
 // next one's transfer); then the sends. `send_first`: segment k's send is
 // done before on_segment(k) runs (it writes what that send reads).

@@ -176,11 +176,11 @@ SegmentPlan plan_segments(const std::vector<int>& host_of, bool shared_memory, i
 /// and later calls fail at once.
 class MpiCommunicator : public Communicator {
  public:
-  /// The pipelined algorithms (ring, halving-doubling, the broadcast chain)
-  /// move messages of at most `segment_bytes` between ranks of one host
-  /// (shared memory: large segments, few handshakes) and of at most
-  /// `wire_segment_bytes` between hosts, and everywhere when MPI's
-  /// shared-memory transport is left out. A message over TCP larger than
+  /// The pipelined algorithms (ring, recursive doubling, halving-doubling,
+  /// the broadcast chain) move messages of at most `segment_bytes` between
+  /// ranks of one host (shared memory: large segments, few handshakes) and
+  /// of at most `wire_segment_bytes` between hosts, and everywhere when
+  /// MPI's shared-memory transport is left out. A message over TCP larger than
   /// the eager limit waits for the receiver's reply, and in an exchange
   /// both ways that reply queues behind the receiver's own data on the
   /// socket: a 2-rank ring over a 1 Gbit/s link took 3 transfer times of
