@@ -63,7 +63,7 @@ import csv
 import json
 import math
 import sys
-from dataclasses import dataclass, field, asdict, replace
+from dataclasses import dataclass, replace
 
 ALGORITHMS = ("ring", "rd", "hd", "tree", "hier")
 

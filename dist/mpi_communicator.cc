@@ -582,10 +582,8 @@ MpiCommunicator::MpiCommunicator(Device device, double timeout_seconds, MpiAlgor
     const int64_t eager = rt.tcp_eager_limit() > 0 ? rt.tcp_eager_limit() : int64_t{64} << 10;
     wire_segment_bytes_ = std::max<int64_t>(eager - 1024, 4096);
   }
-  std::vector<int> host_of(static_cast<size_t>(impl_->size));
-  for (int r = 0; r < impl_->size; ++r) host_of[static_cast<size_t>(r)] = rt.host_of(r);
   impl_->segments =
-      plan_segments(host_of, rt.shared_memory_transport(), impl_->rank, segment_bytes_, wire_segment_bytes_);
+      plan_segments(rt.hosts(), rt.shared_memory_transport(), impl_->rank, segment_bytes_, wire_segment_bytes_);
 }
 
 SegmentPlan plan_segments(const std::vector<int>& host_of, bool shared_memory, int me, int64_t segment_bytes,

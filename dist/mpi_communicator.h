@@ -43,6 +43,7 @@ class MpiRuntime {
   /// The host of `rank` (the lowest world rank on its host): ranks on one
   /// host share memory.
   int host_of(int rank) const { return host_of_.at(static_cast<size_t>(rank)); }
+  const std::vector<int>& hosts() const { return host_of_; }  ///< host_of() of every rank
   /// What MPI's transports tell through MPI_T (OpenMPI's control
   /// variables; empty or 0 where the MPI has no such variable):
   /// whether ranks of one host may use a shared-memory transport (false
