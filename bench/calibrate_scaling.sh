@@ -6,11 +6,12 @@
 #     ranks, unshaped and with tc-shaped links at two rates (netem delay is
 #     used where the kernel has it; otherwise the script says so);
 # each run of build/bench/mpi_allreduce_bandwidth appends rows (median of
-# --reps interleaved calls per size and algorithm, each after an untimed
-# call of the same algorithm, each call's time the slowest rank's, plus a
-# memcpy row) to
+# --reps interleaved calls per size and algorithm, more where those would
+# take under --min-seconds (up to 101: the few-ms sizes), each after an
+# untimed call of the same algorithm, each call's time the slowest rank's,
+# plus a memcpy row) to
 # OUT/allreduce.csv, the whole sequence --runs times (one run on a shared
-# machine varies 10-15%); then bench/scaling_sim.py fit writes OUT/fit.txt
+# machine varies 10-15%, a few rows 20-60%: the median of 5 runs); then bench/scaling_sim.py fit writes OUT/fit.txt
 # and OUT/fit.json (constants per setting, predicted vs measured for every
 # configuration, runs pooled by median) and bench/plot_scaling.py the PNGs.
 # The ranks are bound to cores so that every run shares them alike (one
@@ -23,7 +24,7 @@
 # link inside them (the test hosts' ranks talk TCP inside a host too:
 # --wire, --inside).
 #
-# usage: bench/calibrate_scaling.sh [--build DIR] [--out DIR] [--reps N] [--runs N] [--quick]
+# usage: bench/calibrate_scaling.sh [--build DIR] [--out DIR] [--reps N] [--min-seconds S] [--runs N] [--quick]
 #   --quick: fewer ranks and sizes, one run (a smoke run, not a calibration)
 # Needs root for the test hosts (skipped, saying so, without).
 set -euo pipefail
@@ -31,13 +32,15 @@ cd "$(dirname "$0")/.."
 BUILD=build
 OUT=bench/results
 REPS=7
-RUNS=3
+MIN_SECONDS=0.3
+RUNS=5
 QUICK=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) BUILD=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --reps) REPS=$2; shift 2 ;;
+    --min-seconds) MIN_SECONDS=$2; shift 2 ;;
     --runs) RUNS=$2; shift 2 ;;
     --quick) QUICK=1; shift ;;
     *) echo "calibrate_scaling: unknown option $1" >&2; exit 2 ;;
@@ -54,13 +57,13 @@ SHM_RANKS=(2 3 4 6 8)
 TCP_NP=(2 4 6 8)
 MAX=64M
 SHAPED_MAX=16M
-if [[ $QUICK == 1 ]]; then SHM_RANKS=(2 4); TCP_NP=(2 4); MAX=4M; SHAPED_MAX=1M; REPS=3; RUNS=1; fi
+if [[ $QUICK == 1 ]]; then SHM_RANKS=(2 4); TCP_NP=(2 4); MAX=4M; SHAPED_MAX=1M; REPS=3; MIN_SECONDS=0; RUNS=1; fi
 
 run() {  # run SETTING MAX LAUNCHER...
   local setting=$1 max=$2
   shift 2
   echo "== $setting: $*" >&2
-  "$@" "$BENCH" --min 64K --max "$max" --reps "$REPS" --warm 1 --csv "$CSV" --setting "$setting" | grep -v '^\[' >&2
+  "$@" "$BENCH" --min 64K --max "$max" --reps "$REPS" --min-seconds "$MIN_SECONDS" --warm 1 --csv "$CSV" --setting "$setting" | grep -v '^\[' >&2
 }
 
 HOSTS=0

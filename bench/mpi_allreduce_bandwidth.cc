@@ -11,10 +11,12 @@
 //       [--wire-segment 63K]   (MpiCommunicator's segments within and across hosts; default: its own)
 //       [--warm 1]   (untimed calls of the same communicator before each timed one: a call's
 //                     time depends on the one before it; see below)
+//       [--min-seconds 0.3]   (more reps, up to 101, where --reps rounds of the five take less)
 //       [--csv FILE --setting NAME]   (rows for bench/scaling_sim.py fit and
 //                                      bench/plot_scaling.py, with a memcpy row per size)
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -70,7 +72,12 @@ Timing timing_of(std::vector<double> secs) {
 // bucket again and again: warm calls measure that.
 // A call's time is the slowest rank's (each rank times its own call after
 // a barrier; the times are gathered once all reps are done).
-std::vector<Timing> time_allreduces(const std::vector<MpiCommunicator*>& comms, int64_t count, int reps, int warm) {
+// `min_seconds` > 0: more reps where `reps` rounds of calls would take less
+// (the warm-up round's slowest rank times it; at most 101 reps), so the
+// median of a few-ms call rests on more than a handful of calls: one such
+// row varied 20-60% between runs at 7 reps on the dev VM.
+std::vector<Timing> time_allreduces(const std::vector<MpiCommunicator*>& comms, int64_t count, int reps, int warm,
+                                    double min_seconds) {
   Tensor in(DType::F32, Shape{count}), out(DType::F32, Shape{count});
   for (int64_t i = 0; i < count; ++i) in.data<float>()[i] = static_cast<float>(i % 7);
   std::vector<Participant> parts{{0, in, out}};
@@ -79,6 +86,7 @@ std::vector<Timing> time_allreduces(const std::vector<MpiCommunicator*>& comms, 
   const size_t k = comms.size();
   std::vector<std::vector<double>> secs(k);
   for (int r = -1; r < reps; ++r) {
+    const auto round_start = std::chrono::steady_clock::now();
     for (size_t j = 0; j < k; ++j) {
       MpiCommunicator& comm = *comms[(j + static_cast<size_t>(std::max(r, 0))) % k];
       std::vector<Participant> none;
@@ -88,6 +96,17 @@ std::vector<Timing> time_allreduces(const std::vector<MpiCommunicator*>& comms, 
       comm.allreduce(call, parts, ReduceOp::kSum);
       double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (r >= 0) secs[(j + static_cast<size_t>(r)) % k].push_back(s);
+    }
+    if (r == -1 && min_seconds > 0) {
+      // Every rank must run as many rounds: the slowest rank's round decides.
+      Tensor mine(DType::F64, Shape{1}), slowest(DType::F64, Shape{1});
+      mine.data<double>()[0] = std::chrono::duration<double>(std::chrono::steady_clock::now() - round_start).count();
+      std::vector<Participant> p{{0, mine, slowest}};
+      CollectiveCall agree;
+      agree.name = "bench round";
+      comms.back()->allreduce(agree, p, ReduceOp::kMax);
+      const double round = std::max(slowest.data<double>()[0], 1e-9);
+      reps = std::max(reps, std::min(101, static_cast<int>(std::ceil(min_seconds / round))));
     }
   }
   // Every call's slowest rank: one max-allreduce of all the times (MPI's).
@@ -131,6 +150,7 @@ int main(int argc, char** argv) {
     int64_t lo = 4 << 10, hi = 256 << 20;
     int reps = 9;
     int warm = 0;
+    double min_seconds = 0.0;
     std::string csv_path, setting = "default";
     int64_t segment = 256 << 10;  // the pipelined algorithms' segment (MpiCommunicator's default)
     int64_t wire_segment = 0;     // across hosts (0: MpiCommunicator's choice, TCP's eager limit)
@@ -142,6 +162,7 @@ int main(int argc, char** argv) {
       else if (k == "--max") hi = parse_size(v);
       else if (k == "--reps") reps = std::max(1, std::atoi(v.c_str()));
       else if (k == "--warm") warm = std::max(0, std::atoi(v.c_str()));
+      else if (k == "--min-seconds") min_seconds = std::max(0.0, std::atof(v.c_str()));
       else if (k == "--csv") csv_path = v;
       else if (k == "--setting") setting = v;
       else if (k == "--segment") segment = parse_size(v);
@@ -185,12 +206,12 @@ int main(int argc, char** argv) {
                   static_cast<long long>(spire.segment_bytes_to(n > 1 ? 1 : 0) >> 10), n > 1 ? 1 : 0,
                   rt.shared_memory_transport() ? "shared-memory" : "no shared-memory");
     if (rt.rank() == 0)
-      std::printf("allreduce f32 sum, %d ranks, median of %d; busbw in GB/s\n%10s %12s %8s %5s %8s %8s %8s %8s %12s %9s\n",
-                  n, reps, "size", "Spire time", "busbw", "(alg)", "ring", "rec-dbl", "halv-dbl", "MPI", "MPI time",
+      std::printf("allreduce f32 sum, %d ranks, median of %d%s; busbw in GB/s\n%10s %12s %8s %5s %8s %8s %8s %8s %12s %9s\n",
+                  n, reps, min_seconds > 0 ? " or more calls (--min-seconds)" : "", "size", "Spire time", "busbw", "(alg)", "ring", "rec-dbl", "halv-dbl", "MPI", "MPI time",
                   "MPI/Spire");
     for (int64_t bytes = lo; bytes <= hi; bytes *= 4) {
       const int64_t count = bytes / 4;
-      const std::vector<Timing> t = time_allreduces({&spire, &ring, &rd, &hd, &mpi}, count, reps, warm);
+      const std::vector<Timing> t = time_allreduces({&spire, &ring, &rd, &hd, &mpi}, count, reps, warm, min_seconds);
       const double ta = t[0].median, tr = t[1].median, td = t[2].median, th = t[3].median, tm = t[4].median;
       const MpiAlgorithm a = spire.last_allreduce_algorithm();
       const char* chose = a == MpiAlgorithm::kRing ? "ring" : a == MpiAlgorithm::kHalvingDoubling ? "hd" : "rd";
