@@ -377,6 +377,38 @@ using Clock = std::chrono::steady_clock;
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+// A duplicate of MPI_COMM_WORLD for `who` (a communicator or messenger of
+// its own: no message of others can match its calls). The duplicate is
+// collective, so it is polled: a rank that never comes (it failed before
+// making its own, stalled, or does not make one) ends the wait after
+// `timeout_seconds` with an error, and a failure another rank announces
+// ends it at once, naming that rank; a blocking MPI_Comm_dup would wait
+// forever. (On an error the pending duplicate is left to MPI: the process
+// is failing.)
+MPI_Comm duplicate_world(double timeout_seconds, const std::string& who) {
+  MpiRuntime& rt = MpiRuntime::get();
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Request req;
+  check_mpi(MPI_Comm_idup(MPI_COMM_WORLD, &comm, &req), "MPI_Comm_idup");
+  const Clock::time_point deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds));
+  for (int polls = 0;; ++polls) {
+    int done = 0;
+    check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    if (done) return comm;
+    if (polls % 64 == 0) {
+      const std::string failure = rt.peer_failure();
+      if (!failure.empty())
+        throw_error(who, ": rank ", rt.rank(), " was creating its communicator with the others (MPI_Comm_idup): ",
+                    failure);
+    }
+    if (Clock::now() >= deadline)
+      throw_error(who, ": rank ", rt.rank(), " waited ", timeout_seconds, " s for the other ranks to create "
+                  "theirs (MPI_Comm_idup): a rank failed, exited, stalled, or does not make one");
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
 // One call's waits: every poll honours the run's cancellation, the call's
 // time limit and the other ranks' failure announcements; whatever ends a
 // wait early leaves the communicator broken, keeping the call's buffers
@@ -575,7 +607,7 @@ MpiCommunicator::MpiCommunicator(Device device, double timeout_seconds, MpiAlgor
               " needs NCCL across processes");
   SPIRE_CHECK(timeout_seconds > 0, "MpiCommunicator: timeout_seconds must be > 0");
   MpiRuntime& rt = MpiRuntime::get();
-  check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &impl_->comm), "MPI_Comm_dup");
+  impl_->comm = duplicate_world(timeout_seconds, "MpiCommunicator");
   impl_->rank = rt.rank();
   impl_->size = rt.size();
   if (wire_segment_bytes_ == 0) {
@@ -1385,22 +1417,7 @@ class MpiMessenger : public Messenger {
     MpiRuntime& rt = MpiRuntime::get();
     rank_ = rt.rank();
     size_ = rt.size();
-    // The duplicate is collective: polled, so a rank that never comes (or
-    // failed) is an error, not a hang.
-    MPI_Request req;
-    check_mpi(MPI_Comm_idup(MPI_COMM_WORLD, &comm_, &req), "MPI_Comm_idup");
-    const Clock::time_point deadline =
-        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds));
-    for (int polls = 0;; ++polls) {
-      int done = 0;
-      check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
-      if (done) break;
-      if (polls % 64 == 0) check_failures();
-      if (Clock::now() >= deadline)
-        throw_error("MPI messenger: rank ", rank_, " waited ", timeout_seconds, " s for the other ranks to "
-                    "create theirs (MPI_Comm_idup): a rank failed, exited, stalled, or does not make one");
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
+    comm_ = duplicate_world(timeout_seconds, "MPI messenger");
   }
   ~MpiMessenger() override {
     int finalized = 0;

@@ -190,6 +190,9 @@ class MpiCommunicator : public Communicator {
   /// KiB unless set) less 1 KiB for the headers. The ring and the broadcast
   /// chain use one size on all their links: the wire's when any link of
   /// the ring crosses hosts (the slowest link sets their pace).
+  /// Construction is collective (every rank makes its communicators in the
+  /// same order); a rank that does not come within `timeout_seconds`, or
+  /// that announced a failure, makes it throw instead of wait forever.
   explicit MpiCommunicator(Device device = Device::cpu(), double timeout_seconds = 60,
                            MpiAlgorithm algorithm = MpiAlgorithm::kAuto,
                            int64_t segment_bytes = 256 << 10, int64_t wire_segment_bytes = 0);

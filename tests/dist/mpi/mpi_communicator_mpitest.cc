@@ -455,13 +455,30 @@ namespace {
 // allreduce; then rank 1 fails by `mode` ("raise": announces its error and
 // exits 1, as a trainer does; "kill": SIGKILL; "stall": sleeps; "exit":
 // leaves main early) while the others call the next allreduce (3 s timeout),
-// print their error and announce it, as a trainer does.
+// print their error and announce it, as a trainer does. "raise-early": rank
+// 1 raises before it makes its communicator, while the others make theirs
+// (which is collective).
 int run_failure(const std::string& mode) {
   using namespace spire;
   if (mode == "trainer") return run_trainer_failure();
   if (mode.rfind("ps-", 0) == 0) return run_ps_failure(mode);
   using namespace spire::dist;
   MpiRuntime& rt = MpiRuntime::get();
+  if (mode == "raise-early") {
+    if (rt.rank() == 1) {
+      rt.announce_failure("the model raised: boom", 2.0);
+      return 1;
+    }
+    try {
+      MpiCommunicator comm(Device::cpu(), 3.0);
+      std::fprintf(stderr, "rank %d: no error\n", rt.rank());
+      return 0;
+    } catch (const Error& e) {
+      std::fprintf(stderr, "rank %d: spire::Error: %s\n", rt.rank(), e.what());
+      rt.announce_failure(e.what(), 2.0);
+      return 1;
+    }
+  }
   MpiCommunicator comm(Device::cpu(), 3.0);
   std::vector<Participant> p{{0, input(DType::F32, 1000, rt.rank()), Tensor(DType::F32, Shape{1000})}};
   comm.allreduce(call("good"), p, ReduceOp::kSum);

@@ -3,7 +3,8 @@
 tests/CMakeLists.txt): runs `spire_mpi_tests --spire-failure=MODE` under
 mpirun, where rank 1 raises (announcing its error), is SIGKILLed, stalls or
 exits early while the other ranks wait in an allreduce with a 3 s timeout
-(or, "trainer", a HorovodTrainer callback raises on rank 1; or, the
+(or, "raise-early", rank 1 raises before it makes its communicator while
+the others make theirs; or, "trainer", a HorovodTrainer callback raises on rank 1; or, the
 "ps-" modes, a DistributedTrainerParameterServer worker raises or is killed,
 or its server (rank 0) is killed), and checks that the whole job ends non-zero within a time bound, that every
 surviving rank's error names the failed rank, and that no process of the job is left
@@ -19,7 +20,7 @@ import subprocess
 import sys
 import time
 
-BOUND_S = {"raise": 10, "kill": 15, "kill-recovery": 20, "stall": 20, "exit": 20, "trainer": 20,
+BOUND_S = {"raise": 10, "raise-early": 10, "kill": 15, "kill-recovery": 20, "stall": 20, "exit": 20, "trainer": 20,
            "ps-raise-worker": 10, "ps-kill-worker": 20, "ps-kill-server": 20}
 # The parameter-server trainer's modes (DistributedTrainerParameterServer,
 # rank 0 the server): the rank that fails and what every other rank's error
@@ -39,7 +40,7 @@ def leftovers(tag):
 
 def main():
     mpiexec, binary, nranks = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    modes = sys.argv[4:] or ["raise", "kill", "kill-recovery", "stall", "exit", "trainer", *PS_MODES]
+    modes = sys.argv[4:] or ["raise", "raise-early", "kill", "kill-recovery", "stall", "exit", "trainer", *PS_MODES]
     failures = []
     for mode in modes:
         flag = f"--spire-failure={mode.replace('-recovery', '')}"
@@ -69,10 +70,10 @@ def main():
             problems.append("mpirun did not name rank 1")
         for r in survivors if mode != "kill" else []:
             lines = [l for l in out.splitlines() if l.startswith(f"rank {r}: spire::Error")]
-            want = ("rank 1 failed: " if mode in ("raise", "trainer") else "rank 1 did not arrive")
+            want = ("rank 1 failed: " if mode in ("raise", "raise-early", "trainer") else "rank 1 did not arrive")
             if ps_want:
                 want = ps_want
-            if mode == "raise":
+            if mode in ("raise", "raise-early"):
                 want += "the model raised: boom"
             if not any(want in l for l in lines):
                 problems.append(f"rank {r} did not report '{want}'")
