@@ -77,6 +77,14 @@ inline constexpr int kMaxCpuDevices = 256;
 /// (in_use, peak_in_use, num_allocs); all share one host cache of large
 /// blocks. Throws spire::Error for an index outside [0, kMaxCpuDevices).
 Allocator* cpu_allocator(int index = 0);
+/// Host memory outside every device's statistics (a communicator's
+/// scratch buffers), from the CPU allocators' host cache with their
+/// alignment and huge-page advice (blocks from 2 MiB; see allocator.cc).
+/// Never null for bytes > 0; throws spire::Error when out of memory.
+void* allocate_host(size_t bytes);
+/// Returns memory from allocate_host(bytes).
+void deallocate_host(void* ptr, size_t bytes);
+
 /// Frees the large host blocks the CPU allocator keeps for reuse.
 void cpu_empty_cache();
 /// Bytes currently held in the CPU allocator's cache.

@@ -16,6 +16,7 @@
 #include <optional>
 #include <thread>
 
+#include "core/allocator.h"
 #include "core/run_context.h"
 #include "dist/messenger.h"
 #include "dist/ring_device.h"
@@ -366,7 +367,8 @@ struct MpiCommunicator::Impl {
   MpiLinkModel model;  // measured at the first kAuto allreduce
   // Scratch buffers reused by every call (fresh ones cost page faults and
   // zeroing each call: hd 1.6x slower at 64 MiB); grown as needed.
-  std::shared_ptr<std::vector<char>> scratch[2];
+  std::shared_ptr<char> scratch[2];
+  size_t scratch_bytes[2] = {0, 0};
   MpiAlgorithm last_allreduce = MpiAlgorithm::kAuto;
   SegmentPlan segments;  // the pipelined algorithms' segment bytes (see plan_segments)
 };
@@ -694,9 +696,14 @@ namespace {
 char* scratch(MpiCommunicator::Impl& impl, CallWaits& waits, int slot, int64_t bytes) {
   auto& b = impl.scratch[slot];
   const size_t want = static_cast<size_t>(std::max<int64_t>(bytes, 1));
-  if (!b || b->size() < want) b = std::make_shared<std::vector<char>>(want);
+  if (!b || impl.scratch_bytes[slot] < want) {
+    // Host memory with the CPU allocator's huge-page advice (the transfers
+    // land here: see core/allocator.cc).
+    b = std::shared_ptr<char>(static_cast<char*>(allocate_host(want)), [want](char* p) { deallocate_host(p, want); });
+    impl.scratch_bytes[slot] = want;
+  }
   waits.keep(b);
-  return b->data();
+  return b.get();
 }
 
 // One pipelined step of the ring, halving-doubling and recursive

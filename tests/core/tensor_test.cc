@@ -1,5 +1,9 @@
 // Tensor, Shape, DType and allocator tests.
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
 
 #include "tests/support/op_test_util.h"
 
@@ -113,6 +117,56 @@ TEST(Allocator, LargeBlocksAreReusedAndReleased) {
   Tensor small(DType::F32, {16});       // small blocks bypass the cache
   cpu_empty_cache();
   EXPECT_EQ(cpu_cached_bytes(), 0u);
+}
+
+// The kernel's THP setting ("always [madvise] never" -> "madvise"), or "".
+std::string transparent_huge_pages_mode() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  if (!std::getline(f, line)) return "";
+  const size_t a = line.find('['), b = line.find(']');
+  return a == std::string::npos || b == std::string::npos ? "" : line.substr(a + 1, b - a - 1);
+}
+
+// The THPeligible field of the mapping in /proc/self/smaps that holds
+// `p` (-1: not found). A mapping's header line starts "lo-hi perms ...";
+// its fields follow, each "Name: value".
+int thp_eligible(const void* p) {
+  std::ifstream f("/proc/self/smaps");
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+  std::string line;
+  bool inside = false;
+  while (std::getline(f, line)) {
+    const std::string first = line.substr(0, line.find(' '));
+    if (!first.empty() && first.back() != ':') {
+      unsigned long lo = 0, hi = 0;
+      inside = std::sscanf(first.c_str(), "%lx-%lx", &lo, &hi) == 2 && at >= lo && at < hi;
+    } else if (inside && first == "THPeligible:") {
+      return std::atoi(line.c_str() + first.size());
+    }
+  }
+  return -1;
+}
+
+TEST(Allocator, LargeBlocksAreAdvisedForHugePages) {
+  // Blocks from 2 MiB are 2 MiB-aligned and advised (MADV_HUGEPAGE), so
+  // the kernel's default "madvise" policy backs them with huge pages.
+  void* big = allocate_host(size_t{8} << 20);
+  void* small = allocate_host(size_t{1} << 20);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(big) % (size_t{2} << 20), 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small) % kCpuAlignment, 0u);
+  const std::string mode = transparent_huge_pages_mode();
+  const char* env = std::getenv("SPIRE_CPU_HUGE_PAGES");
+  const bool off = env != nullptr && std::string(env) == "0";
+  if (mode == "madvise" && !off && thp_eligible(big) != -1) {
+    EXPECT_EQ(thp_eligible(big), 1) << "an 8 MiB block was not advised for huge pages";
+  }
+  deallocate_host(big, size_t{8} << 20);
+  deallocate_host(small, size_t{1} << 20);
+  cpu_empty_cache();
+  if (mode != "madvise" || off)
+    GTEST_SKIP() << "alignment checked; the advice is observable only under THP mode 'madvise' (here '" << mode
+                 << "') without SPIRE_CPU_HUGE_PAGES=0";
 }
 
 }  // namespace
