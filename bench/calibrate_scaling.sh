@@ -10,8 +10,8 @@
 # take under --min-seconds (up to 101: the few-ms sizes), each after an
 # untimed call of the same algorithm, each call's time the slowest rank's,
 # plus a memcpy row) to OUT/allreduce.csv, the whole sequence --runs times
-# (one run on a shared machine varies 10-15%: the median of 5 runs), each
-# launch between two probes of the machine's state (below); then
+# (one run on a shared machine varies 10-15%: the median of 5 runs), the
+# calls timed only while the VM's cores are near each other (below); then
 # bench/scaling_sim.py fit writes OUT/fit.txt and OUT/fit.json (constants per setting, predicted vs measured for every
 # configuration, runs pooled by median) and bench/plot_scaling.py the PNGs.
 # The ranks are bound to cores so that every run shares them alike (one
@@ -25,7 +25,8 @@
 # --wire, --inside).
 #
 # usage: bench/calibrate_scaling.sh [--build DIR] [--out DIR] [--reps N] [--min-seconds S] [--runs N]
-#                                   [--probe-slack 1.3 | --no-probes] [--quick]
+#                                   [--no-probes] [--quick]
+#   --no-probes: every round counts, near or far (--core-probe 0)
 #   --quick: fewer ranks and sizes, one run, no probes (a smoke run, not a calibration)
 # Needs root for the test hosts (skipped, saying so, without).
 set -euo pipefail
@@ -36,7 +37,6 @@ REPS=7
 MIN_SECONDS=0.3
 RUNS=5
 PROBES=1
-PROBE_SLACK=1.3
 QUICK=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -44,7 +44,6 @@ while [[ $# -gt 0 ]]; do
     --out) OUT=$2; shift 2 ;;
     --reps) REPS=$2; shift 2 ;;
     --min-seconds) MIN_SECONDS=$2; shift 2 ;;
-    --probe-slack) PROBE_SLACK=$2; shift 2 ;;
     --no-probes) PROBES=0; shift ;;
     --runs) RUNS=$2; shift 2 ;;
     --quick) QUICK=1; shift ;;
@@ -55,8 +54,8 @@ BENCH=$BUILD/bench/mpi_allreduce_bandwidth
 [[ -x $BENCH ]] || { echo "calibrate_scaling: $BENCH not built (configure with SPIRE_MPI on)" >&2; exit 1; }
 mkdir -p "$OUT"
 CSV=$OUT/allreduce.csv
-echo "setting,ranks,hosts,bytes,algorithm,seconds,best" > "$CSV"
-echo "setting,launch,when,probe_us,fastest_us,verdict" > "$OUT/probes.csv"
+echo "setting,ranks,hosts,bytes,algorithm,seconds,best,probe_ns,kept,rounds" > "$CSV"
+echo "setting,launch,attempt,fastest_probe_ns,rows,far_rows" > "$OUT/probes.csv"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 
 SHM_RANKS=(2 3 4 6 8)
@@ -65,31 +64,36 @@ MAX=64M
 SHAPED_MAX=16M
 if [[ $QUICK == 1 ]]; then SHM_RANKS=(2 4); TCP_NP=(2 4); MAX=4M; SHAPED_MAX=1M; REPS=3; MIN_SECONDS=0; RUNS=1; PROBES=0; fi
 
-# The machine's state. This VM's speed at moving data between its cores
-# changes for minutes at a time: every shared-memory configuration, 2 ranks
-# included, took 1.6-1.8x as long at 1 MiB in some runs as in the others
-# (a single rank's memcpy did not), which no model of the configuration
-# can follow. So a probe (2 ranks, shared memory, 1 MiB: Spire's time in
-# us) runs before and after every launch: before, until it is within
-# --probe-slack of the fastest probe so far (every 15 s, at most 8 times,
-# then on regardless, logged); after, a slower probe has the launch
-# measured again (at most twice). Every probe goes to OUT/probes.csv
-# (setting, launch, when, us, fastest so far, verdict).
-PROBE_MIN=0
-probe() {
-  mpirun -np 2 --map-by core --bind-to core:overload-allowed "$BENCH" --min 1M --max 1M --reps 7 \
-    --min-seconds "$MIN_SECONDS" --warm 1 2>/dev/null | awk '$2 == "MiB" { print $3 }'
+# The machine's state. The host moves this VM's two vCPUs between its
+# cores: for seconds at a time they are near each other (a cache line's
+# round trip ~60-80 ns) or far apart (~300 ns), and every byte between
+# ranks on different cores then costs 2-3x as much (2 ranks, 1 MiB: 155
+# vs 450 us). The benchmark probes it around every round of calls and
+# counts only the rounds between near probes (CoreProbe in
+# mpi_allreduce_bandwidth.cc); what "near" is comes from here: the fastest
+# probe of 8 short 2-rank runs 3 s apart, then of every launch (each gets
+# --near-ns 2x that). A launch with a row where no round was near (kept 0
+# in its CSV: far for 4x --reps rounds) is measured again after 15 s, at
+# most twice; every row that was near stays, and the fit drops the others.
+# OUT/probes.csv: setting, launch, attempt, fastest probe (ns), rows, far rows.
+NEAR_NS=0
+fastest_probe() {  # fastest_probe CSV -> the fastest probe of its rows that counted
+  awk -F, 'NR > 1 && $9 > 0 && $8 > 0 { if (m == "" || $8 < m) m = $8 } END { print m }' "$1"
 }
-probe_log() {  # probe_log SETTING LAUNCH WHEN -> 0 when the machine is as fast as it was (prints nothing)
-  local t
-  t=$(probe)
-  [[ -n $t ]] || { echo "calibrate_scaling: the probe failed" >&2; exit 1; }
-  if [[ $PROBE_MIN == 0 ]] || awk -v t="$t" -v m="$PROBE_MIN" 'BEGIN { exit !(t < m) }'; then PROBE_MIN=$t; fi
-  local ok=1
-  awk -v t="$t" -v m="$PROBE_MIN" -v k="$PROBE_SLACK" 'BEGIN { exit !(t <= k * m) }' || ok=0
-  echo "$1,$2,$3,$t,$PROBE_MIN,$([[ $ok == 1 ]] && echo normal || echo slow)" >> "$OUT/probes.csv"
-  [[ $ok == 1 ]]
+note_probe() {
+  [[ -n $1 ]] || return 0
+  if [[ $NEAR_NS == 0 ]] || awk -v t="$1" -v m="$NEAR_NS" 'BEGIN { exit !(t < m) }'; then NEAR_NS=$1; fi
 }
+if [[ $PROBES == 1 ]]; then
+  for (( i = 0; i < 8; ++i )); do
+    rm -f "$OUT/launch.csv"
+    mpirun -np 2 --map-by core --bind-to core:overload-allowed "$BENCH" --min 4K --max 4K --reps 20 \
+      --csv "$OUT/launch.csv" >/dev/null 2>&1 || { echo "calibrate_scaling: the reference probe failed" >&2; exit 1; }
+    note_probe "$(fastest_probe "$OUT/launch.csv")"
+    sleep 3
+  done
+  echo "calibrate_scaling: near cores: a round trip of $NEAR_NS ns" >&2
+fi
 
 LAUNCH=0
 run() {  # run SETTING MAX LAUNCHER...
@@ -97,23 +101,23 @@ run() {  # run SETTING MAX LAUNCHER...
   shift 2
   LAUNCH=$((LAUNCH + 1))
   for (( attempt = 1; ; ++attempt )); do
-    if [[ $PROBES == 1 ]]; then
-      for (( wait = 0; wait < 8; ++wait )); do
-        probe_log "$setting" "$LAUNCH" before && break
-        echo "calibrate_scaling: the machine is slow (probe over $PROBE_SLACK x $PROBE_MIN us); waiting 15 s" >&2
-        sleep 15
-      done
-    fi
     echo "== $setting: $*" >&2
     rm -f "$OUT/launch.csv"
+    local near=()
+    if [[ $PROBES == 1 ]]; then near=(--near-ns "$(awk -v m="$NEAR_NS" 'BEGIN { print 2 * m }')"); else near=(--core-probe 0); fi
     "$@" "$BENCH" --min 64K --max "$max" --reps "$REPS" --min-seconds "$MIN_SECONDS" --warm 1 --csv "$OUT/launch.csv" \
-      --setting "$setting" | grep -v '^\[' >&2
-    if [[ $PROBES == 1 ]] && ! probe_log "$setting" "$LAUNCH" after && (( attempt < 3 )); then
-      echo "calibrate_scaling: the machine slowed during the launch; measuring it again" >&2
-      continue
-    fi
+      --setting "$setting" "${near[@]}" | grep -v '^\[' >&2
     tail -n +2 "$OUT/launch.csv" >> "$CSV"
-    break
+    [[ $PROBES == 1 ]] || break
+    local p far rows
+    p=$(fastest_probe "$OUT/launch.csv")
+    note_probe "$p"
+    rows=$(awk -F, 'NR > 1 && $5 != "memcpy"' "$OUT/launch.csv" | wc -l)
+    far=$(awk -F, 'NR > 1 && $5 != "memcpy" && $9 == 0' "$OUT/launch.csv" | wc -l)
+    echo "$setting,$LAUNCH,$attempt,${p:-none},$rows,$far" >> "$OUT/probes.csv"
+    (( far > 0 && attempt < 3 )) || break
+    echo "calibrate_scaling: $far rows found the cores far apart throughout; measuring the launch again in 15 s" >&2
+    sleep 15
   done
 }
 

@@ -367,16 +367,22 @@ def ring_crossover(c, lo=1 << 10, hi=1 << 34, algorithms=ALGORITHMS):
 
 # ---- Calibration -----------------------------------------------------------------
 
-def read_rows(paths):
+def read_rows(paths, far=None):
     """Rows of bench/mpi_allreduce_bandwidth --csv: setting, ranks, hosts,
-    bytes, algorithm, seconds (median)."""
+    bytes, algorithm, seconds (median). A row whose `kept` column is 0 was
+    timed while the machine's cores were far apart throughout (the
+    benchmark's core probe): left out, and appended to `far` if given."""
     rows = []
     for path in paths:
         with open(path, newline="") as f:
             for r in csv.DictReader(f):
-                rows.append({"setting": r["setting"], "ranks": int(r["ranks"]), "hosts": int(r["hosts"]),
-                             "bytes": int(r["bytes"]), "algorithm": r["algorithm"],
-                             "seconds": float(r["seconds"])})
+                row = {"setting": r["setting"], "ranks": int(r["ranks"]), "hosts": int(r["hosts"]),
+                       "bytes": int(r["bytes"]), "algorithm": r["algorithm"], "seconds": float(r["seconds"])}
+                if r.get("kept") not in (None, "") and int(r["kept"]) == 0:
+                    if far is not None:
+                        far.append(row)
+                    continue
+                rows.append(row)
     return rows
 
 
@@ -694,7 +700,10 @@ def cmd_allreduce(args):
 
 
 def cmd_fit(args):
-    rows = read_rows(args.csv)
+    far = []
+    rows = read_rows(args.csv, far)
+    if far:
+        print(f"left out: {len(far)} rows timed while the cores were far apart throughout (kept 0)")
     result = fit_report(rows, parse_size(args.min_bytes), cores=args.cores,
                         sizes=tuple(parse_size(x) for x in args.sizes.split(",") if x),
                         wire=tuple(w for w in args.wire.split(",") if w), inside=args.inside)

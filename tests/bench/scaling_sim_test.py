@@ -11,6 +11,7 @@ recursive doubling matches the closed form."""
 import math
 import os
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
@@ -234,6 +235,25 @@ class Fit(unittest.TestCase):
         self.assertEqual(len(pooled), 1)
         self.assertEqual(pooled[0]["seconds"], 2.5)
         self.assertEqual(pooled[0]["runs"], 4)
+
+    def test_rows_timed_with_the_cores_far_apart_are_left_out(self):
+        # kept 0: no round of the row was between near core probes. Older
+        # CSVs without the column keep every row.
+        with tempfile.TemporaryDirectory() as d:
+            new, old = os.path.join(d, "new.csv"), os.path.join(d, "old.csv")
+            with open(new, "w") as f:
+                f.write("setting,ranks,hosts,bytes,algorithm,seconds,best,probe_ns,kept,rounds\n"
+                        "shm,2,1,1048576,ring,0.000155,0.00015,75,22,22\n"
+                        "shm,2,1,1048576,ring,0.000450,0.00044,290,0,28\n"
+                        "shm,2,1,1048576,hd,0.000160,0.00015,75,3,28\n")
+            with open(old, "w") as f:
+                f.write("setting,ranks,hosts,bytes,algorithm,seconds,best\n"
+                        "tcp,2,2,1048576,ring,0.0003,0.00029\n")
+            far = []
+            rows = sim.read_rows([new, old], far)
+            self.assertEqual([(r["setting"], r["algorithm"], r["seconds"]) for r in rows],
+                             [("shm", "ring", 0.000155), ("shm", "hd", 0.000160), ("tcp", "ring", 0.0003)])
+            self.assertEqual([r["seconds"] for r in far], [0.000450])
 
     def test_constants_stay_non_negative(self):
         # Times that fall with size would need a negative beta: it is held at 0.
