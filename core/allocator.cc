@@ -50,8 +50,12 @@ class HostMemory {
       }
     }
     const bool huge = rounded >= kHugeMin && huge_pages_;
-    void* p = std::aligned_alloc(huge ? kHugeMin : kCpuAlignment, rounded);
-    if (!p) throw_error("CPU allocator: out of memory allocating ", bytes, " bytes");
+    // posix_memalign, not aligned_alloc: C11 asks aligned_alloc for a size
+    // that is a multiple of the alignment (AddressSanitizer enforces it), and
+    // a 2 MiB-aligned block here is only rounded to 4 KiB.
+    void* p = nullptr;
+    if (posix_memalign(&p, huge ? kHugeMin : kCpuAlignment, rounded) != 0 || !p)
+      throw_error("CPU allocator: out of memory allocating ", bytes, " bytes");
 #if defined(MADV_HUGEPAGE)
     // Advice only: where the kernel has no huge pages to give, 4 KiB pages serve.
     if (huge) madvise(p, rounded / 4096 * 4096, MADV_HUGEPAGE);
