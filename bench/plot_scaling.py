@@ -13,7 +13,9 @@
   shared-memory constants (--fit);
 - predicted_vs_measured.png: every fitted configuration's predicted and
   measured time from 1 MiB (--fit; runs pooled by median), the 15% band
-  drawn.
+  drawn;
+- busbw.md: the bus bandwidth table of bench/README.md (runs pooled by
+  median).
 
 usage: bench/plot_scaling.py --csv FILE [--fit fit.json] [--measured 2=0.96 ...] [--out DIR]
 """
@@ -87,6 +89,38 @@ def plot_busbw(plt, rows, out):
     for ax in [a for row in axes for a in row][len(panels):]:
         ax.axis("off")
     return save(plt, fig, out, "allreduce_busbw.png")
+
+
+def busbw_table(rows, out, sizes=(1 << 20, 4 << 20, 16 << 20, 64 << 20), ranks=(2, 4)):
+    """Writes OUT/busbw.md: the bus bandwidth (GB/s) of every algorithm and
+    the memcpy ceiling (GB/s of one copy) per setting, rank count and size,
+    the runs pooled by median (the table bench/README.md shows)."""
+    rows = sim.pool_rows(rows)
+    cols = [("auto", "Spire auto"), ("ring", "Spire ring"), ("rd", "Spire rec-dbl"), ("hd", "Spire halv-dbl"),
+            ("mpi", "MPI_Allreduce"), ("memcpy", "memcpy")]
+    t = {(r["setting"], r["ranks"], r["bytes"], r["algorithm"]): r["seconds"] for r in rows}
+    lines = ["| setting | ranks | size | " + " | ".join(name for _, name in cols) + " |",
+             "| --- | --- | --- | " + " | ".join("---" for _ in cols) + " |"]
+    settings = sorted({r["setting"] for r in rows}, key=lambda x: (x != "shm", x != "tcp", x))
+    for setting in settings:
+        for p in ranks:
+            for n in sizes:
+                if (setting, p, n, "ring") not in t:
+                    continue
+                cells = []
+                for algo, _ in cols:
+                    sec = t.get((setting, p, n, algo))
+                    if sec is None:
+                        cells.append("")
+                    elif algo == "memcpy":
+                        cells.append(f"{n / sec / 1e9:.2f}")
+                    else:
+                        cells.append(f"{sim.bus_bandwidth(p, n, sec) / 1e9:.2f}")
+                lines.append(f"| {setting} | {p} | {sim.human(n)} | " + " | ".join(cells) + " |")
+    path = os.path.join(out, "busbw.md")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
 
 
 def plot_efficiency(plt, fit, measured, out):
@@ -170,7 +204,8 @@ def main(argv=None):
         measured[int(r)] = float(e)
     plt = pyplot()
     os.makedirs(args.out, exist_ok=True)
-    paths = [plot_busbw(plt, rows, args.out), plot_efficiency(plt, fit, measured, args.out)]
+    paths = [plot_busbw(plt, rows, args.out), plot_efficiency(plt, fit, measured, args.out),
+             busbw_table(rows, args.out)]
     if fit:
         paths.append(plot_fit(plt, rows, fit, args.out))
     for p in paths:

@@ -399,7 +399,7 @@ def pool_rows(rows):
         mid = len(ts) // 2
         med = ts[mid] if len(ts) % 2 else (ts[mid - 1] + ts[mid]) / 2
         out.append({"setting": setting, "ranks": ranks, "hosts": hosts, "bytes": n, "algorithm": algo,
-                    "seconds": med, "runs": len(ts)})
+                    "seconds": med, "runs": len(ts), "fastest": ts[0], "slowest": ts[-1]})
     return out
 
 
@@ -593,22 +593,29 @@ def fit_report(rows, min_bytes=1 << 20, out=sys.stdout, cores=0, sizes=(), wire=
                      ("each host on one" if placement == "host" else "bound round-robin") +
                      (" (not the wire's time)" if k.get("wire") else ""))
         print(line, file=out)
-        print(f"  {'ranks':>5} {'hosts':>5} {'algorithm':>9} {'size':>10} {'measured':>12} {'predicted':>12} {'error':>7}",
-              file=out)
+        print(f"  {'ranks':>5} {'hosts':>5} {'algorithm':>9} {'size':>10} {'measured':>12} {'predicted':>12} {'error':>7}"
+              f"  {'runs':>4} {'fastest / slowest run':>21}", file=out)
         errs = []
+        spread = 0  # rows from min_bytes whose runs reach beyond 15% of their median
         for r in sorted(mine, key=lambda r: (r["ranks"], r["algorithm"], r["bytes"])):
             pred = predict_row(k, r)
             err = (pred - r["seconds"]) / r["seconds"]
+            runs = ""
+            if "fastest" in r:
+                lo, hi = r["fastest"] / r["seconds"] - 1, r["slowest"] / r["seconds"] - 1
+                runs = f"  {r['runs']:>4} {lo * 100:>9.1f}% / {hi * 100:>+6.1f}%"
+                if r["bytes"] >= min_bytes and max(-lo, hi) > 0.15:
+                    spread += 1
             if r["bytes"] >= min_bytes:
                 errs.append(abs(err))
             print(f"  {r['ranks']:>5} {r['hosts']:>5} {r['algorithm']:>9} {r['bytes']:>10} "
-                  f"{r['seconds'] * 1e6:>10.1f}us {pred * 1e6:>10.1f}us {err * 100:>6.1f}%", file=out)
+                  f"{r['seconds'] * 1e6:>10.1f}us {pred * 1e6:>10.1f}us {err * 100:>6.1f}%{runs}", file=out)
         errs.sort()
         worst = errs[-1] if errs else 0.0
         median = errs[len(errs) // 2] if errs else 0.0
         within = sum(e <= 0.15 for e in errs)
         print(f"  from {human(min_bytes)}: {within} of {len(errs)} within 15%, median error {median * 100:.1f}%, "
-              f"worst {worst * 100:.1f}%", file=out)
+              f"worst {worst * 100:.1f}%; {spread} rows with a run beyond 15% of their median", file=out)
         result[setting] = (k, worst, median, within, len(errs))
     return result
 

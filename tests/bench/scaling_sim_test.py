@@ -235,6 +235,21 @@ class Fit(unittest.TestCase):
         self.assertEqual(len(pooled), 1)
         self.assertEqual(pooled[0]["seconds"], 2.5)
         self.assertEqual(pooled[0]["runs"], 4)
+        self.assertEqual((pooled[0]["fastest"], pooled[0]["slowest"]), (1.0, 10.0))
+
+    def test_busbw_table_from_pooled_runs(self):
+        # busbw = n/t x 2(p-1)/p for the allreduces, n/t for memcpy.
+        import plot_scaling
+        mib = 1 << 20
+        rows = [{"setting": "shm", "ranks": 4, "hosts": 1, "bytes": mib, "algorithm": a, "seconds": t}
+                for a, t in (("ring", 1e-3), ("ring", 3e-3), ("ring", 2e-3), ("mpi", 1.5e-3),
+                             ("memcpy", 1e-4))]
+        with tempfile.TemporaryDirectory() as d:
+            with open(plot_scaling.busbw_table(rows, d)) as f:
+                lines = f.read().splitlines()
+        self.assertEqual(len(lines), 3)
+        self.assertEqual(lines[2], f"| shm | 4 | 1 MiB |  | {mib / 2e-3 * 1.5 / 1e9:.2f} |  |  | "
+                                   f"{mib / 1.5e-3 * 1.5 / 1e9:.2f} | {mib / 1e-4 / 1e9:.2f} |")
 
     def test_rows_timed_with_the_cores_far_apart_are_left_out(self):
         # kept 0: no round of the row was between near core probes. Older
