@@ -379,25 +379,41 @@ using Clock = std::chrono::steady_clock;
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+void keep_forever(std::vector<char>&& b);
+
 // A duplicate of MPI_COMM_WORLD for `who` (a communicator or messenger of
 // its own: no message of others can match its calls). The duplicate is
 // collective, so it is polled: a rank that never comes (it failed before
 // making its own, stalled, or does not make one) ends the wait after
 // `timeout_seconds` with an error, and a failure another rank announces
 // ends it at once, naming that rank; a blocking MPI_Comm_dup would wait
-// forever. (On an error the pending duplicate is left to MPI: the process
-// is failing.)
+// forever. On an error the pending duplicate is left to MPI, with the
+// handle it may still write kept alive for the rest of the process (MPI
+// cannot withdraw it); MPI_COMM_WORLD's collectives are then out of step
+// with a late rank's, so the job should end, as the error says.
 MPI_Comm duplicate_world(double timeout_seconds, const std::string& who) {
   MpiRuntime& rt = MpiRuntime::get();
-  MPI_Comm comm = MPI_COMM_NULL;
+  // The handle's storage: a heap buffer that keep_forever() takes on an error.
+  std::vector<char> storage(sizeof(MPI_Comm));
+  MPI_Comm* comm = new (storage.data()) MPI_Comm(MPI_COMM_NULL);
+  struct Abandon {
+    std::vector<char>& storage;
+    bool pending = true;
+    ~Abandon() {
+      if (pending) keep_forever(std::move(storage));
+    }
+  } abandon_on_error{storage};
   MPI_Request req;
-  check_mpi(MPI_Comm_idup(MPI_COMM_WORLD, &comm, &req), "MPI_Comm_idup");
+  check_mpi(MPI_Comm_idup(MPI_COMM_WORLD, comm, &req), "MPI_Comm_idup");
   const Clock::time_point deadline =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds));
   for (int polls = 0;; ++polls) {
     int done = 0;
     check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
-    if (done) return comm;
+    if (done) {
+      abandon_on_error.pending = false;
+      return *comm;
+    }
     if (polls % 64 == 0) {
       const std::string failure = rt.peer_failure();
       if (!failure.empty())
