@@ -54,7 +54,7 @@ BENCH=$BUILD/bench/mpi_allreduce_bandwidth
 [[ -x $BENCH ]] || { echo "calibrate_scaling: $BENCH not built (configure with SPIRE_MPI on)" >&2; exit 1; }
 mkdir -p "$OUT"
 CSV=$OUT/allreduce.csv
-echo "setting,ranks,hosts,bytes,algorithm,seconds,best,probe_ns,kept,rounds" > "$CSV"
+echo "setting,ranks,hosts,bytes,algorithm,seconds,best,probe_ns,kept,rounds,alu_us" > "$CSV"
 echo "setting,launch,attempt,fastest_probe_ns,rows,far_rows" > "$OUT/probes.csv"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -71,7 +72,8 @@ std::string human(int64_t bytes) {
 // no near probe to compare with: --near-ns gives it the machine's (the
 // calibration measures it first), and rows where no round counted say
 // so (kept 0). Off (every round counts) when the ranks are not each bound
-// to one CPU, or all on one. Each probe also times a fixed loop on both
+// to one CPU, or all on one, or where the partner cannot open rank 0's
+// shared memory (another machine). Each probe also times a fixed loop on both
 // ranks (alu_us: a diagnostic of the cores' speed, not a filter).
 class CoreProbe {
  public:
@@ -92,22 +94,51 @@ class CoreProbe {
     sum(mine, all);
     const double* a = all.data<double>();
     const int cpu0 = static_cast<int>(a[0]) - 1;
+    // The partner shares rank 0's host where one can (the probe's memory is
+    // that host's); else a rank on another "host" is tried, which works
+    // only where the hosts share the machine (the test hosts: network
+    // namespaces); on a real one it cannot open the memory, and the probe
+    // is off (below).
+    const std::vector<int>& host = rt.hosts();
+    const auto other_core = [&](int r) { return cpu0 >= 0 && a[r] >= 1 && static_cast<int>(a[r]) - 1 != cpu0; };
     for (int r = 1; r < n && partner_ < 0; ++r)
-      if (cpu0 >= 0 && a[r] >= 1 && static_cast<int>(a[r]) - 1 != cpu0) partner_ = r;
+      if (other_core(r) && (host.size() != static_cast<size_t>(n) || host[r] == host[0])) partner_ = r;
+    for (int r = 1; r < n && partner_ < 0; ++r)
+      if (other_core(r)) partner_ = r;
     if (!wanted) partner_ = -1;
     if (partner_ < 0) return;
     name_ = "/spire-core-probe-" + std::to_string(static_cast<long long>(a[n]));
     role_ = me == 0 ? 1 : me == partner_ ? 2 : 0;
-    // Rank 0 makes the segment, the partner opens it, rank 0 unlinks it
-    // once it is open (a success flag is summed so that every rank learns
-    // of a failure at once, instead of one rank throwing alone).
+    // Rank 0 makes the segment (a leftover of the same name, from a run
+    // that died before unlinking it, is removed first), the partner opens
+    // it, rank 0 unlinks it once it is open or anything failed. A success
+    // flag is summed so that every rank learns of a failure at once; where
+    // the partner cannot open it, the probe is off (every round counts).
+    struct Unlink {
+      const std::string* name = nullptr;
+      ~Unlink() {
+        if (name) shm_unlink(name->c_str());
+      }
+    } unlink_at_end;
     double ok = 1.0;
-    if (role_ == 1) ok = open_segment(O_CREAT | O_EXCL | O_RDWR) ? 1.0 : 0.0;
+    if (role_ == 1) {
+      bool made = open_segment(O_CREAT | O_EXCL | O_RDWR);
+      if (!made && errno == EEXIST) {
+        shm_unlink(name_.c_str());
+        made = open_segment(O_CREAT | O_EXCL | O_RDWR);
+      }
+      if (made) unlink_at_end.name = &name_;
+      ok = made ? 1.0 : 0.0;
+    }
     if (agreed_failures(ok)) throw_error("core probe: rank 0 cannot make shared memory '", name_, "'");
     if (role_ == 2) ok = open_segment(O_RDWR) ? 1.0 : 0.0;
-    const bool failed = agreed_failures(ok);
-    if (role_ == 1) shm_unlink(name_.c_str());
-    if (failed) throw_error("core probe: rank ", partner_, " cannot open shared memory '", name_, "'");
+    if (agreed_failures(ok)) {
+      if (role_ == 1)
+        std::fprintf(stderr, "core probe off: rank %d cannot open rank 0's shared memory '%s'\n", partner_,
+                     name_.c_str());
+      partner_ = -1;
+      role_ = 0;
+    }
   }
   CoreProbe(const CoreProbe&) = delete;
   CoreProbe& operator=(const CoreProbe&) = delete;
