@@ -30,15 +30,13 @@ status=0
 # gets its whole ${seconds}s of a core, in half the wall time of one by one.
 run_target() {
   local target=$1 work=build-fuzz/corpus/$1
-  rm -rf "$work" && mkdir -p "$work"
-  cp "$seeds/$target"/* "$work"/
   build-fuzz/fuzz/${target}_fuzzer "$work" -max_total_time="$seconds" -rss_limit_mb=2048 \
     -timeout=10 -print_final_stats=1 -artifact_prefix="build-fuzz/findings/${target}-" \
     >build-fuzz/$target.log 2>&1
 }
 report() {
   local target=$1 rc=$2
-  echo "== fuzz $target for ${seconds}s from $(ls "build-fuzz/corpus/$target" | wc -l) seeds"
+  echo "== fuzz $target: ${seconds}s"
   if [ "$rc" -ne 0 ]; then
     echo "fuzz: $target FOUND A PROBLEM:"
     tail -40 build-fuzz/$target.log
@@ -50,6 +48,11 @@ report() {
 }
 for pair in "graph_json safetensors" "checkpoint_index dataset"; do
   set -- $pair
+  for target in "$1" "$2"; do
+    rm -rf "build-fuzz/corpus/$target" && mkdir -p "build-fuzz/corpus/$target"
+    cp "$seeds/$target"/* "build-fuzz/corpus/$target"/
+    echo "== fuzz $target for ${seconds}s from $(ls "build-fuzz/corpus/$target" | wc -l) seeds"
+  done
   run_target "$1" & first=$!
   run_target "$2" & second=$!
   rc1=0; wait "$first" || rc1=$?
