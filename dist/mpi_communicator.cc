@@ -13,8 +13,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include "core/allocator.h"
 #include "core/run_context.h"
@@ -996,12 +998,28 @@ void MpiCommunicator::measure_links(void* waits_ptr) {
   MPI_Comm comm = impl_->comm;
   // Rank 0 and the last rank ping-pong 8-byte and 1 MiB messages; rank 0 fits
   // alpha (half the small round trip) and beta (the large one's extra time
-  // per byte) and sends both to every rank.
+  // per byte) and sends both to every rank. Where the ranks span hosts, the
+  // partner is the last rank on another host than rank 0 (the last rank
+  // when ranks are placed host by host: the links that bound a ring across
+  // hosts), and rank 0 also measures the link inside its host with the
+  // first rank that shares it, if any.
+  const std::vector<int>& host_of = MpiRuntime::get().hosts();
+  int cross = -1, mate = -1;
+  if (host_of.size() == static_cast<size_t>(n)) {
+    for (int r = n - 1; r > 0 && cross < 0; --r)
+      if (host_of[static_cast<size_t>(r)] != host_of[0]) cross = r;
+    for (int r = 1; r < n && cross >= 0 && mate < 0; ++r)
+      if (host_of[static_cast<size_t>(r)] == host_of[0]) mate = r;
+  }
+  const int last = cross >= 0 ? cross : n - 1;
   constexpr int kSmallTrips = 50, kLargeTrips = 6;
   constexpr int64_t kLarge = 1 << 20;
   auto buffer = std::make_shared<std::vector<char>>(static_cast<size_t>(kLarge));
   waits.keep(buffer);
-  auto result = std::make_shared<std::array<double, 4>>();  // alpha, beta, gamma, step
+  // alpha, beta, gamma, step, host alpha, host beta
+  constexpr int kResults = 6;
+  auto result = std::make_shared<std::array<double, kResults>>();
+  result->fill(0.0);
   waits.keep(result);
   auto exchange = [&](int peer, bool first, int64_t bytes) {
     MPI_Request req;
@@ -1033,19 +1051,17 @@ void MpiCommunicator::measure_links(void* waits_ptr) {
     }
     return best;
   };
-  // Ranks 0 and n-1: with ranks placed host by host, the last rank is on
-  // another host than rank 0 whenever there are several (the links that
-  // bound a ring across hosts).
-  const int last = n - 1;
-  if (me == 0 || me == last) {
-    const int peer = me == 0 ? last : 0;
+  // One link's alpha and beta from ping-pongs between rank 0 and `peer`.
+  auto measure = [&](int peer, double* alpha, double* beta) {
     const double small = trips(peer, me == 0, 8, kSmallTrips);
     const double large = trips(peer, me == 0, kLarge, kLargeTrips);
-    (*result)[0] = std::max(small, 1e-7);
+    *alpha = std::max(small, 1e-7);
     // (A large message no slower than twice a small one: noise; take it all as bandwidth.)
-    const double transfer = large > 2 * (*result)[0] ? large - (*result)[0] : large;
-    (*result)[1] = std::max(transfer / static_cast<double>(kLarge), 1e-13);
-  }
+    const double transfer = large > 2 * *alpha ? large - *alpha : large;
+    *beta = std::max(transfer / static_cast<double>(kLarge), 1e-13);
+  };
+  if (me == 0 || me == last) measure(me == 0 ? last : 0, &(*result)[0], &(*result)[1]);
+  if (mate > 0 && (me == 0 || me == mate)) measure(me == 0 ? mate : 0, &(*result)[4], &(*result)[5]);
   if (me == 0) {
     // gamma: this rank's f32 sum of 1 MiB (the best of 5).
     std::unique_ptr<RingDevice> dev = make_ring_device(Device::cpu(), 0);
@@ -1090,12 +1106,13 @@ void MpiCommunicator::measure_links(void* waits_ptr) {
   if (me == 0) {
     std::vector<MPI_Request> sends(static_cast<size_t>(n), MPI_REQUEST_NULL);
     for (int r = 1; r < n; ++r)
-      check_mpi(MPI_Isend(result->data(), 4, MPI_DOUBLE, r, kTagCalibrate + 1, comm, &sends[static_cast<size_t>(r)]),
+      check_mpi(MPI_Isend(result->data(), kResults, MPI_DOUBLE, r, kTagCalibrate + 1, comm,
+                          &sends[static_cast<size_t>(r)]),
                 "MPI_Isend");
     for (int r = 1; r < n; ++r) waits.wait(sends[static_cast<size_t>(r)], str_cat("rank ", r, " to take the link model"));
   } else {
     MPI_Request req;
-    check_mpi(MPI_Irecv(result->data(), 4, MPI_DOUBLE, 0, kTagCalibrate + 1, comm, &req), "MPI_Irecv");
+    check_mpi(MPI_Irecv(result->data(), kResults, MPI_DOUBLE, 0, kTagCalibrate + 1, comm, &req), "MPI_Irecv");
     waits.wait(req, "rank 0's link model");
   }
   impl_->model.link_alpha = (*result)[0];
@@ -1103,13 +1120,21 @@ void MpiCommunicator::measure_links(void* waits_ptr) {
   impl_->model.alpha = std::max((*result)[0], (*result)[3]);
   impl_->model.beta = (*result)[1];
   impl_->model.gamma = (*result)[2];
+  if (mate > 0) {
+    impl_->model.host_alpha = std::max((*result)[4], (*result)[3]);
+    impl_->model.host_beta = (*result)[5];
+  }
+  if (cross >= 0) impl_->model.host_of = host_of;
   impl_->model.measured = true;
   if (me == 0)
     logger::info("MPI links (ranks 0-", last, "): alpha ", impl_->model.alpha * 1e6, " us (ping-pong ",
                  impl_->model.link_alpha * 1e6, " us, a collective's step ", impl_->model.step_alpha * 1e6,
                  " us), beta ",
-                 1e-9 / impl_->model.beta, " GB/s, reduction ", 1e-9 / impl_->model.gamma,
-                 " GB/s; chooses ",
+                 1e-9 / impl_->model.beta, " GB/s",
+                 mate > 0 ? str_cat("; inside a host (ranks 0-", mate, "): alpha ", impl_->model.host_alpha * 1e6,
+                                    " us, beta ", 1e-9 / impl_->model.host_beta, " GB/s")
+                          : std::string(),
+                 ", reduction ", 1e-9 / impl_->model.gamma, " GB/s; chooses ",
                  [&] {
                    std::string out;
                    MpiAlgorithm prev = MpiAlgorithm::kAuto;
@@ -1323,30 +1348,92 @@ const char* mpi_algorithm_name(MpiAlgorithm a) {
   return "?";
 }
 
+namespace {
+// The steps of MpiLinkModel's algorithms on its links: a step's time is
+// its slowest message's, a message inside a host takes the host's link, one
+// between hosts the link between them, scaled by the messages leaving its
+// host in the same step (they share the host's link).
+class StepModel {
+ public:
+  StepModel(const MpiLinkModel& m, int n) : m_(m) {
+    SPIRE_CHECK(m.host_of.empty() || m.host_of.size() == static_cast<size_t>(n), "MpiLinkModel: host_of has ",
+                m.host_of.size(), " ranks, the allreduce ", n);
+  }
+  // Every (from, to) of `flows` sends `bytes` at once.
+  double step(const std::vector<std::pair<int, int>>& flows, double bytes) const {
+    std::map<int, int> leaving;  // host -> its messages to other hosts
+    for (const auto& [a, b] : flows)
+      if (crosses(a, b)) ++leaving[host(a)];
+    double worst = 0;
+    for (const auto& [a, b] : flows) {
+      const bool inside = !m_.host_of.empty() && !crosses(a, b) && m_.host_beta > 0;
+      const double alpha = inside ? m_.host_alpha : m_.alpha, beta = inside ? m_.host_beta : m_.beta;
+      worst = std::max(worst, alpha + bytes * beta * (crosses(a, b) ? leaving[host(a)] : 1));
+    }
+    return worst;
+  }
+  // Ranks beyond the largest power of two p <= n fold into a partner (2i+1
+  // into 2i) and get the result back: the ranks that take part (real ranks
+  // in the algorithm's order) and the fold's time (2 messages of the whole
+  // buffer and one reduction).
+  std::pair<std::vector<int>, double> fold(int n, double bytes) const {
+    int p = 1;
+    while (p * 2 <= n) p *= 2;
+    const int extra = n - p;
+    std::vector<int> ranks;
+    for (int v = 0; v < p; ++v) ranks.push_back(v < extra ? 2 * v : v + extra);
+    if (extra == 0) return {ranks, 0.0};
+    std::vector<std::pair<int, int>> in, back;
+    for (int i = 0; i < extra; ++i) in.emplace_back(2 * i + 1, 2 * i), back.emplace_back(2 * i, 2 * i + 1);
+    return {ranks, step(in, bytes) + step(back, bytes) + bytes * m_.gamma};
+  }
+  // The pairwise exchange at distance d among `ranks`.
+  double exchange(const std::vector<int>& ranks, int d, double bytes) const {
+    std::vector<std::pair<int, int>> flows;
+    for (size_t i = 0; i < ranks.size(); ++i) flows.emplace_back(ranks[i], ranks[i ^ static_cast<size_t>(d)]);
+    return step(flows, bytes);
+  }
+
+ private:
+  int host(int r) const { return m_.host_of.empty() ? 0 : m_.host_of[static_cast<size_t>(r)]; }
+  bool crosses(int a, int b) const { return host(a) != host(b); }
+  const MpiLinkModel& m_;
+};
+}  // namespace
+
 double MpiLinkModel::ring_allreduce_seconds(int n, int64_t bytes) const {
   // (The ring's reductions overlap the next segment's transfer: no gamma term.)
-  const double m = static_cast<double>(bytes);
-  return 2.0 * (n - 1) * (alpha + m / n * beta);
+  const StepModel model(*this, n);
+  std::vector<std::pair<int, int>> flows;
+  for (int r = 0; r < n; ++r) flows.emplace_back(r, (r + 1) % n);
+  return 2.0 * (n - 1) * model.step(flows, static_cast<double>(bytes) / n);
 }
 
 double MpiLinkModel::recursive_doubling_seconds(int n, int64_t bytes) const {
+  const StepModel model(*this, n);
   const double m = static_cast<double>(bytes);
-  int steps = 0, p = 1;
-  while (p * 2 <= n) p *= 2, ++steps;
-  int reductions = steps;
-  if (p != n) steps += 2, reductions += 1;
-  return steps * (alpha + m * beta) + reductions * m * gamma;
+  auto [ranks, t] = model.fold(n, m);
+  for (size_t d = 1; d < ranks.size(); d *= 2) t += model.exchange(ranks, static_cast<int>(d), m) + m * gamma;
+  return t;
 }
 
 double MpiLinkModel::halving_doubling_seconds(int n, int64_t bytes) const {
-  const double m = static_cast<double>(bytes);
-  int steps = 0, p = 1;
-  while (p * 2 <= n) p *= 2, ++steps;
   // (Its segments' reductions overlap the next segment's transfer, yet
   // counted in full the model matches what was measured: from 1 MiB on 4
   // ranks the ring is as fast or faster, on shared memory and over TCP.)
-  double t = 2.0 * steps * alpha + 2.0 * (p - 1) / p * m * beta + (p - 1.0) / p * m * gamma;
-  if (p != n) t += 2 * (alpha + m * beta) + m * gamma;  // fold and copy back
+  const StepModel model(*this, n);
+  double part = static_cast<double>(bytes);
+  auto [ranks, t] = model.fold(n, part);
+  size_t d = 1;
+  for (; d < ranks.size(); d *= 2) {  // reduce-scatter: partners at distance 1 first, halves shrinking
+    part /= 2;
+    t += model.exchange(ranks, static_cast<int>(d), part) + part * gamma;
+  }
+  while (d > 1) {  // allgather: the reverse
+    d /= 2;
+    t += model.exchange(ranks, static_cast<int>(d), part);
+    part *= 2;
+  }
   return t;
 }
 

@@ -123,9 +123,21 @@ const char* mpi_algorithm_name(MpiAlgorithm a);
 /// alpha + m * beta seconds, reducing m bytes m * gamma. MpiCommunicator
 /// measures it at its first kAuto allreduce (a ping-pong of 8-byte and
 /// 1 MiB messages between rank 0 and the last rank, on another host when
-/// ranks are placed host by host; rank 0 times its own reduction; every
-/// rank runs small allreduces for a step's latency with all ranks at work)
-/// and gives rank 0's numbers to every rank, so all ranks choose alike.
+/// ranks are placed host by host; where ranks span hosts and rank 0 shares
+/// its host, a second ping-pong inside rank 0's host; rank 0 times its own
+/// reduction; every rank runs small allreduces for a step's latency with
+/// all ranks at work) and gives rank 0's numbers to every rank, so all
+/// ranks choose alike.
+///
+/// With `host_of` (the ranks' hosts, MpiRuntime::hosts()) the model knows
+/// where each step's messages go, as the simulator bench/scaling_sim.py
+/// does: a pair on one host takes the link inside it (host_alpha,
+/// host_beta), a pair across hosts the link between them, and the messages
+/// that leave one host in a step share its link (its network interface).
+/// So on hosts joined by a slow wire, halving-doubling (whose largest
+/// exchanges stay inside a host; 2m(1 - L/n) bytes leave each host of L
+/// ranks) wins over the ring (2m(n-1)/n through each host's link) where
+/// the wire bounds both. Without `host_of` every pair takes alpha/beta.
 struct MpiLinkModel {
   double alpha = 0;  ///< seconds per message: the larger of the two below
   double link_alpha = 0;  ///< the ping-pong's one-way latency
@@ -135,6 +147,11 @@ struct MpiLinkModel {
   double step_alpha = 0;
   double beta = 0;   ///< seconds per byte sent
   double gamma = 0;  ///< seconds per byte reduced
+  /// The link inside a host, where it differs from the one measured
+  /// (host_beta 0: pairs inside a host also take alpha/beta).
+  double host_alpha = 0, host_beta = 0;
+  /// The host of each rank (empty: one link between every pair).
+  std::vector<int> host_of;
   bool measured = false;
   /// 2(n-1) steps of n-th parts: 2(n-1) * (alpha + m/n * beta) (the
   /// reductions overlap the pipelined transfers).
@@ -147,6 +164,9 @@ struct MpiLinkModel {
   /// 2(p-1)/p m beta + (p-1)/p m gamma, plus the fold when p != n.
   double halving_doubling_seconds(int n, int64_t bytes) const;
   /// The fastest of the three for an allreduce of `bytes` on `n` ranks.
+  /// (With host_of, each time above is the sum over steps of the slowest
+  /// pair's time, its link's bytes scaled by the messages sharing it.)
+  /// Throws spire::Error when host_of is neither empty nor n long.
   MpiAlgorithm choose(int n, int64_t bytes) const;
 };
 

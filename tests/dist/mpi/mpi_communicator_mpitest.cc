@@ -10,6 +10,7 @@
 // rank_failures.py instead of the tests.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -352,6 +353,36 @@ TEST(MpiCommunicator, AutoChoosesByTheMeasuredLinkModel) {
   EXPECT_EQ(tcp.choose(4, int64_t{1} << 30), MpiAlgorithm::kRing);
   EXPECT_DOUBLE_EQ(m.recursive_doubling_seconds(4, 4000), 2 * (2e-6 + 4000 * 1e-10) + 2 * 4000 * 2e-10);
   EXPECT_DOUBLE_EQ(m.recursive_doubling_seconds(3, 4000), 3 * (2e-6 + 4000 * 1e-10) + 2 * 4000 * 2e-10);
+  // Hosts joined by a slow wire (1 Gbit/s), fast links inside them: on 2
+  // hosts x 2 ranks halving-doubling's largest exchanges stay inside a host
+  // (m bytes leave each host; the ring sends 1.5 m through its link), so it
+  // wins at 16 MiB, where with one link everywhere the ring wins.
+  MpiLinkModel wire;
+  wire.alpha = 50e-6, wire.beta = 8e-9, wire.gamma = 1e-10;
+  const int64_t big = 16 << 20;
+  const double mb = static_cast<double>(big);
+  EXPECT_EQ(wire.choose(4, big), MpiAlgorithm::kRing);
+  wire.host_of = {0, 0, 2, 2};
+  EXPECT_EQ(wire.choose(4, big), MpiAlgorithm::kRing) << "no link inside the hosts measured: the wire's everywhere";
+  wire.host_alpha = 2e-6, wire.host_beta = 1e-10;
+  EXPECT_EQ(wire.choose(4, big), MpiAlgorithm::kHalvingDoubling);
+  // The ring: each step one message leaves each host (1 -> 2, 3 -> 0), the slowest.
+  EXPECT_DOUBLE_EQ(wire.ring_allreduce_seconds(4, big), 6 * (50e-6 + mb / 4 * 8e-9));
+  // Halving-doubling: distance 1 inside the hosts, distance 2 across with two messages through each host's link.
+  EXPECT_DOUBLE_EQ(wire.halving_doubling_seconds(4, big),
+                   (2e-6 + mb / 2 * 1e-10) + mb / 2 * 1e-10 + (50e-6 + mb / 4 * 8e-9 * 2) + mb / 4 * 1e-10 +
+                       (50e-6 + mb / 4 * 8e-9 * 2) + (2e-6 + mb / 2 * 1e-10));
+  EXPECT_DOUBLE_EQ(wire.recursive_doubling_seconds(4, big),
+                   (2e-6 + mb * 1e-10) + (50e-6 + mb * 8e-9 * 2) + 2 * mb * 1e-10);
+  // 3 ranks on 2 hosts: rank 1 folds into rank 0 inside host 0 (there and back), then 0 and 2 exchange across.
+  wire.host_of = {0, 0, 2};
+  EXPECT_DOUBLE_EQ(wire.recursive_doubling_seconds(3, big),
+                   2 * (2e-6 + mb * 1e-10) + mb * 1e-10 + (50e-6 + mb * 8e-9) + mb * 1e-10);
+  // Ranks placed round-robin (0 and 2 on one host): every ring message leaves its host, two through each link.
+  wire.host_of = {0, 1, 0, 1};
+  EXPECT_DOUBLE_EQ(wire.ring_allreduce_seconds(4, big), 6 * (50e-6 + mb / 4 * 8e-9 * 2));
+  wire.host_of = {0, 0, 2};
+  EXPECT_THROW(wire.choose(4, 64), Error);
   // Measured at the first allreduce, the same on every rank; the choice follows it.
   MpiCommunicator comm(Device::cpu(), 60, MpiAlgorithm::kAuto);
   EXPECT_FALSE(comm.link_model().measured);
@@ -366,13 +397,27 @@ TEST(MpiCommunicator, AutoChoosesByTheMeasuredLinkModel) {
   std::vector<Participant> large{{0, input(DType::F32, 1 << 22, rank()), Tensor(DType::F32, Shape{1 << 22})}};
   comm.allreduce(call("large"), large, ReduceOp::kSum);
   EXPECT_EQ(comm.last_allreduce_algorithm(), got.choose(nranks(), int64_t{4} << 22));
-  Tensor mine(DType::F64, Shape{2}), all(DType::F64, Shape{2 * nranks()});
-  mine.data<double>()[0] = got.alpha, mine.data<double>()[1] = got.beta;
+  Tensor mine(DType::F64, Shape{3}), all(DType::F64, Shape{3 * nranks()});
+  mine.data<double>()[0] = got.alpha, mine.data<double>()[1] = got.beta, mine.data<double>()[2] = got.host_beta;
   std::vector<Participant> g{{0, mine, all}};
   comm.allgather(call("models"), g);
   for (int r = 1; r < nranks(); ++r) {
-    EXPECT_EQ(all.data<double>()[2 * r], got.alpha) << "rank " << r;
-    EXPECT_EQ(all.data<double>()[2 * r + 1], got.beta) << "rank " << r;
+    EXPECT_EQ(all.data<double>()[3 * r], got.alpha) << "rank " << r;
+    EXPECT_EQ(all.data<double>()[3 * r + 1], got.beta) << "rank " << r;
+    EXPECT_EQ(all.data<double>()[3 * r + 2], got.host_beta) << "rank " << r;
+  }
+  // Across hosts (scripts/test_hosts.sh) the model knows them, and the link
+  // inside rank 0's host where it has a second rank; on one host, one link.
+  const std::vector<int>& hosts = MpiRuntime::get().hosts();
+  const bool several = std::any_of(hosts.begin(), hosts.end(), [&](int h) { return h != hosts[0]; });
+  const bool mate = std::count(hosts.begin(), hosts.end(), hosts[0]) > 1;
+  if (several) {
+    EXPECT_EQ(got.host_of, hosts);
+    EXPECT_EQ(got.host_beta > 0, mate);
+    EXPECT_EQ(got.host_alpha > 0, mate);
+  } else {
+    EXPECT_TRUE(got.host_of.empty());
+    EXPECT_EQ(got.host_beta, 0);
   }
 }
 
