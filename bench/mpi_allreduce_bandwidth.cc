@@ -498,7 +498,7 @@ int main(int argc, char** argv) {
       const MpiLinkModel m = spire.link_model();
       std::printf("link model (ranks 0-%d): alpha %.2f us (ping-pong %.2f us, a collective's step %.2f us), "
                   "beta %.2f GB/s, reduction %.2f GB/s\n",
-                  n - 1, m.alpha * 1e6, m.link_alpha * 1e6, m.step_alpha * 1e6, 1e-9 / m.beta, 1e-9 / m.gamma);
+                  m.link_peer, m.alpha * 1e6, m.link_alpha * 1e6, m.step_alpha * 1e6, 1e-9 / m.beta, 1e-9 / m.gamma);
       if (m.host_beta > 0)
         std::printf("link model inside rank 0's host: alpha %.2f us, beta %.2f GB/s\n", m.host_alpha * 1e6,
                     1e-9 / m.host_beta);

@@ -13,9 +13,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <optional>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 
 #include "core/allocator.h"
@@ -367,6 +367,7 @@ struct MpiCommunicator::Impl {
   std::vector<std::shared_ptr<void>> abandoned_buffers;
   std::vector<Tensor> abandoned_tensors;
   MpiLinkModel model;  // measured at the first kAuto allreduce
+  std::unordered_map<int64_t, MpiAlgorithm> choices;  // model.choose() per allreduce size
   // Scratch buffers reused by every call (fresh ones cost page faults and
   // zeroing each call: hd 1.6x slower at 64 MiB); grown as needed.
   std::shared_ptr<char> scratch[2];
@@ -831,7 +832,15 @@ void MpiCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
   if (kind == CollectiveKind::kAllReduce && impl_->size > 1) {
     if (algorithm == MpiAlgorithm::kAuto) {
       if (!impl_->model.measured) measure_links(&waits);
-      algorithm = impl_->model.choose(impl_->size, sig.count * static_cast<int64_t>(dtype_size(sig.dtype)));
+      // (Sizes repeat call after call, a trainer's buckets step after step:
+      // the choice is kept per size; the model's steps are O(n log n).)
+      const int64_t bytes = sig.count * static_cast<int64_t>(dtype_size(sig.dtype));
+      auto it = impl_->choices.find(bytes);
+      if (it == impl_->choices.end()) {
+        if (impl_->choices.size() >= 4096) impl_->choices.clear();
+        it = impl_->choices.emplace(bytes, impl_->model.choose(impl_->size, bytes)).first;
+      }
+      algorithm = it->second;
     }
     impl_->last_allreduce = algorithm;
   } else if (algorithm != MpiAlgorithm::kMpi) {
@@ -1115,24 +1124,39 @@ void MpiCommunicator::measure_links(void* waits_ptr) {
     check_mpi(MPI_Irecv(result->data(), kResults, MPI_DOUBLE, 0, kTagCalibrate + 1, comm, &req), "MPI_Irecv");
     waits.wait(req, "rank 0's link model");
   }
-  impl_->model.link_alpha = (*result)[0];
-  impl_->model.step_alpha = (*result)[3];
-  impl_->model.alpha = std::max((*result)[0], (*result)[3]);
-  impl_->model.beta = (*result)[1];
-  impl_->model.gamma = (*result)[2];
+  MpiLinkModel& model = impl_->model;
+  model.link_alpha = (*result)[0];
+  model.step_alpha = (*result)[3];
+  model.link_peer = last;
+  model.alpha = model.link_alpha;
+  model.beta = (*result)[1];
+  model.gamma = (*result)[2];
   if (mate > 0) {
-    impl_->model.host_alpha = std::max((*result)[4], (*result)[3]);
-    impl_->model.host_beta = (*result)[5];
+    model.host_alpha = (*result)[4];
+    model.host_beta = (*result)[5];
   }
-  if (cross >= 0) impl_->model.host_of = host_of;
-  impl_->model.measured = true;
+  if (cross >= 0) model.host_of = host_of;
+  // What a step with every rank at work costs beyond the ping-pongs'
+  // latencies (the 8-byte allreduce's steps, each at its pair's link) is
+  // added to both links' alpha: with one link, alpha = max(ping-pong, step).
+  {
+    int steps = 0, p = 1;
+    while (p * 2 <= n) p *= 2, ++steps;
+    if (p != n) steps += 2;
+    const double links = model.recursive_doubling_seconds(n, 0);  // (0 bytes: the steps' alphas)
+    const double excess = std::max(0.0, model.step_alpha - links / steps);
+    model.alpha += excess;
+    if (mate > 0) model.host_alpha += excess;
+  }
+  impl_->choices.clear();
+  model.measured = true;
   if (me == 0)
-    logger::info("MPI links (ranks 0-", last, "): alpha ", impl_->model.alpha * 1e6, " us (ping-pong ",
-                 impl_->model.link_alpha * 1e6, " us, a collective's step ", impl_->model.step_alpha * 1e6,
-                 " us), beta ",
-                 1e-9 / impl_->model.beta, " GB/s",
-                 mate > 0 ? str_cat("; inside a host (ranks 0-", mate, "): alpha ", impl_->model.host_alpha * 1e6,
-                                    " us, beta ", 1e-9 / impl_->model.host_beta, " GB/s")
+    logger::info("MPI links (ranks 0-", last, "): alpha ", model.alpha * 1e6, " us (ping-pong ",
+                 model.link_alpha * 1e6, " us, a collective's step ", model.step_alpha * 1e6, " us), beta ",
+                 1e-9 / model.beta, " GB/s",
+                 mate > 0 ? str_cat("; inside a host (ranks 0-", mate, "): alpha ", model.host_alpha * 1e6,
+                                    " us (ping-pong ", (*result)[4] * 1e6, " us), beta ", 1e-9 / model.host_beta,
+                                    " GB/s")
                           : std::string(),
                  ", reduction ", 1e-9 / impl_->model.gamma, " GB/s; chooses ",
                  [&] {
@@ -1355,20 +1379,27 @@ namespace {
 // host in the same step (they share the host's link).
 class StepModel {
  public:
-  StepModel(const MpiLinkModel& m, int n) : m_(m) {
+  StepModel(const MpiLinkModel& m, int n) : m_(m), n_(static_cast<size_t>(std::max(n, 1))) {
     SPIRE_CHECK(m.host_of.empty() || m.host_of.size() == static_cast<size_t>(n), "MpiLinkModel: host_of has ",
                 m.host_of.size(), " ranks, the allreduce ", n);
+    for (int h : m.host_of)
+      SPIRE_CHECK(h >= 0 && h < n, "MpiLinkModel: host ", h, " of ", n, " ranks (a host is its lowest rank)");
   }
-  // Every (from, to) of `flows` sends `bytes` at once.
+  // Every (from, to) of `flows` sends `bytes` at once. A message between
+  // hosts shares the sender's link with the step's other messages leaving
+  // its host, and the receiver's with those arriving at its host: the
+  // busier of the two bounds it.
   double step(const std::vector<std::pair<int, int>>& flows, double bytes) const {
-    std::map<int, int> leaving;  // host -> its messages to other hosts
+    leaving_.assign(n_, 0);  // per host (a host is its lowest rank: < n)
+    arriving_.assign(n_, 0);
     for (const auto& [a, b] : flows)
-      if (crosses(a, b)) ++leaving[host(a)];
+      if (crosses(a, b)) ++leaving_[host(a)], ++arriving_[host(b)];
     double worst = 0;
     for (const auto& [a, b] : flows) {
-      const bool inside = !m_.host_of.empty() && !crosses(a, b) && m_.host_beta > 0;
+      const bool cross = crosses(a, b), inside = !m_.host_of.empty() && !cross && m_.host_beta > 0;
       const double alpha = inside ? m_.host_alpha : m_.alpha, beta = inside ? m_.host_beta : m_.beta;
-      worst = std::max(worst, alpha + bytes * beta * (crosses(a, b) ? leaving[host(a)] : 1));
+      const int share = cross ? std::max(leaving_[host(a)], arriving_[host(b)]) : 1;
+      worst = std::max(worst, alpha + bytes * beta * share);
     }
     return worst;
   }
@@ -1395,9 +1426,11 @@ class StepModel {
   }
 
  private:
-  int host(int r) const { return m_.host_of.empty() ? 0 : m_.host_of[static_cast<size_t>(r)]; }
+  size_t host(int r) const { return m_.host_of.empty() ? 0 : static_cast<size_t>(m_.host_of[static_cast<size_t>(r)]); }
   bool crosses(int a, int b) const { return host(a) != host(b); }
   const MpiLinkModel& m_;
+  size_t n_;
+  mutable std::vector<int> leaving_, arriving_;  // step()'s counts, kept between steps
 };
 }  // namespace
 

@@ -378,6 +378,20 @@ TEST(MpiCommunicator, AutoChoosesByTheMeasuredLinkModel) {
   wire.host_of = {0, 0, 2};
   EXPECT_DOUBLE_EQ(wire.recursive_doubling_seconds(3, big),
                    2 * (2e-6 + mb * 1e-10) + mb * 1e-10 + (50e-6 + mb * 8e-9) + mb * 1e-10);
+  // The fold across hosts (rank 1 alone on host 1), then 0 and 2 across too; halving-doubling's halves.
+  wire.host_of = {0, 1, 2};
+  EXPECT_DOUBLE_EQ(wire.recursive_doubling_seconds(3, big),
+                   2 * (50e-6 + mb * 8e-9) + mb * 1e-10 + (50e-6 + mb * 8e-9) + mb * 1e-10);
+  wire.host_of = {0, 0, 2};
+  EXPECT_DOUBLE_EQ(wire.halving_doubling_seconds(3, big), 2 * (2e-6 + mb * 1e-10) + mb * 1e-10 +
+                                                              (50e-6 + mb / 2 * 8e-9) + mb / 2 * 1e-10 +
+                                                              (50e-6 + mb / 2 * 8e-9));
+  // Messages arriving at one host share its link too: 7 ranks, ranks 1, 3 and 5 (hosts 1, 3, 5) fold into
+  // 0, 2 and 4 (all on host 0), three messages into host 0 and three back out of it; then 0, 2, 4, 6
+  // exchange, one message across each way per step.
+  wire.host_of = {0, 1, 0, 3, 0, 5, 6};
+  EXPECT_DOUBLE_EQ(wire.recursive_doubling_seconds(7, big),
+                   2 * (50e-6 + mb * 8e-9 * 3) + mb * 1e-10 + 2 * ((50e-6 + mb * 8e-9) + mb * 1e-10));
   // Ranks placed round-robin (0 and 2 on one host): every ring message leaves its host, two through each link.
   wire.host_of = {0, 1, 0, 1};
   EXPECT_DOUBLE_EQ(wire.ring_allreduce_seconds(4, big), 6 * (50e-6 + mb / 4 * 8e-9 * 2));
@@ -415,9 +429,14 @@ TEST(MpiCommunicator, AutoChoosesByTheMeasuredLinkModel) {
     EXPECT_EQ(got.host_of, hosts);
     EXPECT_EQ(got.host_beta > 0, mate);
     EXPECT_EQ(got.host_alpha > 0, mate);
+    EXPECT_NE(hosts[static_cast<size_t>(got.link_peer)], hosts[0]);
+    EXPECT_GE(got.alpha, got.link_alpha);
   } else {
     EXPECT_TRUE(got.host_of.empty());
     EXPECT_EQ(got.host_beta, 0);
+    EXPECT_EQ(got.link_peer, nranks() - 1);
+    // One link: a step's latency is the larger of the ping-pong's and a collective step's.
+    EXPECT_NEAR(got.alpha, std::max(got.link_alpha, got.step_alpha), 1e-12 * got.alpha);
   }
 }
 
