@@ -4,7 +4,8 @@
 #   - shared memory, 2..8 ranks on one host;
 #   - TCP between the test hosts (scripts/test_hosts.sh), 2 hosts x 1..4
 #     ranks, unshaped and with tc-shaped links at two rates (netem delay is
-#     used where the kernel has it; otherwise the script says so);
+#     used where the kernel has it; otherwise the script says so), 2 hosts
+#     x 1..4 ranks there too (up to 16 MiB);
 # each run of build/bench/mpi_allreduce_bandwidth appends rows (median of
 # --reps interleaved calls per size and algorithm, more where those would
 # take under --min-seconds (up to 101: the few-ms sizes), each after an
@@ -25,8 +26,11 @@
 # --wire, --inside).
 #
 # usage: bench/calibrate_scaling.sh [--build DIR] [--out DIR] [--reps N] [--min-seconds S] [--runs N]
-#                                   [--no-probes] [--quick]
+#                                   [--no-probes] [--quick] [--settings shm,tcp,shaped] [--ranks 2,4]
 #   --no-probes: every round counts, near or far (--core-probe 0)
+#   --settings: which of shm, tcp (unshaped) and shaped (both rates) to measure (default: all)
+#   --ranks: only these rank counts (default: 2,3,4,6,8 on shared memory, 2,4,6,8 between the hosts);
+#            several OUT/allreduce.csv files fit together: scaling_sim.py fit A.csv B.csv
 #   --quick: fewer ranks and sizes, one run, no probes (a smoke run, not a calibration)
 # Needs root for the test hosts (skipped, saying so, without).
 set -euo pipefail
@@ -38,6 +42,8 @@ MIN_SECONDS=0.3
 RUNS=5
 PROBES=1
 QUICK=0
+SETTINGS=",shm,tcp,shaped,"
+ONLY_RANKS=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) BUILD=$2; shift 2 ;;
@@ -47,6 +53,8 @@ while [[ $# -gt 0 ]]; do
     --no-probes) PROBES=0; shift ;;
     --runs) RUNS=$2; shift 2 ;;
     --quick) QUICK=1; shift ;;
+    --settings) SETTINGS=",$2,"; shift 2 ;;
+    --ranks) ONLY_RANKS=",$2,"; shift 2 ;;
     *) echo "calibrate_scaling: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -60,9 +68,12 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 
 SHM_RANKS=(2 3 4 6 8)
 TCP_NP=(2 4 6 8)
+SHAPED_NP=(2 4 6 8)
 MAX=64M
 SHAPED_MAX=16M
-if [[ $QUICK == 1 ]]; then SHM_RANKS=(2 4); TCP_NP=(2 4); MAX=4M; SHAPED_MAX=1M; REPS=3; MIN_SECONDS=0; RUNS=1; PROBES=0; fi
+if [[ $QUICK == 1 ]]; then SHM_RANKS=(2 4); TCP_NP=(2 4); SHAPED_NP=(2 4); MAX=4M; SHAPED_MAX=1M; REPS=3; MIN_SECONDS=0; RUNS=1; PROBES=0; fi
+wanted() { [[ $SETTINGS == *",$1,"* ]]; }  # wanted SETTING
+counted() { [[ -z $ONLY_RANKS || $ONLY_RANKS == *",$1,"* ]]; }  # counted RANKS
 
 # The machine's state. The host moves this VM's two vCPUs between its
 # cores: for seconds at a time they are near each other (a cache line's
@@ -130,18 +141,22 @@ else
 fi
 for (( k = 1; k <= RUNS; ++k )); do
   echo "== run $k of $RUNS" >&2
-  for n in "${SHM_RANKS[@]}"; do
-    run shm "$MAX" mpirun -np "$n" --map-by core --bind-to core:overload-allowed
-  done
-  if [[ $HOSTS == 1 ]]; then
+  if wanted shm; then
+    for n in "${SHM_RANKS[@]}"; do
+      counted "$n" && run shm "$MAX" mpirun -np "$n" --map-by core --bind-to core:overload-allowed
+    done
+  fi
+  if [[ $HOSTS == 1 ]] && wanted tcp; then
     bash scripts/test_hosts.sh up >/dev/null  # (unshaped)
     for np in "${TCP_NP[@]}"; do
-      run tcp "$MAX" bash scripts/test_hosts.sh run --pin -np "$np"
+      counted "$np" && run tcp "$MAX" bash scripts/test_hosts.sh run --pin -np "$np"
     done
+  fi
+  if [[ $HOSTS == 1 ]] && wanted shaped; then
     for rate in 1gbit 400mbit; do
       bash scripts/test_hosts.sh up --rate "$rate" --delay 200us >&2
-      for np in 2 4; do
-        run "tcp-$rate" "$SHAPED_MAX" bash scripts/test_hosts.sh run --pin -np "$np"
+      for np in "${SHAPED_NP[@]}"; do
+        counted "$np" && run "tcp-$rate" "$SHAPED_MAX" bash scripts/test_hosts.sh run --pin -np "$np"
       done
     done
   fi
