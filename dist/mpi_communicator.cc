@@ -1021,6 +1021,14 @@ void MpiCommunicator::measure_links(void* waits_ptr) {
       if (host_of[static_cast<size_t>(r)] == host_of[0]) mate = r;
   }
   const int last = cross >= 0 ? cross : n - 1;
+  // The steps of a recursive-doubling allreduce on n ranks (log2 of the
+  // largest power of two <= n, plus the fold and copy-back beyond it).
+  int rd_steps = 0;
+  {
+    int p = 1;
+    while (p * 2 <= n) p *= 2, ++rd_steps;
+    if (p != n) rd_steps += 2;
+  }
   constexpr int kSmallTrips = 50, kLargeTrips = 6;
   constexpr int64_t kLarge = 1 << 20;
   auto buffer = std::make_shared<std::vector<char>>(static_cast<size_t>(kLarge));
@@ -1107,10 +1115,7 @@ void MpiCommunicator::measure_links(void* waits_ptr) {
       if (k >= 3) times.push_back(seconds(Clock::now() - t0));  // (3 warm-up calls)
     }
     std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
-    int steps = 0, p = 1;
-    while (p * 2 <= n) p *= 2, ++steps;
-    if (p != n) steps += 2;
-    (*result)[3] = times[times.size() / 2] / steps;
+    (*result)[3] = times[times.size() / 2] / rd_steps;
   }
   if (me == 0) {
     std::vector<MPI_Request> sends(static_cast<size_t>(n), MPI_REQUEST_NULL);
@@ -1139,15 +1144,10 @@ void MpiCommunicator::measure_links(void* waits_ptr) {
   // What a step with every rank at work costs beyond the ping-pongs'
   // latencies (the 8-byte allreduce's steps, each at its pair's link) is
   // added to both links' alpha: with one link, alpha = max(ping-pong, step).
-  {
-    int steps = 0, p = 1;
-    while (p * 2 <= n) p *= 2, ++steps;
-    if (p != n) steps += 2;
-    const double links = model.recursive_doubling_seconds(n, 0);  // (0 bytes: the steps' alphas)
-    const double excess = std::max(0.0, model.step_alpha - links / steps);
-    model.alpha += excess;
-    if (mate > 0) model.host_alpha += excess;
-  }
+  const double links = model.recursive_doubling_seconds(n, 0);  // (0 bytes: the steps' alphas)
+  const double excess = std::max(0.0, model.step_alpha - links / rd_steps);
+  model.alpha += excess;
+  if (mate > 0) model.host_alpha += excess;
   impl_->choices.clear();
   model.measured = true;
   if (me == 0)
@@ -1158,12 +1158,12 @@ void MpiCommunicator::measure_links(void* waits_ptr) {
                                     " us (ping-pong ", (*result)[4] * 1e6, " us), beta ", 1e-9 / model.host_beta,
                                     " GB/s")
                           : std::string(),
-                 ", reduction ", 1e-9 / impl_->model.gamma, " GB/s; chooses ",
+                 ", reduction ", 1e-9 / model.gamma, " GB/s; chooses ",
                  [&] {
                    std::string out;
                    MpiAlgorithm prev = MpiAlgorithm::kAuto;
                    for (int64_t b = 4; b <= (int64_t{1} << 30); b *= 2) {
-                     const MpiAlgorithm a = impl_->model.choose(n, b);
+                     const MpiAlgorithm a = model.choose(n, b);
                      if (a != prev) out += str_cat(out.empty() ? "" : ", ", mpi_algorithm_name(a), " from ", b, " B");
                      prev = a;
                    }
@@ -1375,8 +1375,9 @@ const char* mpi_algorithm_name(MpiAlgorithm a) {
 namespace {
 // The steps of MpiLinkModel's algorithms on its links: a step's time is
 // its slowest message's, a message inside a host takes the host's link, one
-// between hosts the link between them, scaled by the messages leaving its
-// host in the same step (they share the host's link).
+// between hosts the link between them, scaled by the step's messages that
+// leave its sender's host or reach its receiver's, whichever are more
+// (they share the host's link).
 class StepModel {
  public:
   StepModel(const MpiLinkModel& m, int n) : m_(m), n_(static_cast<size_t>(std::max(n, 1))) {
