@@ -199,17 +199,58 @@ def _exchange_step(c, pow2_ranks, distance, nbytes):
     return worst
 
 
+def fold_plan(c):
+    """Which ranks fold when the rank count is not a power of two, as
+    MpiCommunicator's plan_fold pairs them: the p ranks that take part (in
+    the algorithm's order: node by node) and the (sender, receiver) pairs.
+    Pairs are taken inside nodes where they can be (each from the node with
+    the most ranks still taking part, the lower node on a tie; from the
+    front of its ranks), then across nodes (the ranks left, node by node);
+    the lower rank of a pair receives. On one node: 2i+1 into 2i."""
+    n = c.ranks
+    p = 1 << log2_floor(n)
+    nodes = {}
+    for r in range(n):
+        nodes.setdefault(c.node_of(r), []).append(r)
+    groups = list(nodes.values())
+    partner = [-1] * n
+    nxt = [0] * len(groups)
+    taking = [len(g) for g in groups]
+    pairs = 0
+    while pairs < n - p:
+        best = None
+        for h, g in enumerate(groups):
+            if len(g) - nxt[h] >= 2 and (best is None or taking[h] > taking[best]):
+                best = h
+        if best is None:
+            break
+        a, b = groups[best][nxt[best]], groups[best][nxt[best] + 1]
+        partner[a], partner[b] = b, a
+        nxt[best] += 2
+        taking[best] -= 1
+        pairs += 1
+    rest = [r for h, g in enumerate(groups) for r in g[nxt[h]:]]
+    i = 0
+    while pairs < n - p:
+        a, b = rest[i], rest[i + 1]
+        partner[a], partner[b] = b, a
+        i += 2
+        pairs += 1
+    ranks = [r for g in groups for r in g if partner[r] < 0 or partner[r] > r]
+    folds = [(r, partner[r]) for r in range(n) if 0 <= partner[r] < r]
+    return ranks, folds
+
+
 def _fold(c, n):
     """Ranks beyond the largest power of two p fold into a partner before
-    (one send of n bytes, one reduction) and get the result after: the real
-    ranks that then take part, and the fold's time."""
-    p = 1 << log2_floor(c.ranks)
-    extra = c.ranks - p
-    ranks = [2 * v if v < extra else v + extra for v in range(p)]
-    if extra == 0:
+    (one send of n bytes, one reduction) and get the result after
+    (fold_plan's pairs): the real ranks that then take part, and the fold's
+    time."""
+    ranks, folds = fold_plan(c)
+    if not folds:
         return ranks, 0.0
-    links = [c.link(2 * i, 2 * i + 1) for i in range(extra)]
-    crowd = c.crowding(range(2 * extra))
+    links = [c.link(a, b) for a, b in folds]
+    crowd = c.crowding([r for pair in folds for r in pair])
     t = max(2 * l.one_way(n, crowd) for l in links) + n * c.gamma * crowd
     return ranks, t
 

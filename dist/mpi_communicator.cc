@@ -374,6 +374,7 @@ struct MpiCommunicator::Impl {
   size_t scratch_bytes[2] = {0, 0};
   MpiAlgorithm last_allreduce = MpiAlgorithm::kAuto;
   SegmentPlan segments;  // the pipelined algorithms' segment bytes (see plan_segments)
+  FoldPlan fold;         // the recursive algorithms' fold (see plan_fold)
 };
 
 namespace {
@@ -637,6 +638,7 @@ MpiCommunicator::MpiCommunicator(Device device, double timeout_seconds, MpiAlgor
   }
   impl_->segments =
       plan_segments(rt.hosts(), rt.shared_memory_transport(), impl_->rank, segment_bytes_, wire_segment_bytes_);
+  impl_->fold = plan_fold(rt.hosts());
 }
 
 SegmentPlan plan_segments(const std::vector<int>& host_of, bool shared_memory, int me, int64_t segment_bytes,
@@ -655,6 +657,50 @@ SegmentPlan plan_segments(const std::vector<int>& host_of, bool shared_memory, i
     plan.to_peer[static_cast<size_t>(r)] = same_host(me, r) ? segment_bytes : wire_segment_bytes;
     if (!same_host(r, (r + 1) % n)) plan.ring = std::min(plan.ring, wire_segment_bytes);
   }
+  return plan;
+}
+
+FoldPlan plan_fold(const std::vector<int>& host_of) {
+  const int n = static_cast<int>(host_of.size());
+  SPIRE_CHECK(n >= 1, "plan_fold: no ranks");
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  // The hosts in order of their lowest rank, each with its ranks in order.
+  std::vector<std::vector<int>> hosts;
+  std::unordered_map<int, size_t> index;
+  for (int r = 0; r < n; ++r) {
+    auto [it, fresh] = index.emplace(host_of[static_cast<size_t>(r)], hosts.size());
+    if (fresh) hosts.emplace_back();
+    hosts[it->second].push_back(r);
+  }
+  FoldPlan plan;
+  plan.partner.assign(static_cast<size_t>(n), -1);
+  auto pair = [&](int a, int b) {
+    plan.partner[static_cast<size_t>(a)] = b;
+    plan.partner[static_cast<size_t>(b)] = a;
+  };
+  std::vector<size_t> next(hosts.size(), 0);  // each host's first rank not in a pair
+  std::vector<size_t> taking(hosts.size());   // each host's ranks that still take part
+  for (size_t h = 0; h < hosts.size(); ++h) taking[h] = hosts[h].size();
+  int pairs = 0;
+  for (; pairs < n - p; ++pairs) {
+    size_t best = hosts.size();
+    for (size_t h = 0; h < hosts.size(); ++h)
+      if (hosts[h].size() - next[h] >= 2 && (best == hosts.size() || taking[h] > taking[best])) best = h;
+    if (best == hosts.size()) break;
+    pair(hosts[best][next[best]], hosts[best][next[best] + 1]);
+    next[best] += 2;
+    --taking[best];
+  }
+  std::vector<int> rest;  // at most one per host now
+  for (size_t h = 0; h < hosts.size(); ++h)
+    for (size_t i = next[h]; i < hosts[h].size(); ++i) rest.push_back(hosts[h][i]);
+  for (size_t i = 0; pairs < n - p; ++pairs, i += 2) pair(rest[i], rest[i + 1]);
+  for (const std::vector<int>& ranks : hosts)
+    for (int r : ranks) {
+      const int q = plan.partner[static_cast<size_t>(r)];
+      if (q < 0 || q > r) plan.ranks.push_back(r);  // not folded, or the receiving end of a pair
+    }
   return plan;
 }
 
@@ -1192,9 +1238,11 @@ void MpiCommunicator::recursive_doubling(void* waits_ptr, const CollectiveSignat
   const char* sum = in;
   char* tmp = scratch(*impl_, waits, 0, sig.count * es);
   std::unique_ptr<RingDevice> dev = make_ring_device(Device::cpu(), 0);
-  int pow2 = 1;
-  while (pow2 * 2 <= n) pow2 *= 2;
-  const int extra = n - pow2;  // ranks 2i+1 (i < extra) fold into rank 2i
+  // Ranks beyond the largest power of two fold into a partner (inside
+  // their host where they can: plan_fold) and get the result back.
+  const FoldPlan& fold = impl_->fold;
+  const int pow2 = static_cast<int>(fold.ranks.size());
+  const int partner = fold.partner[static_cast<size_t>(me)];
   // Elements [lo, hi) of `buf` to or from `peer`.
   auto send = [&](int peer, const char* buf, int64_t lo, int64_t hi) {
     MPI_Request req;
@@ -1227,23 +1275,19 @@ void MpiCommunicator::recursive_doubling(void* waits_ptr, const CollectiveSignat
 
   const int64_t last_divisor = op == ReduceOp::kMean ? n : 1;
   const int64_t all = sig.count;
-  int vrank;  // rank among the pow2 participants, or -1 for a folded rank
-  if (me < 2 * extra) {
-    if (me % 2) {
-      MPI_Request r = send(me - 1, sum, 0, all);
-      waits.wait(r, str_cat("rank ", me - 1, " in ", algo));
-      vrank = -1;
-    } else {
-      MPI_Request r = recv(me + 1, tmp, 0, all);
-      waits.wait(r, str_cat("rank ", me + 1, " in ", algo));
-      dev->combine(op, sig.dtype, out, sum, tmp, Device::cpu(), all, pow2 == 1 ? last_divisor : 1);
-      sum = out;
-      vrank = me / 2;
-    }
-  } else {
-    vrank = me - extra;
+  // This rank's place among the pow2 participants, or -1 for a folded rank.
+  const auto place = std::find(fold.ranks.begin(), fold.ranks.end(), me);
+  const int vrank = place == fold.ranks.end() ? -1 : static_cast<int>(place - fold.ranks.begin());
+  if (partner >= 0 && partner < me) {
+    MPI_Request r = send(partner, sum, 0, all);
+    waits.wait(r, str_cat("rank ", partner, " in ", algo));
+  } else if (partner >= 0) {
+    MPI_Request r = recv(partner, tmp, 0, all);
+    waits.wait(r, str_cat("rank ", partner, " in ", algo));
+    dev->combine(op, sig.dtype, out, sum, tmp, Device::cpu(), all, pow2 == 1 ? last_divisor : 1);
+    sum = out;
   }
-  auto real = [&](int v) { return v < extra ? v * 2 : v + extra; };
+  auto real = [&](int v) { return fold.ranks[static_cast<size_t>(v)]; };
   // a + b is b + a in IEEE arithmetic (max and min too): both partners get
   // the same bits, and every element one reduction tree on every rank.
   if (vrank >= 0 && !halving) {
@@ -1304,14 +1348,12 @@ void MpiCommunicator::recursive_doubling(void* waits_ptr, const CollectiveSignat
   }
   // No level ran (one rank): the output is the input.
   if (vrank >= 0 && sum != out) std::memcpy(out, sum, static_cast<size_t>(all * es));
-  if (me < 2 * extra) {
-    if (me % 2) {
-      MPI_Request r = recv(me - 1, out, 0, all);
-      waits.wait(r, str_cat("rank ", me - 1, " in ", algo));
-    } else {
-      MPI_Request s = send(me + 1, out, 0, all);
-      waits.wait(s, str_cat("rank ", me + 1, " in ", algo));
-    }
+  if (partner >= 0 && partner < me) {
+    MPI_Request r = recv(partner, out, 0, all);
+    waits.wait(r, str_cat("rank ", partner, " in ", algo));
+  } else if (partner >= 0) {
+    MPI_Request s = send(partner, out, 0, all);
+    waits.wait(s, str_cat("rank ", partner, " in ", algo));
   }
 }
 
@@ -1404,20 +1446,19 @@ class StepModel {
     }
     return worst;
   }
-  // Ranks beyond the largest power of two p <= n fold into a partner (2i+1
-  // into 2i) and get the result back: the ranks that take part (real ranks
-  // in the algorithm's order) and the fold's time (2 messages of the whole
-  // buffer and one reduction).
+  // Ranks beyond the largest power of two p <= n fold into a partner
+  // (plan_fold's pairs) and get the result back: the ranks that take part
+  // (real ranks in the algorithm's order) and the fold's time (2 messages
+  // of the whole buffer and one reduction).
   std::pair<std::vector<int>, double> fold(int n, double bytes) const {
-    int p = 1;
-    while (p * 2 <= n) p *= 2;
-    const int extra = n - p;
-    std::vector<int> ranks;
-    for (int v = 0; v < p; ++v) ranks.push_back(v < extra ? 2 * v : v + extra);
-    if (extra == 0) return {ranks, 0.0};
+    FoldPlan plan = plan_fold(m_.host_of.empty() ? std::vector<int>(n_, 0) : m_.host_of);
+    if (static_cast<int>(plan.ranks.size()) == n) return {std::move(plan.ranks), 0.0};
     std::vector<std::pair<int, int>> in, back;
-    for (int i = 0; i < extra; ++i) in.emplace_back(2 * i + 1, 2 * i), back.emplace_back(2 * i, 2 * i + 1);
-    return {ranks, step(in, bytes) + step(back, bytes) + bytes * m_.gamma};
+    for (int r = 0; r < n; ++r) {
+      const int q = plan.partner[static_cast<size_t>(r)];
+      if (q >= 0 && q < r) in.emplace_back(r, q), back.emplace_back(q, r);
+    }
+    return {std::move(plan.ranks), step(in, bytes) + step(back, bytes) + bytes * m_.gamma};
   }
   // The pairwise exchange at distance d among `ranks`.
   double exchange(const std::vector<int>& ranks, int d, double bytes) const {

@@ -196,6 +196,25 @@ struct SegmentPlan {
 SegmentPlan plan_segments(const std::vector<int>& host_of, bool shared_memory, int me, int64_t segment_bytes,
                           int64_t wire_segment_bytes);
 
+/// Which ranks recursive doubling and halving-doubling fold when the rank
+/// count n (host_of's size) is not a power of two: n - p pairs (p: the
+/// largest power of two <= n), the higher rank of each sending its buffer
+/// to the lower and getting the result back, and the p ranks that take
+/// part, in the algorithm's order. Pairs are taken inside hosts where they
+/// can be (each from the host with the most ranks still taking part, the
+/// host of the lowest rank first on a tie; from the front of its ranks),
+/// then across hosts (the ranks left, host by host); the ranks that take
+/// part are listed host by host (hosts in order of their lowest rank), so
+/// that the short-distance exchanges stay inside hosts: 2 hosts x 3 ranks
+/// fold 1 into 0 and 4 into 3, and exchange 0-2 and 3-5, then across.
+/// On one host (host_of all equal): ranks 2i+1 fold into 2i. Every rank
+/// computes the same plan from the same host_of.
+struct FoldPlan {
+  std::vector<int> ranks;    ///< the p ranks that take part, in the algorithm's order
+  std::vector<int> partner;  ///< per rank: its fold partner, or -1 (of a pair, the higher rank sends)
+};
+FoldPlan plan_fold(const std::vector<int>& host_of);
+
 /// Collectives across ranks behind Communicator: this rank's one participant on
 /// `device` (a CPU device), size() = the number of ranks of the world
 /// communicator (duplicated, so Spire's traffic never mixes with the

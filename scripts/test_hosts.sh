@@ -13,7 +13,8 @@
 #        scripts/test_hosts.sh run [--pin] -np 4 PROGRAM ARGS...   mpirun across the hosts (2 ranks each for -np 4;
 #                                                                  --pin: each host on a core of its own)
 #        scripts/test_hosts.sh check [BUILD_DIR]                   up, the MPI tests and a short
-#                                                                  HorovodTrainer run on 2 hosts x 2 ranks, down
+#                                                                  HorovodTrainer run on 2 hosts x 2 ranks, the
+#                                                                  collectives on 2 hosts x 3 ranks, down
 # Needs root and iproute2; `check` exits 0 saying "skipped" where namespaces
 # cannot be made (CI runs it so).
 set -euo pipefail
@@ -131,6 +132,10 @@ check() {
   echo "== the MPI tests on 2 hosts x 2 ranks (TCP between the hosts)"
   run_mpi -np 4 "$build/tests/spire_mpi_tests" --gtest_filter=-*Stalled* 2>&1 | tail -3
   [[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "test_hosts check: the MPI tests failed across hosts" >&2; return 1; }
+  echo "== the collectives on 2 hosts x 3 ranks (the fold inside the hosts)"
+  run_mpi -np 6 "$build/tests/spire_mpi_tests" \
+    --gtest_filter='MpiCommunicator.Every*:MpiCommunicator.TheRing*:MpiCommunicator.Half*:MpiCommunicator.Auto*' 2>&1 | tail -3
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "test_hosts check: the MPI tests failed on 2 hosts x 3 ranks" >&2; return 1; }
   echo "== the same over shaped links (1 Gbit/s, 200 us each way where netem exists)"
   up --rate 1gbit --delay 200us
   run_mpi -np 4 "$build/tests/spire_mpi_tests" --gtest_filter='MpiCommunicator.Every*:HorovodTrainer.Ranks*' 2>&1 | tail -3

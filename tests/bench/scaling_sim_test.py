@@ -52,6 +52,22 @@ class Formulas(unittest.TestCase):
         self.assertTrue(close(sim.allreduce_time(flat(5), "hd", n), fold + sim.allreduce_time(flat(4), "hd", n)))
         self.assertEqual(sim.allreduce_time(flat(1), "ring", n), 0.0)
 
+    def test_folds_pair_ranks_inside_nodes(self):
+        # As MpiCommunicator's plan_fold (tests/dist/mpi: TheFoldPairsRanksInsideHosts).
+        self.assertEqual(sim.fold_plan(flat(6)), ([0, 2, 4, 5], [(1, 0), (3, 2)]))
+        self.assertEqual(sim.fold_plan(flat(6, per_node=3)), ([0, 2, 3, 5], [(1, 0), (4, 3)]))
+        self.assertEqual(sim.fold_plan(flat(10, per_node=5)), ([0, 2, 3, 4, 5, 7, 8, 9], [(1, 0), (6, 5)]))
+        self.assertEqual(sim.fold_plan(flat(3, per_node=1)), ([0, 2], [(1, 0)]))
+        self.assertEqual(sim.fold_plan(flat(8, per_node=2)), (list(range(8)), []))
+        # 2 nodes x 3 over a slow wire: the folds and the first exchange stay inside
+        # the nodes; only the last exchange crosses, two flows through each node's link.
+        fast, slow = sim.Link(1e-6, 1e-11), sim.Link(1e-5, 1e-9)
+        c = sim.Cluster(2, 3, fast, slow, G, contention=True)
+        n = 1e6
+        want = 2 * (fast.alpha + n * fast.beta) + n * G + (fast.alpha + n * fast.beta) + n * G + \
+            (slow.alpha + 2 * n * slow.beta) + n * G
+        self.assertTrue(close(sim.allreduce_time(c, "rd", n), want))
+
     def test_placement_uses_the_inter_node_link_across_nodes(self):
         fast, slow = sim.Link(1e-6, 1e-11), sim.Link(1e-5, 1e-9)
         c = sim.Cluster(2, 4, fast, slow, 0.0, contention=False)

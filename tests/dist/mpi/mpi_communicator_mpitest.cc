@@ -184,6 +184,59 @@ TEST(MpiCommunicator, SegmentsFollowTheHostsAndTheTransport) {
   EXPECT_THROW(MpiCommunicator(Device::cpu(), 60, MpiAlgorithm::kRing, S, -1), Error);
 }
 
+TEST(MpiCommunicator, TheFoldPairsRanksInsideHosts) {
+  // One host: ranks 2i+1 fold into 2i, the rest take part in order.
+  FoldPlan one = plan_fold({0, 0, 0, 0, 0, 0});
+  EXPECT_EQ(one.ranks, (std::vector<int>{0, 2, 4, 5}));
+  EXPECT_EQ(one.partner, (std::vector<int>{1, 0, 3, 2, -1, -1}));
+  EXPECT_EQ(plan_fold({7, 7, 7}).ranks, (std::vector<int>{0, 2}));
+  // A power of two: no fold.
+  EXPECT_EQ(plan_fold({0, 0, 2, 2}).ranks, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(plan_fold({0, 0, 2, 2}).partner, (std::vector<int>(4, -1)));
+  EXPECT_EQ(plan_fold({0}).ranks, (std::vector<int>{0}));
+  // 2 hosts x 3 ranks, placed host by host: a pair inside each host; the ranks left host by host.
+  FoldPlan blocks = plan_fold({0, 0, 0, 3, 3, 3});
+  EXPECT_EQ(blocks.partner, (std::vector<int>{1, 0, -1, 4, 3, -1}));
+  EXPECT_EQ(blocks.ranks, (std::vector<int>{0, 2, 3, 5}));
+  // Placed round-robin: the pairs are still inside the hosts, and distance 1 too (0-4, 1-5).
+  FoldPlan rr = plan_fold({0, 1, 0, 1, 0, 1});
+  EXPECT_EQ(rr.partner, (std::vector<int>{2, 3, 0, 1, -1, -1}));
+  EXPECT_EQ(rr.ranks, (std::vector<int>{0, 4, 1, 5}));
+  // 4 + 2 ranks: both pairs from the larger host (2 + 2 take part), not one from each (3 + 1).
+  FoldPlan big_small = plan_fold({0, 0, 0, 0, 4, 4});
+  EXPECT_EQ(big_small.partner, (std::vector<int>{1, 0, 3, 2, -1, -1}));
+  EXPECT_EQ(big_small.ranks, (std::vector<int>{0, 2, 4, 5}));
+  // One rank per host: pairs across hosts, in order; a host's ids need not be its lowest rank.
+  FoldPlan alone = plan_fold({5, 9, 1});
+  EXPECT_EQ(alone.partner, (std::vector<int>{1, 0, -1}));
+  EXPECT_EQ(alone.ranks, (std::vector<int>{0, 2}));
+  // Inside a host first, then the ranks left across: host 0 = {0, 2, 4}.
+  FoldPlan mixed = plan_fold({0, 1, 0, 3, 0, 5, 6});
+  EXPECT_EQ(mixed.partner, (std::vector<int>{2, 4, 0, 5, 1, 3, -1}));
+  EXPECT_EQ(mixed.ranks, (std::vector<int>{0, 1, 3, 6}));
+  // Every rank is in one pair or takes part, for every n up to 40 and a few layouts.
+  for (int n = 1; n <= 40; ++n)
+    for (int per : {1, 2, 3, 5, 8}) {
+      std::vector<int> hosts;
+      for (int r = 0; r < n; ++r) hosts.push_back(r / per);
+      const FoldPlan plan = plan_fold(hosts);
+      int p = 1;
+      while (p * 2 <= n) p *= 2;
+      ASSERT_EQ(static_cast<int>(plan.ranks.size()), p) << n << " ranks, " << per << " per host";
+      int folded = 0;
+      for (int r = 0; r < n; ++r) {
+        const int q = plan.partner[static_cast<size_t>(r)];
+        if (q < 0) continue;
+        ASSERT_EQ(plan.partner[static_cast<size_t>(q)], r);
+        if (q < r) ++folded;
+        // Inside a host wherever this host had a second rank left (per >= 2, pairs from the front).
+        if (per >= 2 && n % per == 0 && (n / per) * (per / 2) >= n - p) EXPECT_EQ(hosts[r], hosts[q]) << n << " " << per;
+      }
+      EXPECT_EQ(folded, n - p);
+    }
+  EXPECT_THROW(plan_fold({}), Error);
+}
+
 TEST(MpiCommunicator, TheRingIsBitIdenticalOnEveryRankAndRun) {
  for (MpiAlgorithm algorithm :
       {MpiAlgorithm::kRing, MpiAlgorithm::kRecursiveDoubling, MpiAlgorithm::kHalvingDoubling}) {
@@ -386,12 +439,21 @@ TEST(MpiCommunicator, AutoChoosesByTheMeasuredLinkModel) {
   EXPECT_DOUBLE_EQ(wire.halving_doubling_seconds(3, big), 2 * (2e-6 + mb * 1e-10) + mb * 1e-10 +
                                                               (50e-6 + mb / 2 * 8e-9) + mb / 2 * 1e-10 +
                                                               (50e-6 + mb / 2 * 8e-9));
-  // Messages arriving at one host share its link too: 7 ranks, ranks 1, 3 and 5 (hosts 1, 3, 5) fold into
-  // 0, 2 and 4 (all on host 0), three messages into host 0 and three back out of it; then 0, 2, 4, 6
-  // exchange, one message across each way per step.
+  // 7 ranks, host 0 with ranks 0, 2, 4, the others alone: 2 folds into 0 inside host 0, then the ranks
+  // left fold across in host order (4 into 1, 5 into 3), one message through each host's link; then
+  // 0, 1, 3, 6 exchange, one message across each way per step.
   wire.host_of = {0, 1, 0, 3, 0, 5, 6};
   EXPECT_DOUBLE_EQ(wire.recursive_doubling_seconds(7, big),
-                   2 * (50e-6 + mb * 8e-9 * 3) + mb * 1e-10 + 2 * ((50e-6 + mb * 8e-9) + mb * 1e-10));
+                   2 * (50e-6 + mb * 8e-9) + mb * 1e-10 + 2 * ((50e-6 + mb * 8e-9) + mb * 1e-10));
+  // 2 hosts x 3 ranks: 1 folds into 0 and 4 into 3 inside the hosts; 0-2 and 3-5 exchange inside, then
+  // 0-3 and 2-5 across, two messages through each host's link.
+  wire.host_of = {0, 0, 0, 3, 3, 3};
+  EXPECT_DOUBLE_EQ(wire.recursive_doubling_seconds(6, big), 2 * (2e-6 + mb * 1e-10) + mb * 1e-10 +
+                                                              (2e-6 + mb * 1e-10) + mb * 1e-10 +
+                                                              (50e-6 + mb * 8e-9 * 2) + mb * 1e-10);
+  // (The messages reaching a host share its link too, but in these algorithms they are as many as those
+  // leaving it: exchanges go both ways, a ring's crossings into a host match those out of it, and a fold
+  // across hosts takes at most one rank of a host.)
   // Ranks placed round-robin (0 and 2 on one host): every ring message leaves its host, two through each link.
   wire.host_of = {0, 1, 0, 1};
   EXPECT_DOUBLE_EQ(wire.ring_allreduce_seconds(4, big), 6 * (50e-6 + mb / 4 * 8e-9 * 2));
