@@ -206,7 +206,9 @@ def fold_plan(c):
     Pairs are taken inside nodes where they can be (each from the node with
     the most ranks still taking part, the lower node on a tie; from the
     front of its ranks), then across nodes (the ranks left, node by node);
-    the lower rank of a pair receives. On one node: 2i+1 into 2i."""
+    the lower rank of a pair receives; the ranks that take part node by
+    node keep the short-distance exchanges inside nodes where the nodes'
+    counts allow. On one node: 2i+1 into 2i."""
     n = c.ranks
     p = 1 << log2_floor(n)
     nodes = {}

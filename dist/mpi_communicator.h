@@ -205,7 +205,8 @@ SegmentPlan plan_segments(const std::vector<int>& host_of, bool shared_memory, i
 /// host of the lowest rank first on a tie; from the front of its ranks),
 /// then across hosts (the ranks left, host by host); the ranks that take
 /// part are listed host by host (hosts in order of their lowest rank), so
-/// that the short-distance exchanges stay inside hosts: 2 hosts x 3 ranks
+/// that the short-distance exchanges stay inside hosts where the hosts'
+/// counts allow (powers of two): 2 hosts x 3 ranks
 /// fold 1 into 0 and 4 into 3, and exchange 0-2 and 3-5, then across.
 /// On one host (host_of all equal): ranks 2i+1 fold into 2i. Every rank
 /// computes the same plan from the same host_of.

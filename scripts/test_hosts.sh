@@ -130,10 +130,10 @@ check() {
   down
   up
   echo "== the MPI tests on 2 hosts x 2 ranks (TCP between the hosts)"
-  run_mpi -np 4 "$build/tests/spire_mpi_tests" --gtest_filter=-*Stalled* 2>&1 | tail -3
+  run_mpi -np 4 -x SPIRE_TEST_EXPECT_HOSTS=2 "$build/tests/spire_mpi_tests" --gtest_filter=-*Stalled* 2>&1 | tail -3
   [[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "test_hosts check: the MPI tests failed across hosts" >&2; return 1; }
   echo "== the collectives on 2 hosts x 3 ranks (the fold inside the hosts)"
-  run_mpi -np 6 "$build/tests/spire_mpi_tests" \
+  run_mpi -np 6 -x SPIRE_TEST_EXPECT_HOSTS=2 "$build/tests/spire_mpi_tests" \
     --gtest_filter='MpiCommunicator.Every*:MpiCommunicator.TheRing*:MpiCommunicator.Half*:MpiCommunicator.Auto*' 2>&1 | tail -3
   [[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "test_hosts check: the MPI tests failed on 2 hosts x 3 ranks" >&2; return 1; }
   echo "== the same over shaped links (1 Gbit/s, 200 us each way where netem exists)"
