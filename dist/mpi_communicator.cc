@@ -1278,12 +1278,14 @@ void MpiCommunicator::recursive_doubling(void* waits_ptr, const CollectiveSignat
   // This rank's place among the pow2 participants, or -1 for a folded rank.
   const auto place = std::find(fold.ranks.begin(), fold.ranks.end(), me);
   const int vrank = place == fold.ranks.end() ? -1 : static_cast<int>(place - fold.ranks.begin());
-  if (partner >= 0 && partner < me) {
-    MPI_Request r = send(partner, sum, 0, all);
-    waits.wait(r, str_cat("rank ", partner, " in ", algo));
-  } else if (partner >= 0) {
-    MPI_Request r = recv(partner, tmp, 0, all);
-    waits.wait(r, str_cat("rank ", partner, " in ", algo));
+  // The fold's whole-buffer messages: the higher rank of a pair sends its
+  // input to the lower and receives the result from it at the end.
+  const bool folds = partner >= 0 && partner < me, receives_fold = partner > me;
+  auto fold_message = [&](MPI_Request r) { waits.wait(r, str_cat("rank ", partner, " in ", algo)); };
+  if (folds) {
+    fold_message(send(partner, sum, 0, all));
+  } else if (receives_fold) {
+    fold_message(recv(partner, tmp, 0, all));
     dev->combine(op, sig.dtype, out, sum, tmp, Device::cpu(), all, pow2 == 1 ? last_divisor : 1);
     sum = out;
   }
@@ -1348,13 +1350,8 @@ void MpiCommunicator::recursive_doubling(void* waits_ptr, const CollectiveSignat
   }
   // No level ran (one rank): the output is the input.
   if (vrank >= 0 && sum != out) std::memcpy(out, sum, static_cast<size_t>(all * es));
-  if (partner >= 0 && partner < me) {
-    MPI_Request r = recv(partner, out, 0, all);
-    waits.wait(r, str_cat("rank ", partner, " in ", algo));
-  } else if (partner >= 0) {
-    MPI_Request s = send(partner, out, 0, all);
-    waits.wait(s, str_cat("rank ", partner, " in ", algo));
-  }
+  if (folds) fold_message(recv(partner, out, 0, all));
+  else if (receives_fold) fold_message(send(partner, out, 0, all));
 }
 
 void MpiCommunicator::agree(const std::string& what, const std::vector<std::string>& items) {
