@@ -1286,7 +1286,8 @@ void MpiCommunicator::recursive_doubling(void* waits_ptr, const CollectiveSignat
     fold_message(send(partner, sum, 0, all));
   } else if (receives_fold) {
     fold_message(recv(partner, tmp, 0, all));
-    // A fold means pow2 >= 2 exchanges follow: the mean divides in the last.
+    // A fold means pow2 >= 2, so at least one exchange follows: the mean
+    // divides in the last one, not here.
     dev->combine(op, sig.dtype, out, sum, tmp, Device::cpu(), all, 1);
     sum = out;
   }
