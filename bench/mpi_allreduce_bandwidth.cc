@@ -33,7 +33,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/mpi_communicator.h"
+#include "dist/mpi/mpi_communicator.h"
 
 using namespace spire;
 using namespace spire::dist;

@@ -67,9 +67,9 @@
 #include <vector>
 
 #include "device_flag.h"
-#include "dist/distributed_trainers.h"
-#include "dist/horovod_trainer.h"
-#include "dist/multi_device_trainers.h"
+#include "dist/trainers/distributed_trainers.h"
+#include "dist/trainers/horovod_trainer.h"
+#include "dist/trainers/multi_device_trainers.h"
 #include "mnist_model.h"
 #include "spire.h"
 #include "train/callbacks.h"
@@ -77,7 +77,7 @@
 #include "train/dataflow.h"
 #include "train/datasets.h"
 #include "train/file_util.h"
-#include "train/logger.h"
+#include "core/logger.h"
 #include "train/model_desc.h"
 #include "train/monitor.h"
 #include "train/trainer.h"

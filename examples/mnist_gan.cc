@@ -32,7 +32,7 @@
 #include "train/datasets.h"
 #include "train/file_util.h"
 #include "train/input_source.h"
-#include "train/logger.h"
+#include "core/logger.h"
 #include "train/monitor.h"
 #include "train/trainer.h"
 

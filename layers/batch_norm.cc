@@ -3,26 +3,13 @@
 // EMA update ops in the main training tower), the EMAs at inference. Built
 // from primitive ops, so autodiff differentiates through the batch statistics.
 #include <algorithm>
-#include <cstdio>
-#include <mutex>
-#include <set>
 
+#include "core/logger.h"
 #include "core/ops.h"
 #include "layers/layer_util.h"
 #include "layers/layers.h"
 
 namespace spire {
-
-namespace {
-
-void logger_warn_once(const std::string& msg) {
-  static std::mutex mu;
-  static std::set<std::string> seen;
-  std::lock_guard<std::mutex> lk(mu);
-  if (seen.insert(msg).second) std::fprintf(stderr, "[spire] WARN %s\n", msg.c_str());
-}
-
-}  // namespace
 
 using layer_detail::check_input;
 using layer_detail::describe;
@@ -67,7 +54,7 @@ Output BatchNorm(const std::string& name, const Output& x, const BatchNormOption
   const bool synced = training && !sync.empty() && ctx != nullptr && ctx->is_training() &&
                       ctx->cross_tower_mean() != nullptr;
   if (training && !sync.empty() && !synced && (ctx == nullptr || ctx->is_training()))
-    logger_warn_once(describe(kind, name, x) +
+    logger::warn_once(describe(kind, name, x) +
                      ": sync_statistics with a single training tower: nothing to synchronize, "
                      "the tower's own batch statistics are used");
   if (synced && ema_update == "collection") ema_update = "internal";

@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages Spire needs to build, test and benchmark
 # (skips the install when everything is already present).
 set -euo pipefail
-pkgs=(build-essential cmake ccache libeigen3-dev nlohmann-json3-dev libgtest-dev libgmock-dev
+pkgs=(build-essential cmake ccache nlohmann-json3-dev libgtest-dev libgmock-dev
       libbenchmark-dev libopenblas-dev libopenblas0-pthread zlib1g-dev openmpi-bin libopenmpi-dev python3)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -8,7 +8,7 @@
 #include "train/dataflow.h"
 #include "train/file_util.h"
 #include "train/input_source.h"
-#include "train/logger.h"
+#include "core/logger.h"
 #include "train/model_desc.h"
 #include "train/session_init.h"
 

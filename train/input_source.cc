@@ -12,7 +12,7 @@
 
 #include "core/ops/state_ops.h"
 #include "train/dataflow.h"
-#include "train/logger.h"
+#include "core/logger.h"
 
 namespace spire {
 

@@ -9,7 +9,7 @@
 
 #include "train/event_writer.h"
 #include "train/file_util.h"
-#include "train/logger.h"
+#include "core/logger.h"
 #include "train/trainer.h"
 
 namespace spire {

@@ -5,7 +5,7 @@
 #include "layers/variables.h"
 #include "train/checkpoint.h"
 #include "train/file_util.h"
-#include "train/logger.h"
+#include "core/logger.h"
 
 namespace spire {
 

@@ -5,7 +5,7 @@
 #include "core/ops/math_ops.h"
 #include "core/ops/state_ops.h"
 #include "train/callbacks.h"
-#include "train/logger.h"
+#include "core/logger.h"
 
 namespace spire {
 

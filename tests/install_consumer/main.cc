@@ -1,5 +1,8 @@
 // Uses the installed Spire: builds y = 2x + 1, runs it and checks the result.
+// It takes symbols from spire_core only, yet runs CPU kernels: the kernel
+// library's registrations ran although nothing here names it.
 #include <spire.h>
+#include <spire/core/session.h>
 
 #include <iostream>
 

@@ -17,7 +17,10 @@ endfunction()
 run_step(${CMAKE_COMMAND} --install ${SPIRE_BUILD_DIR} --prefix ${prefix})
 run_step(${CMAKE_COMMAND} -S ${CONSUMER_SRC} -B ${WORK_DIR}/build
          -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release
-         "-DCMAKE_CXX_FLAGS=${CONSUMER_FLAGS}" "-DCMAKE_EXE_LINKER_FLAGS=${CONSUMER_FLAGS}")
+         "-DCMAKE_CXX_FLAGS=${CONSUMER_FLAGS}"
+         # As linkers that drop libraries no symbol is taken from (Ubuntu's
+         # default): the kernels' registrations must still run.
+         "-DCMAKE_EXE_LINKER_FLAGS=${CONSUMER_FLAGS} -Wl,--as-needed")
 run_step(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 # The installed library is found through the RPATH CMake sets for the build tree.
 run_step(${WORK_DIR}/build/consumer)

@@ -8,7 +8,7 @@
 #include <numeric>
 
 #include "core/ops/state_ops.h"
-#include "train/logger.h"
+#include "core/logger.h"
 #include "train/trainer.h"
 
 namespace spire {

@@ -7,7 +7,7 @@
 
 #include "layers/variables.h"
 #include "train/callbacks/misc.h"
-#include "train/logger.h"
+#include "core/logger.h"
 #include "train/trainer.h"
 
 namespace spire {

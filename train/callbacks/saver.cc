@@ -5,7 +5,7 @@
 
 #include "train/checkpoint.h"
 #include "train/file_util.h"
-#include "train/logger.h"
+#include "core/logger.h"
 #include "train/session_init.h"
 #include "train/trainer.h"
 

@@ -7,7 +7,7 @@
 #include "core/ops/state_ops.h"
 #include "layers/tower.h"
 #include "train/callbacks/misc.h"
-#include "train/logger.h"
+#include "core/logger.h"
 #include "train/trainer.h"
 
 namespace spire {

@@ -22,8 +22,8 @@
 
 #include "core/ops.h"
 #include "core/session.h"
-#include "dist/collective_ops.h"
-#include "dist/mpi_communicator.h"
+#include "dist/ops/collective_ops.h"
+#include "dist/mpi/mpi_communicator.h"
 #include "kernels/functors.h"
 
 namespace spire::dist {

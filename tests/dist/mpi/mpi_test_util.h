@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "dist/mpi_communicator.h"
+#include "dist/mpi/mpi_communicator.h"
 
 namespace spire::testing {
 

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/communicator.h"
+#include "dist/comm/communicator.h"
 
 namespace spire::dist {
 
@@ -98,7 +98,7 @@ class MpiRuntime {
 ///   hosts joined by a slower network, halving-doubling also for large
 ///   ones (see MpiLinkModel).
 /// - kRing: Spire's ring over MPI point-to-point (reduce-scatter then
-///   allgather in dist/ring_schedule.h's order, chunks split into
+///   allgather in dist/comm/ring_schedule.h's order, chunks split into
 ///   pipelined segments).
 /// - kRecursiveDoubling: log2(n) pairwise exchanges of the whole buffer
 ///   (ranks beyond the largest power of two fold into a partner first),

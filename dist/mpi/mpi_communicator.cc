@@ -1,5 +1,5 @@
 // MpiRuntime and MpiCommunicator (see mpi_communicator.h).
-#include "dist/mpi_communicator.h"
+#include "dist/mpi/mpi_communicator.h"
 
 #if defined(SPIRE_WITH_MPI)
 
@@ -20,12 +20,12 @@
 
 #include "core/allocator.h"
 #include "core/run_context.h"
-#include "dist/messenger.h"
-#include "dist/ring_device.h"
-#include "dist/ring_schedule.h"
-#include "train/logger.h"
+#include "dist/comm/messenger.h"
+#include "dist/comm/ring_device.h"
+#include "dist/comm/ring_schedule.h"
+#include "core/logger.h"
 #if defined(SPIRE_WITH_NCCL)
-#include "dist/cuda/nccl_communicator.h"
+#include "dist/nccl/nccl_communicator.h"
 #endif
 
 namespace spire::dist {
@@ -948,7 +948,7 @@ void MpiCommunicator::ring_collective(void* waits_ptr, CollectiveKind kind, cons
   auto wait = [&](MPI_Request& req, const std::string& stage) { waits.wait(req, stage); };
   const MPI_Datatype type = mpi_type(sig.dtype, waits.what());
   as_int_count(sig.count, waits.what());
-  // Spire's ring over point-to-point messages (see dist/ring_schedule.h).
+  // Spire's ring over point-to-point messages (see dist/comm/ring_schedule.h).
   const int n = impl_->size, me = impl_->rank;
   const int succ = (me + 1) % n, pred = (me + n - 1) % n;
   const int64_t es = static_cast<int64_t>(dtype_size(sig.dtype));

@@ -1,6 +1,6 @@
-// The CUDA half of Spire's in-process ring (see dist/ring_device.h): the
+// The CUDA half of Spire's in-process ring (see dist/comm/ring_device.h): the
 // ring's schedule, waits and validation are the CPU-tested code of
-// dist/in_process_ring.cc; this file only queues each unit's work on the
+// dist/comm/in_process_ring.cc; this file only queues each unit's work on the
 // participant's stream and orders it with pooled CUDA events:
 //
 // - published(unit) records an event on this participant's stream after the
@@ -13,7 +13,7 @@
 // Never run on a GPU in CI (compiled only); bench/gpu_check.sh runs it.
 #include <vector>
 
-#include "dist/ring_device.h"
+#include "dist/comm/ring_device.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/functors.h"

@@ -1,16 +1,16 @@
 // HorovodTrainer and DistributedInferenceRunner (see horovod_trainer.h).
-#include "dist/horovod_trainer.h"
+#include "dist/trainers/horovod_trainer.h"
 
 #include <algorithm>
 #include <map>
 
 #include "core/ops.h"
-#include "dist/collective_ops.h"
-#include "dist/mpi_communicator.h"
+#include "dist/ops/collective_ops.h"
+#include "dist/mpi/mpi_communicator.h"
 #include "layers/tower.h"
 #include "layers/variables.h"
 #include "train/dataflow.h"
-#include "train/logger.h"
+#include "core/logger.h"
 
 namespace spire {
 

@@ -1,9 +1,9 @@
-// Collective ops (see dist/collective_ops.h): registrations, builders,
+// Collective ops (see dist/ops/collective_ops.h): registrations, builders,
 // gradients, and their kernels. The kernels are host code shared by every
 // device type: they allocate each participant's output on its device and
 // hand the participants to the node's Communicator, which does the device
 // work (CPU loops, CUDA kernels or NCCL).
-#include "dist/collective_ops.h"
+#include "dist/ops/collective_ops.h"
 
 #include <algorithm>
 #include <map>
@@ -13,9 +13,9 @@
 #include "core/kernel_registry.h"
 #include "core/op_registry.h"
 #include "core/ops.h"
-#include "dist/in_process_ring.h"
+#include "dist/comm/in_process_ring.h"
 #if defined(SPIRE_WITH_NCCL)
-#include "dist/cuda/nccl_communicator.h"
+#include "dist/nccl/nccl_communicator.h"
 #endif
 
 namespace spire::dist {

@@ -11,8 +11,8 @@
 #include <csignal>
 #include <thread>
 
-#include "dist/distributed_trainers.h"
-#include "dist/mpi_communicator.h"
+#include "dist/trainers/distributed_trainers.h"
+#include "dist/mpi/mpi_communicator.h"
 #include "tests/dist/mpi/mpi_test_util.h"
 #include "tests/support/ps_test_models.h"
 #include "tests/support/step_callbacks.h"

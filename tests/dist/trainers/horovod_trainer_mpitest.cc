@@ -12,9 +12,9 @@
 #include <random>
 
 #include "core/ops.h"
-#include "dist/collective_ops.h"
-#include "dist/horovod_trainer.h"
-#include "dist/mpi_communicator.h"
+#include "dist/ops/collective_ops.h"
+#include "dist/trainers/horovod_trainer.h"
+#include "dist/mpi/mpi_communicator.h"
 #include "layers/layers.h"
 #include "train/callbacks.h"
 #include "train/config.h"

@@ -1,6 +1,6 @@
 // The distributed trainers with parameter servers, every rank a thread of
 // this process (LocalMessageHub; the same trainers run across MPI ranks in
-// tests/dist/mpi/distributed_trainers_mpitest.cc): SGD updates equal a
+// tests/dist/trainers/distributed_trainers_mpitest.cc): SGD updates equal a
 // hand-computed reference (each worker's gradients applied as its own
 // update), one worker equals SimpleTrainer, the servers' values equal what
 // the workers read, checkpoints restore across trainers, resuming equals
@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "core/ops.h"
-#include "dist/distributed_trainers.h"
+#include "dist/trainers/distributed_trainers.h"
 #include "layers/layers.h"
 #include "tests/support/ps_test_models.h"
 #include "tests/support/step_callbacks.h"

@@ -1,7 +1,9 @@
-#include "train/logger.h"
+#include "core/logger.h"
 
 #include <cstdio>
 #include <ctime>
+#include <mutex>
+#include <set>
 
 namespace spire::logger {
 
@@ -14,6 +16,16 @@ void write(Level level, const std::string& message) {
   const char* tag = level == Level::kWarn ? "WRN " : level == Level::kError ? "ERR " : "";
   std::string line = std::string("[") + stamp + " @spire] " + tag + message + "\n";
   std::fputs(line.c_str(), stderr);
+}
+
+void write_once(Level level, const std::string& message) {
+  static std::mutex mu;
+  static std::set<std::string> seen;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (!seen.insert(message).second) return;
+  }
+  write(level, message);
 }
 
 }  // namespace spire::logger

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "core/graph.h"
-#include "dist/communicator.h"
+#include "dist/comm/communicator.h"
 
 namespace spire::dist {
 

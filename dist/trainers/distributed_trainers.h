@@ -1,5 +1,5 @@
 // tensorpack's distributed trainers with parameter servers, on Spire's
-// messages between MPI ranks (dist/messenger.h) instead of TensorFlow's
+// messages between MPI ranks (dist/comm/messenger.h) instead of TensorFlow's
 // gRPC servers: DistributedTrainerParameterServer and
 // DistributedTrainerReplicated, with tensorpack's names and semantics
 // (../shared/docs/tensorpack-dist-trainers.md, sections 4 and 5).
@@ -70,8 +70,8 @@
 #include <string>
 #include <vector>
 
-#include "dist/messenger.h"
-#include "dist/multi_device_trainers.h"
+#include "dist/comm/messenger.h"
+#include "dist/trainers/multi_device_trainers.h"
 
 namespace spire {
 

@@ -1,5 +1,5 @@
 // The data-parallel trainers of one process (see multi_device_trainers.h).
-#include "dist/multi_device_trainers.h"
+#include "dist/trainers/multi_device_trainers.h"
 
 #include <algorithm>
 #include <map>
@@ -9,9 +9,9 @@
 #include "core/device_backend.h"
 #include "core/op_registry.h"
 #include "core/ops.h"
-#include "dist/collective_ops.h"
+#include "dist/ops/collective_ops.h"
 #include "train/callbacks/misc.h"
-#include "train/logger.h"
+#include "core/logger.h"
 
 namespace spire {
 

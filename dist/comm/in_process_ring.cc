@@ -1,14 +1,14 @@
-// Spire's in-process ring (see dist/in_process_ring.h), the CPU RingDevice
+// Spire's in-process ring (see dist/comm/in_process_ring.h), the CPU RingDevice
 // and the RingDevice factory table.
-#include "dist/in_process_ring.h"
+#include "dist/comm/in_process_ring.h"
 
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <thread>
 
-#include "dist/ring_device.h"
-#include "dist/ring_schedule.h"
+#include "dist/comm/ring_device.h"
+#include "dist/comm/ring_schedule.h"
 #include "kernels/functors.h"
 
 namespace spire::dist {

@@ -1,7 +1,7 @@
 // NcclCommunicator: NCCL between the GPUs of one process (ncclCommInitAll),
 // or one GPU per process across processes (ncclCommInitRank, the unique id
 // handed to every rank by the caller, e.g. over MPI:
-// dist/mpi_communicator.h's make_process_communicator), behind the
+// dist/mpi/mpi_communicator.h's make_process_communicator), behind the
 // Communicator interface. Built when SPIRE_CUDA finds NCCL.
 //
 // Each call's participants meet by key (as in Spire's ring, with the same
@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/communicator.h"
+#include "dist/comm/communicator.h"
 
 namespace spire::dist {
 

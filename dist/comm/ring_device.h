@@ -1,12 +1,12 @@
 // The device half of Spire's in-process ring: how one participant combines
 // and copies segments on its device, and how its device work is ordered
-// after a peer's. The ring (dist/in_process_ring.cc) decides what to do and
+// after a peer's. The ring (dist/comm/in_process_ring.cc) decides what to do and
 // when (host progress counters per participant); a RingDevice does it.
 //
 // - CPU devices: the work runs on the participant's lane thread as it is
 //   issued, so the host counters alone order it (after_peer/published do
 //   nothing).
-// - CUDA devices (dist/cuda/ring_cuda.cu): work is queued on the device's
+// - CUDA devices (dist/comm/ring_cuda.cu): work is queued on the device's
 //   stream; published(unit) records an event per unit, and after_peer()
 //   makes this stream wait for the peer's event of that unit, so no host
 //   thread ever blocks on a GPU. Before leaving, the ring calls after_peer
@@ -24,7 +24,7 @@
 
 #include "core/device.h"
 #include "core/dtype.h"
-#include "dist/communicator.h"
+#include "dist/comm/communicator.h"
 
 namespace spire::dist {
 

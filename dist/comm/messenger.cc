@@ -1,6 +1,6 @@
 // Messenger helpers and LocalMessageHub (see messenger.h); the MPI messenger
 // is in mpi_communicator.cc.
-#include "dist/messenger.h"
+#include "dist/comm/messenger.h"
 
 #include <chrono>
 #include <condition_variable>

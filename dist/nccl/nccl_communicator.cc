@@ -1,5 +1,5 @@
 // NCCL behind the Communicator interface (see nccl_communicator.h).
-#include "dist/cuda/nccl_communicator.h"
+#include "dist/nccl/nccl_communicator.h"
 
 #include <cstring>
 

@@ -14,7 +14,7 @@
 #include <random>
 
 #include "core/op_registry.h"
-#include "dist/multi_device_trainers.h"
+#include "dist/trainers/multi_device_trainers.h"
 #include "layers/layers.h"
 #include "tests/support/op_test_util.h"
 #include "tests/support/run_command.h"

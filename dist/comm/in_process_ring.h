@@ -2,7 +2,7 @@
 // devices or GPUs), the default communicator of the collective ops.
 //
 // Allreduce is a reduce-scatter followed by an allgather around the ring
-// (dist/ring_schedule.h), chunked and pipelined: each participant works on
+// (dist/comm/ring_schedule.h), chunked and pipelined: each participant works on
 // one segment at a time and publishes its progress, so its successor reduces
 // segment k while it already works on segment k+1. Each participant's share
 // of the work runs in its own call (on its device's lane when called by the
@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/communicator.h"
+#include "dist/comm/communicator.h"
 
 namespace spire::dist {
 

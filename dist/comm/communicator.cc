@@ -1,6 +1,6 @@
-// The parts of dist/communicator.h that every implementation shares:
+// The parts of dist/comm/communicator.h that every implementation shares:
 // reduction names, participant checks and the validation of a call.
-#include "dist/communicator.h"
+#include "dist/comm/communicator.h"
 
 namespace spire::dist {
 

@@ -8,7 +8,7 @@
 // taking the workers in rank order. "Single" requests (pull, set-model)
 // come from the chief alone and are answered at once: the chief makes them
 // between rounds, so they see the state of a finished step.
-#include "dist/distributed_trainers.h"
+#include "dist/trainers/distributed_trainers.h"
 
 #include <algorithm>
 #include <cstring>
@@ -18,7 +18,7 @@
 #include "core/ops.h"
 #include "layers/tower.h"
 #include "train/callback.h"
-#include "train/logger.h"
+#include "core/logger.h"
 
 namespace spire {
 

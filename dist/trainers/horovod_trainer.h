@@ -36,7 +36,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/communicator.h"
+#include "dist/comm/communicator.h"
 #include "train/callbacks/inference.h"
 #include "train/trainer.h"
 
