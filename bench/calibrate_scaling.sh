@@ -11,12 +11,12 @@
 # take under --min-seconds (up to 101: the few-ms sizes), each after an
 # untimed call of the same algorithm, each call's time the slowest rank's,
 # plus a memcpy row) to OUT/allreduce.csv, the whole sequence --runs times
-# (one run on a shared machine varies 10-15%: the median of 5 runs), the
+# (one run on a shared machine is noisy: the median of 5 runs), the
 # calls timed only while the VM's cores are near each other (below); then
 # bench/scaling_sim.py fit writes OUT/fit.txt and OUT/fit.json (constants per setting, predicted vs measured for every
 # configuration, runs pooled by median) and bench/plot_scaling.py the PNGs.
-# The ranks are bound to cores so that every run shares them alike (one
-# run to the next varied up to 50% at 4 ranks unbound; bound, 4%): on one
+# The ranks are bound to cores so that every run shares them alike
+# (unbound, the scheduler moves them and runs differ far more): on one
 # host round-robin by rank (--map-by core --bind-to core), the test hosts
 # each on a core of its own (test_hosts.sh run --pin).
 # The fit's model of this machine: the ranks share its cores so bound
@@ -75,13 +75,12 @@ if [[ $QUICK == 1 ]]; then SHM_RANKS=(2 4); TCP_NP=(2 4); SHAPED_NP=(2 4); MAX=4
 wanted() { [[ $SETTINGS == *",$1,"* ]]; }  # wanted SETTING
 counted() { [[ -z $ONLY_RANKS || $ONLY_RANKS == *",$1,"* ]]; }  # counted RANKS
 
-# The machine's state. The host moves this VM's two vCPUs between its
-# cores: for seconds at a time they are near each other (a cache line's
-# round trip ~60-80 ns) or far apart (~300 ns), and every byte between
-# ranks on different cores then costs 2-3x as much (2 ranks, 1 MiB: 155
-# vs 450 us). The benchmark probes it around every round of calls and
-# counts only the rounds between near probes (CoreProbe in
-# mpi_allreduce_bandwidth.cc); what "near" is comes from here: the fastest
+# The machine's state. A hypervisor may move a VM's vCPUs between the
+# host's cores: for seconds at a time they are near each other or far
+# apart, and every byte between ranks on different cores then costs much
+# more (bench/README.md: the development VM). The benchmark probes it
+# around every round of calls and counts only the rounds between near
+# probes (CoreProbe in mpi_allreduce_bandwidth.cc); what "near" is comes from here: the fastest
 # probe of 8 short 2-rank runs 3 s apart, then of every launch (each gets
 # --near-ns 2x that). A launch with a row where no round was near (kept 0
 # in its CSV: far for 4x --reps rounds) is measured again after 15 s, at

@@ -56,13 +56,12 @@ std::string human(int64_t bytes) {
   return std::to_string(bytes) + " B";
 }
 
-// How far apart the cores of two ranks are right now. On the dev VM (KVM,
-// 2 vCPUs) the host moves the vCPUs between its cores: for seconds at a
-// time they sit near each other (a cache line's round trip between them
-// takes ~60 ns) or far apart (~350 ns, another CCD), and every byte that
-// ranks on different cores exchange costs 2-3x as much when far (2 ranks,
-// 1 MiB: 155 us near, 450 us far, in runs of 1500 calls flipping
-// mid-run). No model of one machine fits both, so the benchmark measures
+// How far apart the cores of two ranks are right now. Under a hypervisor
+// the host may move the vCPUs between its cores: for seconds at a time
+// they sit near each other or far apart (another CCD), and every byte
+// that ranks on different cores exchange costs much more when far,
+// flipping mid-run (bench/README.md says how much on the development VM).
+// No model of one machine fits both, so the benchmark measures
 // which one it is on: rank 0 and the first rank bound to another core
 // ping-pong a cache line in shared memory (2048 round trips, the fastest
 // batch of 64) before every round of calls and after the last; a round
@@ -192,9 +191,9 @@ class CoreProbe {
 
   /// Microseconds of a fixed integer loop (the fastest of 16): how fast
   /// this core runs now. A diagnostic written beside the probe (the CSV's
-  /// alu_us): on the dev VM it went from 17.7 to 25 us between runs
-  /// minutes apart (the host's clocks and neighbours), and with it some
-  /// of the time of a near run.
+  /// alu_us): on a shared host a core's speed changes between runs minutes
+  /// apart (the host's clocks and neighbours), and with it some of the time
+  /// of a near run.
   static double alu_us() {
     double best = 1e30;
     for (int b = 0; b < 16; ++b) {
@@ -247,9 +246,9 @@ class CoreProbe {
 
 // Seconds of a benchmark's repeated calls: the median (what the tables and
 // bench/scaling_sim.py use) and the fastest (noise on a shared machine only
-// adds time; on the dev VM the fastest varied between runs as much as the
-// median did, so it is written beside it, not instead); with the core
-// probe, the median probe of the rounds that counted, and how many did.
+// adds time, but the fastest can vary between runs as much as the median
+// does, so it is written beside it, not instead); with the core probe, the
+// median probe of the rounds that counted, and how many did.
 struct Timing {
   double median = 0.0;
   double best = 0.0;
@@ -268,18 +267,17 @@ Timing timing_of(std::vector<double> secs) {
 // interleaved (rep r calls every communicator once, starting at r % k), so
 // every algorithm sees the same conditions over the run; one warm-up each.
 // `warm` untimed calls of the same communicator come before each timed
-// one: over TCP a call after one that sent whole buffers (recursive
-// doubling, MPI_Allreduce) was 20-25% slower than after a segmented one,
-// so without them the order of the communicators shows in their times (2
-// ranks, 4 MiB: the ring 1.21 ms right after auto's ring, 1.55 ms as auto
-// right after MPI_Allreduce). A training loop calls one algorithm per
-// bucket again and again: warm calls measure that.
+// one: over TCP a call right after one that sent whole buffers (recursive
+// doubling, MPI_Allreduce) is slower than after a segmented one, so
+// without them the order of the communicators shows in their times. A
+// training loop calls one algorithm per bucket again and again: warm calls
+// measure that.
 // A call's time is the slowest rank's (each rank times its own call after
 // a barrier; the times are gathered once all reps are done).
 // `min_seconds` > 0: more reps where `reps` rounds of calls would take less
 // (the warm-up round's slowest rank times it; at most 101 reps), so the
-// median of a few-ms call rests on more than a handful of calls: one such
-// row varied 20-60% between runs at 7 reps on the dev VM.
+// median of a few-ms call rests on more than a handful of calls, which on
+// a shared machine vary too much between runs.
 // `probe` on: a round counts only between two near probes (CoreProbe);
 // rounds go on until `reps` count or 4x `reps` have run. `fastest_probe`
 // is the run's fastest probe so far (updated).

@@ -432,7 +432,7 @@ def read_rows(paths, far=None):
 def pool_rows(rows):
     """Several runs' rows of one configuration (setting, ranks, hosts,
     bytes, algorithm) pooled into one with their median time: one run on a
-    shared machine varies 10-15%."""
+    shared machine is noisy."""
     groups = {}
     for r in rows:
         groups.setdefault((r["setting"], r["ranks"], r["hosts"], r["bytes"], r["algorithm"]), []).append(r["seconds"])

@@ -25,11 +25,10 @@ namespace {
 // Blocks from kHugeMin (2 MiB) are 2 MiB-aligned and, on Linux, advised
 // for transparent huge pages (MADV_HUGEPAGE; Debian's default policy
 // gives them only to advised memory), as PyTorch's CPU allocator does
-// with THP_MEM_ALLOC_ENABLE: on the dev VM (KVM, where a TLB miss walks
-// two page tables) Spire's ring allreduce over shared memory took 0.50
-// ms with them and 1.04 ms without at 4 MiB on 2 ranks, 15.0 and 23.3 ms
-// at 64 MiB (bench/mpi_allreduce_bandwidth, launches alternated; see
-// bench/README.md). SPIRE_CPU_HUGE_PAGES=0 in the environment turns it off.
+// with THP_MEM_ALLOC_ENABLE: fewer TLB misses for the large buffers that
+// collectives stream through (under a hypervisor a miss walks two page
+// tables; bench/README.md has the measurement). SPIRE_CPU_HUGE_PAGES=0 in
+// the environment turns it off.
 class HostMemory {
  public:
   static constexpr size_t kCacheMin = size_t{256} << 10;

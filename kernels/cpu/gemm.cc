@@ -454,7 +454,7 @@ struct GenericIsa {
 
 #if SPIRE_GEMM_HAVE_X86
 /// AVX2 + FMA (16 ymm registers): a 6 x 2-vector C tile (12 accumulators, 2 B vectors, 1
-/// broadcast), the classic Haswell shape; on par with OpenBLAS's Haswell kernel.
+/// broadcast), the classic Haswell shape.
 template <class T>
 struct Avx2Isa {
   static constexpr int W = 32 / sizeof(T);
@@ -470,12 +470,11 @@ struct Avx2Isa {
 /// broadcast), i.e. 6 x 64 floats / 6 x 32 doubles: per k step, 4 loads + 6 broadcasts feed 24
 /// FMAs (12 cycles at two 512-bit FMAs per cycle). Blocking, tuned on AMD Zen 5 (48 KiB L1d,
 /// 1 MiB L2): KC = 128 keeps the 32 KiB B~ micro-panel in L1; the A~ block (MC x KC, 126 KiB)
-/// and the B~ block (KC x NC: 512 KiB f32, 1 MiB f64) then sit in L2/L3. 14 x 2, 12 x 2, 8 x 3
-/// and 7 x 4 tiles, KC 96..256, MC 120..504 and NC 512..4096 measured within noise or slower.
+/// and the B~ block (KC x NC: 512 KiB f32, 1 MiB f64) then sit in L2/L3. As the main tile,
+/// 14 x 2, 12 x 2, 8 x 3 and 7 x 4, and KC 96..256, MC 120..504, NC 512..4096 were no faster there.
 /// Products with few columns (e.g. convolutions with few output channels) use a 12 x 2-vector
-/// tile (n = 32 f32 / 16 f64 without padding; 1.1x faster than the 24 x 1 tile on conv-shaped
-/// 784 x 32 x 288 and 2x on 9 x 32 x 29008 filter gradients, measured on Zen 5) or a 24 x
-/// 1-vector tile, which pads n to 16 (f32) / 8 (f64) rather than 64 / 32.
+/// tile (n = 32 f32 / 16 f64 without padding; faster than the 24 x 1 tile on convolution-shaped
+/// products) or a 24 x 1-vector tile, which pads n to 16 (f32) / 8 (f64) rather than 64 / 32.
 template <class T>
 struct Avx512Isa {
   static constexpr int W = 64 / sizeof(T);
