@@ -5,7 +5,7 @@
 //
 // Usage: gemm_vs_openblas [reps] [size...]   (defaults: 7 reps; f32 256 512 1024 2048, f64 1024)
 // SPIRE_BENCH_ISA=generic|avx2|avx512 forces one of spire's variants (default: the dispatched one).
-// Build: see the command in the report of kernels/cpu/gemm.cc; link with -lopenblas.
+// Built by bench/CMakeLists.txt when OpenBLAS is installed; results in bench/README.md.
 #include <cblas.h>
 
 #include <algorithm>

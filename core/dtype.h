@@ -1,6 +1,7 @@
 // Element types of tensors (DType), their sizes and names, and the mapping
-// between C++ types and DType used by kernels. f16/bf16 are reserved values
-// (storage only, no kernels yet).
+// between C++ types and DType used by kernels. f16/bf16 are storage types:
+// Cast converts to and from them and the collective ops carry them; the
+// math kernels do not take them.
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,4 @@
-// The main job for now: a two-layer MLP built with Spire's raw graph API and
+// The raw-graph example: a two-layer MLP built with Spire's raw graph API and
 // trained by plain gradient descent on three Gaussian blobs it generates.
 // It prints the loss falling and the final training accuracy. With
 // --device gpu (or gpu:N, cuda, cuda:N) the whole graph is built on that GPU;
