@@ -28,8 +28,8 @@
 # memcheck.log, gpu_kernels.txt, gpu_kernels.csv, gpu_train_step.txt, torch_step.txt, summary.txt,
 # in $OUT when it is set, else in build/gpu_check/.
 #
-# Dependencies a bare GPU machine may lack (see bench/README.md, "Running it through the device
-# tool"): when <repo>/.gpu_deps exists (made by scripts/pack_gpu_deps.sh: GoogleTest, nlohmann_json,
+# Dependencies a bare GPU machine may lack (see bench/README.md, "On a GPU machine without network
+# access"): when <repo>/.gpu_deps exists (made by scripts/pack_gpu_deps.sh: GoogleTest, nlohmann_json,
 # zlib), the configure is pointed at it. When the CUDA toolkit has no cuDNN (cudnn.h and
 # libcudnn.so), the pip package nvidia-cudnn-cu13 of $PYTHON, python3 or /opt/torch/.venv is used
 # (SPIRE_CUDNN_INCLUDE_DIR/SPIRE_CUDNN_LIBRARY), and its lib/ (and the toolkit's, and the pip
@@ -52,7 +52,8 @@
 set -u -o pipefail
 
 # ---- settings ---------------------------------------------------------------------------
-# The GPU test suites (names to be finalized with the tests) and the short memcheck subset.
+# The GPU test suites (CudaCoverage, CudaParity, FusedApplyGpu, Gpu, GpuCollectives, ParityCases,
+# Placement) and the short memcheck subset.
 GPU_TEST_FILTER="${GPU_TEST_FILTER:-Cuda*:*Gpu*:*Parity*:Placement*}"
 MEMCHECK_FILTER="${MEMCHECK_FILTER:-CudaParity.*:Gpu.*}"
 

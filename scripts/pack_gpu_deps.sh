@@ -2,7 +2,7 @@
 # Packs the build dependencies that a bare GPU machine may lack (GoogleTest, nlohmann_json, zlib)
 # from this Debian 12 x86-64 machine's packages into a relocatable CMake prefix, .gpu_deps/ in the
 # repository root (git-ignored), so that it can travel with the working tree to a machine where
-# nothing can be installed (the device tool's `carry`, see bench/README.md).
+# nothing can be installed (bench/README.md, "On a GPU machine without network access").
 # bench/gpu_check.sh uses the prefix by itself when it is there.
 #
 # Layout (the packages' own CMake files, whose paths are relative to where they lie):
