@@ -336,7 +336,7 @@ do_build() {
   local args=(-S "$REPO" -B "$BUILD_DIR" ${gen[@]+"${gen[@]}"} -DCMAKE_BUILD_TYPE=Release
               -DSPIRE_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc"
               -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHITECTURES"
-              -DSPIRE_BUILD_BENCH=ON -DSPIRE_BUILD_EXAMPLES=OFF -DSPIRE_MPI=OFF
+              -DSPIRE_BUILD_BENCH=ON -DSPIRE_BUILD_EXAMPLES=ON -DSPIRE_MPI=OFF
               ${DEPS_ARGS[@]+"${DEPS_ARGS[@]}"})
   local t0=$SECONDS
   echo "== configure: cmake ${args[*]} -DSPIRE_BUILD_TESTS=ON ${extra[*]}" >>"$BUILD_LOG"
