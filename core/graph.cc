@@ -59,9 +59,8 @@ std::string Node::describe_inputs() const {
   std::ostringstream os;
   for (int i = 0; i < num_inputs(); ++i) {
     if (i) os << ", ";
-    const auto& names = op_def_->input_names();
-    os << (static_cast<size_t>(i) < names.size() ? names[static_cast<size_t>(i)] : names.back())
-       << ": " << dtype_name(inputs_[i].dtype()) << inputs_[i].shape().to_string();
+    os << op_def_->input_arg_name(i) << " '" << inputs_[i].name() << "': " << dtype_name(inputs_[i].dtype())
+       << inputs_[i].shape().to_string();
   }
   if (num_inputs() == 0) os << "(none)";
   return os.str();
@@ -142,7 +141,9 @@ Node* Graph::add_node(const std::string& op_type, const std::vector<Output>& inp
 
   // Shape and dtype inference first: a node that fails it leaves nothing
   // behind (no Copy nodes, no name taken).
-  InferContext ic(*def, base, std::move(in_dtypes), std::move(in_shapes), merged);
+  std::vector<std::string> in_names;
+  for (const Output& in : inputs) in_names.push_back(in.name());
+  InferContext ic(*def, base, std::move(in_dtypes), std::move(in_shapes), merged, std::move(in_names));
   def->shape_fn()(ic);
 
   // Placement: the DeviceScope's device, unless the op runs with an input's

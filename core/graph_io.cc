@@ -3,6 +3,8 @@
 // every value (NaN and infinities included) round-trips exactly.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "core/graph.h"
@@ -13,6 +15,9 @@ namespace spire {
 using nlohmann::json;
 
 namespace {
+
+// The format to_json writes; from_json refuses newer ones.
+constexpr int64_t kGraphFormatVersion = 1;
 
 std::string to_hex(const void* data, size_t n) {
   static const char* digits = "0123456789abcdef";
@@ -63,10 +68,22 @@ json attr_to_json(const AttrValue& a) {
   return j;
 }
 
+// What a JSON value is, in words, for errors ("a string", "the number 2.5").
+std::string describe(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::object: return "an object";
+    case json::value_t::array: return "a list";
+    case json::value_t::string: return "the string " + v.dump().substr(0, 64);
+    case json::value_t::boolean: return v.get<bool>() ? "true" : "false";
+    default: return "the number " + v.dump().substr(0, 64);
+  }
+}
+
 // An integer from JSON without undefined behaviour: nlohmann's get<int64_t>()
 // converts a floating-point or out-of-range number with a C++ cast, which is
 // undefined for values that do not fit. Only integral numbers that fit pass.
-int64_t json_int(const json& v, const char* what) {
+int64_t json_int(const json& v, const std::string& what) {
   if (v.is_number_integer()) {
     if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
       throw_error("graph JSON: ", what, " ", v.dump(), " does not fit in a 64-bit integer");
@@ -75,49 +92,124 @@ int64_t json_int(const json& v, const char* what) {
   throw_error("graph JSON: ", what, " must be an integer, got ", v.dump().substr(0, 64));
 }
 
-std::vector<int64_t> json_ints(const json& v, const char* what) {
-  if (!v.is_array()) throw_error("graph JSON: ", what, " must be a list of integers");
+std::vector<int64_t> json_ints(const json& v, const std::string& what) {
+  if (!v.is_array()) throw_error("graph JSON: ", what, " must be a list of integers, got ", describe(v));
   std::vector<int64_t> out;
   out.reserve(v.size());
   for (const json& e : v) out.push_back(json_int(e, what));
   return out;
 }
 
-Shape json_shape(const json& v, const char* what) {
+Shape json_shape(const json& v, const std::string& what) {
   std::vector<int64_t> dims = json_ints(v, what);
   for (int64_t d : dims)
     if (d < -1) throw_error("graph JSON: ", what, " has dimension ", d, " (expected >= 0, or -1 for unknown)");
   return Shape(std::move(dims));
 }
 
+const std::string& json_string(const json& v, const std::string& what) {
+  if (!v.is_string()) throw_error("graph JSON: ", what, " must be a string, got ", describe(v));
+  return v.get_ref<const std::string&>();
+}
+
+// A number, or null for NaN (how to_json writes NaN and the infinities).
+double json_double(const json& v, const std::string& what) {
+  if (v.is_null()) return std::nan("");
+  if (!v.is_number()) throw_error("graph JSON: ", what, " must be a number, got ", describe(v));
+  return v.get<double>();
+}
+
+// Member `key` of object `j` (`what` names j), which must be there.
+const json& member(const json& j, const char* key, const std::string& what) {
+  auto it = j.find(key);
+  if (it == j.end()) throw_error("graph JSON: malformed ", what, ": it has no \"", key, "\"");
+  return *it;
+}
+
+const json& json_list(const json& v, const std::string& what) {
+  if (!v.is_array()) throw_error("graph JSON: ", what, " must be a list, got ", describe(v));
+  return v;
+}
+
+// An attribute's value; the caller's errors name the node and the attribute.
 AttrValue attr_from_json(const json& j) {
-  std::string type = j.at("type").get<std::string>();
-  const json& v = j.at("value");
-  if (type == "int") return AttrValue(json_int(v, "int attribute"));
-  if (type == "float") return AttrValue(v.is_null() ? std::nan("") : v.get<double>());
-  if (type == "bool") return AttrValue(v.get<bool>());
-  if (type == "string") return AttrValue(v.get<std::string>());
-  if (type == "ints") return AttrValue(json_ints(v, "ints attribute"));
-  if (type == "floats") return AttrValue(v.get<std::vector<double>>());
-  if (type == "strings") return AttrValue(v.get<std::vector<std::string>>());
-  if (type == "dtype") return AttrValue(dtype_from_name(v.get<std::string>()));
-  if (type == "shape") return AttrValue(json_shape(v, "shape attribute"));
+  if (!j.is_object())
+    throw_error("graph JSON: malformed attribute: expected an object {\"type\": ..., \"value\": ...}, got ",
+                describe(j));
+  const std::string& type = json_string(member(j, "type", "attribute"), "its \"type\"");
+  const json& v = member(j, "value", "attribute");
+  const std::string what = type + " attribute";
+  if (type == "int") return AttrValue(json_int(v, what));
+  if (type == "float") return AttrValue(json_double(v, what));
+  if (type == "bool") {
+    if (!v.is_boolean()) throw_error("graph JSON: ", what, " must be true or false, got ", describe(v));
+    return AttrValue(v.get<bool>());
+  }
+  if (type == "string") return AttrValue(json_string(v, what));
+  if (type == "ints") return AttrValue(json_ints(v, what));
+  if (type == "floats") {
+    std::vector<double> out;
+    for (const json& e : json_list(v, what)) out.push_back(json_double(e, what + " element"));
+    return AttrValue(std::move(out));
+  }
+  if (type == "strings") {
+    std::vector<std::string> out;
+    for (const json& e : json_list(v, what)) out.push_back(json_string(e, what + " element"));
+    return AttrValue(std::move(out));
+  }
+  if (type == "dtype") return AttrValue(dtype_from_name(json_string(v, what)));
+  if (type == "shape") return AttrValue(json_shape(v, what));
   if (type == "tensor") {
-    Shape shape = json_shape(v.at("shape"), "tensor shape");
-    SPIRE_CHECK(shape.is_fully_defined(), "graph JSON: a tensor attribute needs a fully defined shape, got ",
+    if (!v.is_object())
+      throw_error("graph JSON: malformed ", what, ": expected {\"dtype\", \"shape\", \"hex\"}, got ", describe(v));
+    Shape shape = json_shape(member(v, "shape", what), what + " shape");
+    SPIRE_CHECK(shape.is_fully_defined(), "graph JSON: ", what, " needs a fully defined shape, got ",
                 shape.to_string());
-    const std::string& hex = v.at("hex").get_ref<const std::string&>();
-    DType dtype = dtype_from_name(v.at("dtype").get<std::string>());
+    const std::string& hex = json_string(member(v, "hex", what), what + " \"hex\"");
+    DType dtype = dtype_from_name(json_string(member(v, "dtype", what), what + " \"dtype\""));
     // Check the size against the data before allocating (a huge shape must not allocate).
     SPIRE_CHECK(shape.num_bytes(dtype_size(dtype)) * 2 == hex.size(),
-                "graph JSON: tensor data has ", hex.size() / 2, " bytes, but ", dtype_name(dtype),
+                "graph JSON: ", what, ": tensor data has ", hex.size() / 2, " bytes, but ", dtype_name(dtype),
                 shape.to_string(), " needs ", shape.num_bytes(dtype_size(dtype)), " bytes");
     Tensor t(dtype, shape);
-    from_hex(v.at("hex").get<std::string>(), t.raw_data(), t.nbytes());
+    from_hex(hex, t.raw_data(), t.nbytes());
     return AttrValue(t);
   }
   if (type == "none") return AttrValue();
-  throw_error("graph JSON: unknown attribute type '", type, "'");
+  throw_error("graph JSON: unknown attribute type '", type,
+              "' (expected int, float, bool, string, ints, floats, strings, dtype, shape, tensor or none)");
+}
+
+// "line 3, column 7" of byte offset `pos` (0-based) in `text`.
+std::string line_and_column(const std::string& text, size_t pos) {
+  pos = std::min(pos, text.size());
+  size_t line = 1, col = 1;
+  for (size_t i = 0; i < pos; ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
+  }
+  return str_cat("line ", line, ", column ", col);
+}
+
+// The line of byte `pos` up to and including it (at most its last 30
+// bytes), unprintable bytes as '?'.
+std::string line_up_to(const std::string& text, size_t pos) {
+  if (text.empty()) return "";
+  pos = std::min(pos, text.size() - 1);
+  // (A newline is shown as '?' at the end of its line.)
+  size_t from = pos == 0 ? std::string::npos : text.rfind('\n', pos - 1);
+  from = from == std::string::npos ? 0 : from + 1;
+  if (pos + 1 - from > 30) from = pos + 1 - 30;
+  std::string out;
+  for (size_t i = from; i <= pos; ++i) {
+    auto c = static_cast<unsigned char>(text[i]);
+    out += (c >= 32 && c < 127) ? static_cast<char>(c) : '?';
+  }
+  return out;
 }
 
 }  // namespace
@@ -142,7 +234,7 @@ std::string Graph::to_json() const {
   }
   json g;
   g["format"] = "spire-graph";
-  g["version"] = 1;
+  g["version"] = kGraphFormatVersion;
   g["seed"] = seed_;
   g["nodes"] = nodes;
   return g.dump(1);
@@ -152,35 +244,87 @@ std::unique_ptr<Graph> Graph::from_json(const std::string& text) {
   json g;
   try {
     g = json::parse(text);
-  } catch (const json::exception& e) {
-    throw_error("graph JSON: parse error: ", e.what());
+  } catch (const json::parse_error& e) {
+    // e.byte is 1-based: the byte where the parser gave up.
+    const size_t at = e.byte > 0 ? e.byte - 1 : 0;
+    if (at >= text.size())
+      throw_error("graph JSON: parse error at ", line_and_column(text, at), ": the text ends early");
+    throw_error("graph JSON: parse error at ", line_and_column(text, at), ": not valid JSON: '",
+                line_up_to(text, at), "' <- here");
+  } catch (const json::exception&) {
+    throw_error("graph JSON: parse error: not valid JSON");
   }
+  SPIRE_CHECK(g.is_object(), "graph JSON: malformed graph: expected an object {\"format\": \"spire-graph\", ...}, got ",
+              describe(g));
   auto graph = std::make_unique<Graph>();
   try {
-    SPIRE_CHECK(g.value("format", "") == "spire-graph",
+    SPIRE_CHECK(g.contains("format") && g.at("format") == "spire-graph",
                 "graph JSON: missing or wrong \"format\" (expected \"spire-graph\")");
-    graph->seed_ = g.contains("seed") ? json_int(g.at("seed"), "seed") : 0;
-    const json& nodes = g.at("nodes");
-    for (const json& jn : nodes) {
-      std::string name = jn.at("name").get<std::string>();
-      std::vector<Output> inputs;
-      for (const json& in : jn.at("inputs")) inputs.push_back(graph->output_by_name(in.get<std::string>()));
-      AttrMap attrs;
-      for (const auto& [k, v] : jn.at("attrs").items()) attrs[k] = attr_from_json(v);
-      DeviceScope ds(*graph, Device::parse(jn.value("device", "cpu")));
-      Node* n = graph->add_node(jn.at("op").get<std::string>(), inputs, attrs, name);
-      SPIRE_CHECK(n->name() == name, "graph JSON: duplicate node name '", name, "'");
+    // A file without "version" is of the first format.
+    if (g.contains("version")) {
+      const int64_t version = json_int(g.at("version"), "\"version\"");
+      SPIRE_CHECK(version >= 1, "graph JSON: bad format version ", version, " (versions start at 1)");
+      SPIRE_CHECK(version <= kGraphFormatVersion, "graph JSON: format version ", version,
+                  " is newer than this Spire supports (", kGraphFormatVersion, ")");
     }
-    for (const json& jn : nodes) {
-      Node* n = graph->find_node(jn.at("name").get<std::string>());
-      for (const json& c : jn.at("control_inputs")) {
-        Node* dep = graph->find_node(c.get<std::string>());
-        SPIRE_CHECK(dep, "graph JSON: unknown control input '", c.get<std::string>(), "'");
-        n->add_control_input(dep);
+    graph->seed_ = g.contains("seed") ? json_int(g.at("seed"), "seed") : 0;
+    const json& nodes = json_list(member(g, "nodes", "graph"), "\"nodes\"");
+    std::vector<Node*> made;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const json& jn = nodes[i];
+      std::string where = str_cat("nodes[", i, "]");
+      if (!jn.is_object()) throw_error("graph JSON: malformed ", where, ": expected an object, got ", describe(jn));
+      const std::string& name = json_string(member(jn, "name", "node " + where), where + " \"name\"");
+      where = str_cat("node '", name, "' (nodes[", i, "])");
+      const std::string& op = json_string(member(jn, "op", where), where + " \"op\"");
+      std::vector<Output> inputs;
+      for (const json& in : json_list(member(jn, "inputs", where), where + " \"inputs\"")) {
+        const std::string& input = json_string(in, where + " input");
+        try {
+          inputs.push_back(graph->output_by_name(input));
+        } catch (const Error& e) {
+          throw_error("graph JSON: ", where, " input '", input, "': ", e.what(),
+                      " (a node's inputs must come before it)");
+        }
+      }
+      const json& jattrs = member(jn, "attrs", where);
+      if (!jattrs.is_object()) throw_error("graph JSON: ", where, " \"attrs\" must be an object, got ", describe(jattrs));
+      AttrMap attrs;
+      for (const auto& [k, v] : jattrs.items()) {
+        try {
+          attrs[k] = attr_from_json(v);
+        } catch (const Error& e) {
+          std::string msg = e.what();
+          if (msg.rfind("graph JSON: ", 0) == 0) msg = msg.substr(12);
+          throw_error("graph JSON: ", where, ", attribute '", k, "': ", msg);
+        }
+      }
+      Device device = Device::cpu();
+      if (jn.contains("device")) {
+        const std::string& spec = json_string(jn.at("device"), where + " \"device\"");
+        try {
+          device = Device::parse(spec);
+        } catch (const Error& e) {
+          throw_error("graph JSON: ", where, ": ", e.what());
+        }
+      }
+      DeviceScope ds(*graph, device);
+      Node* n = graph->add_node(op, inputs, attrs, name);
+      SPIRE_CHECK(n->name() == name, "graph JSON: duplicate node name '", name, "' (nodes[", i, "])");
+      made.push_back(n);
+    }
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const std::string where = str_cat("node '", made[i]->name(), "' (nodes[", i, "])");
+      for (const json& c : json_list(member(nodes[i], "control_inputs", where), where + " \"control_inputs\"")) {
+        const std::string& dep_name = json_string(c, where + " control input");
+        Node* dep = graph->find_node(dep_name);
+        SPIRE_CHECK(dep, "graph JSON: ", where, ": unknown control input '", dep_name, "'");
+        made[i]->add_control_input(dep);
       }
     }
-  } catch (const json::exception& e) {
-    throw_error("graph JSON: malformed graph: ", e.what());
+  } catch (const json::exception&) {
+    // Every access above is checked first; this is a safety net, never the JSON library's words.
+    throw_error("graph JSON: malformed graph");
   }
   return graph;
 }

@@ -9,9 +9,9 @@ namespace spire {
 
 InferContext::InferContext(const OpDef& op, const std::string& node_name,
                            std::vector<DType> in_dtypes, std::vector<Shape> in_shapes,
-                           const AttrMap& attrs)
+                           const AttrMap& attrs, std::vector<std::string> in_names)
     : op_(op), node_name_(node_name), in_dtypes_(std::move(in_dtypes)),
-      in_shapes_(std::move(in_shapes)), attrs_(attrs) {}
+      in_shapes_(std::move(in_shapes)), attrs_(attrs), in_names_(std::move(in_names)) {}
 
 void InferContext::set_output(int i, DType dtype, const Shape& shape) {
   auto n = static_cast<size_t>(i) + 1;
@@ -27,13 +27,23 @@ std::string InferContext::where() const {
   return str_cat("op ", op_.name(), " node '", node_name_, "'");
 }
 
+std::string InferContext::input_name(int i) const {
+  return static_cast<size_t>(i) < in_names_.size() ? in_names_[static_cast<size_t>(i)] : std::string();
+}
+
+std::string InferContext::input_label(int i) const {
+  const std::string name = input_name(i);
+  return name.empty() ? str_cat("input ", i) : str_cat("input ", i, " ('", name, "')");
+}
+
 std::string InferContext::describe_inputs() const {
   std::ostringstream os;
-  const auto& names = op_.input_names();
   for (int i = 0; i < num_inputs(); ++i) {
     if (i) os << ", ";
-    os << (static_cast<size_t>(i) < names.size() ? names[static_cast<size_t>(i)] : names.back())
-       << ": " << dtype_name(input_dtype(i)) << input_shape(i).to_string();
+    os << op_.input_arg_name(i);
+    const std::string name = input_name(i);
+    if (!name.empty()) os << " '" << name << "'";
+    os << ": " << dtype_name(input_dtype(i)) << input_shape(i).to_string();
   }
   if (num_inputs() == 0) os << "(none)";
   return os.str();
@@ -44,18 +54,18 @@ void InferContext::expect_dtype(int i, std::initializer_list<DType> allowed) con
   if (std::find(allowed.begin(), allowed.end(), dt) != allowed.end()) return;
   std::ostringstream os;
   for (const DType& a : allowed) os << (&a == allowed.begin() ? "" : ", ") << dtype_name(a);
-  fail("input ", i, " has dtype ", dtype_name(dt), ", expected one of {", os.str(), "}");
+  fail(input_label(i), " has dtype ", dtype_name(dt), ", expected one of {", os.str(), "}");
 }
 
 void InferContext::expect_same_dtype(int i, int j) const {
   if (input_dtype(i) != input_dtype(j))
-    fail("inputs ", i, " and ", j, " must have the same dtype, got ", dtype_name(input_dtype(i)),
-         " and ", dtype_name(input_dtype(j)));
+    fail(input_label(i), " and ", input_label(j), " must have the same dtype, got ",
+         dtype_name(input_dtype(i)), " and ", dtype_name(input_dtype(j)));
 }
 
 void InferContext::expect_rank(int i, int r) const {
   if (input_shape(i).rank() != r)
-    fail("input ", i, " must have rank ", r, ", got shape ", input_shape(i).to_string());
+    fail(input_label(i), " must have rank ", r, ", got shape ", input_shape(i).to_string());
 }
 
 // ---- GradContext -----------------------------------------------------------
@@ -67,6 +77,14 @@ Output GradContext::grad(int i) const {
 }
 
 // ---- OpDef / builder -------------------------------------------------------
+
+std::string OpDef::input_arg_name(int i) const {
+  if (input_names_.empty()) return str_cat("input ", i);
+  const size_t last = input_names_.size() - 1;
+  const auto k = static_cast<size_t>(i);
+  if (variadic_ && k >= last) return str_cat(input_names_[last], "[", k - last, "]");
+  return k < input_names_.size() ? input_names_[k] : input_names_[last];
+}
 
 bool OpDef::allows_undefined_input(int i) const {
   return std::find(undefined_ok_.begin(), undefined_ok_.end(), i) != undefined_ok_.end();

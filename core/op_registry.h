@@ -19,12 +19,18 @@ namespace spire {
 /// being added; it sets the output dtypes and shapes.
 class InferContext {
  public:
+  /// `in_names`: the input tensors' names ("node:0"), for errors.
   InferContext(const OpDef& op, const std::string& node_name, std::vector<DType> in_dtypes,
-               std::vector<Shape> in_shapes, const AttrMap& attrs);
+               std::vector<Shape> in_shapes, const AttrMap& attrs,
+               std::vector<std::string> in_names = {});
 
   int num_inputs() const { return static_cast<int>(in_dtypes_.size()); }
   DType input_dtype(int i) const { return in_dtypes_.at(static_cast<size_t>(i)); }
   const Shape& input_shape(int i) const { return in_shapes_.at(static_cast<size_t>(i)); }
+  /// The name of the tensor fed to input i ("tower1/grad:0"; "" when unknown).
+  std::string input_name(int i) const;
+  /// "input 1 ('tower1/grad:0')", for errors.
+  std::string input_label(int i) const;
   bool has_attr(const std::string& key) const { return attrs_.count(key) != 0; }
   template <typename T>
   T attr(const std::string& key) const {
@@ -39,7 +45,7 @@ class InferContext {
   const std::vector<DType>& output_dtypes() const { return out_dtypes_; }
   const std::vector<Shape>& output_shapes() const { return out_shapes_; }
 
-  /// Throws spire::Error: "<op> node '<name>': <message>; inputs: x: f32[2], ...".
+  /// Throws spire::Error: "<op> node '<name>': <message>; inputs: a 'x:0': f32[2], ...".
   template <typename... Args>
   [[noreturn]] void fail(Args&&... args) const {
     throw_error(where(), ": ", std::forward<Args>(args)..., "; inputs: ", describe_inputs());
@@ -52,6 +58,8 @@ class InferContext {
   void expect_rank(int i, int r) const;
   /// "op Add node 'a/add'".
   std::string where() const;
+  /// "a 'x:0': f32[2], b 'y:0': f32[2]"; a variadic input's tensors are
+  /// numbered: "x[0] 'g0:0': f32[2], x[1] 'g1:0': f32[2]".
   std::string describe_inputs() const;
 
  private:
@@ -60,6 +68,7 @@ class InferContext {
   std::vector<DType> in_dtypes_;
   std::vector<Shape> in_shapes_;
   const AttrMap& attrs_;
+  std::vector<std::string> in_names_;
   std::vector<DType> out_dtypes_;
   std::vector<Shape> out_shapes_;
 };
@@ -102,6 +111,9 @@ class OpDef {
  public:
   const std::string& name() const { return name_; }
   const std::vector<std::string>& input_names() const { return input_names_; }
+  /// The name of the argument input i is given to: input_names()[i], or
+  /// "x[k]" for the k-th tensor of a variadic (last) input "x".
+  std::string input_arg_name(int i) const;
   /// When true, the last named input repeats any number (>= min) of times.
   bool variadic() const { return variadic_; }
   int min_variadic() const { return min_variadic_; }

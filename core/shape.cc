@@ -7,6 +7,11 @@
 
 namespace spire {
 
+void Shape::invalid_dim(size_t i) const {
+  throw_error("invalid shape ", to_string(), ": dimension ", i, " is ", dims_[i],
+              " (a dimension is >= 0, or -1 for unknown)");
+}
+
 bool Shape::is_fully_defined() const {
   return std::all_of(dims_.begin(), dims_.end(), [](int64_t d) { return d >= 0; });
 }
@@ -44,7 +49,7 @@ std::string Shape::to_string() const {
   os << '[';
   for (size_t i = 0; i < dims_.size(); ++i) {
     if (i) os << ", ";
-    if (dims_[i] < 0)
+    if (dims_[i] == -1)
       os << '?';
     else
       os << dims_[i];

@@ -1,6 +1,8 @@
 // Shape: the dimensions of a tensor, row-major. A dimension of -1 means
 // "unknown until run time" (allowed on placeholders and in inferred shapes);
-// the rank is always known. Also the NumPy broadcasting rule used by shape
+// the rank is always known. Any other negative dimension is invalid: the
+// constructors and set_dim() throw spire::Error naming it (as TensorFlow's
+// TensorShape does). Also the NumPy broadcasting rule used by shape
 // inference and kernels.
 #pragma once
 
@@ -15,13 +17,16 @@ namespace spire {
 class Shape {
  public:
   Shape() = default;
-  Shape(std::initializer_list<int64_t> dims) : dims_(dims) {}
-  explicit Shape(std::vector<int64_t> dims) : dims_(std::move(dims)) {}
+  Shape(std::initializer_list<int64_t> dims) : dims_(dims) { check_dims(); }
+  explicit Shape(std::vector<int64_t> dims) : dims_(std::move(dims)) { check_dims(); }
 
   int rank() const { return static_cast<int>(dims_.size()); }
   int64_t dim(int i) const { return dims_.at(static_cast<size_t>(i)); }
   int64_t operator[](int i) const { return dims_[static_cast<size_t>(i)]; }
-  void set_dim(int i, int64_t d) { dims_.at(static_cast<size_t>(i)) = d; }
+  void set_dim(int i, int64_t d) {
+    dims_.at(static_cast<size_t>(i)) = d;
+    if (d < -1) invalid_dim(static_cast<size_t>(i));
+  }
   const std::vector<int64_t>& dims() const { return dims_; }
   std::vector<int64_t>& mutable_dims() { return dims_; }
 
@@ -35,13 +40,20 @@ class Shape {
   uint64_t num_bytes(size_t element_size) const;
   /// True when `concrete` (a fully defined shape) fits this possibly partial shape.
   bool is_compatible_with(const Shape& concrete) const;
-  /// "[2, ?, 3]".
+  /// "[2, ?, 3]" (-1 prints as ?; a dimension below -1, which only
+  /// mutable_dims() can make, prints as it is).
   std::string to_string() const;
 
   bool operator==(const Shape& o) const { return dims_ == o.dims_; }
   bool operator!=(const Shape& o) const { return dims_ != o.dims_; }
 
  private:
+  void check_dims() const {
+    for (size_t i = 0; i < dims_.size(); ++i)
+      if (dims_[i] < -1) invalid_dim(i);
+  }
+  [[noreturn]] void invalid_dim(size_t i) const;
+
   std::vector<int64_t> dims_;
 };
 

@@ -9,9 +9,7 @@
 #include <cctype>
 #include <string>
 
-#include "core/device.h"
-#include "core/device_backend.h"
-#include "core/error.h"
+#include <spire.h>
 
 namespace spire_examples {
 

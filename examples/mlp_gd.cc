@@ -10,8 +10,9 @@
 #include <random>
 #include <string>
 
+#include <spire.h>
+
 #include "device_flag.h"
-#include "spire.h"
 
 using namespace spire;
 

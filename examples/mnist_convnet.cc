@@ -66,21 +66,10 @@
 #include <thread>
 #include <vector>
 
+#include <spire.h>
+
 #include "device_flag.h"
-#include "dist/trainers/distributed_trainers.h"
-#include "dist/trainers/horovod_trainer.h"
-#include "dist/trainers/multi_device_trainers.h"
 #include "mnist_model.h"
-#include "spire.h"
-#include "train/callbacks.h"
-#include "train/config.h"
-#include "train/dataflow.h"
-#include "train/datasets.h"
-#include "train/file_util.h"
-#include "core/logger.h"
-#include "train/model_desc.h"
-#include "train/monitor.h"
-#include "train/trainer.h"
 
 using namespace spire;
 

@@ -24,17 +24,10 @@
 #include <string>
 #include <vector>
 
+#include <spire.h>
+
 #include "device_flag.h"
 #include "image_util.h"
-#include "spire.h"
-#include "train/callbacks.h"
-#include "train/dataflow.h"
-#include "train/datasets.h"
-#include "train/file_util.h"
-#include "train/input_source.h"
-#include "core/logger.h"
-#include "train/monitor.h"
-#include "train/trainer.h"
 
 using namespace spire;
 

@@ -4,7 +4,7 @@
 // maxpool -> conv -> FC 512 + ReLU -> dropout 0.5 -> FC 10.
 #pragma once
 
-#include "spire.h"
+#include <spire.h>
 
 namespace spire_examples {
 

@@ -11,10 +11,9 @@
 #include <random>
 #include <string>
 
+#include <spire.h>
+
 #include "device_flag.h"
-#include "layers/layers.h"
-#include "spire.h"
-#include "train/model_desc.h"
 
 using namespace spire;
 

@@ -46,13 +46,13 @@ Shape common_shape(InferContext& c, bool allow_bool) {
   for (int i = 1; i < c.num_inputs(); ++i) {
     const Shape& t = c.input_shape(i);
     if (t.rank() != s.rank())
-      c.fail("every participant needs the same shape: input 0 is ", s.to_string(), ", input ", i,
-             " is ", t.to_string());
+      c.fail("every participant needs the same shape: ", c.input_label(0), " is ", s.to_string(), ", ",
+             c.input_label(i), " is ", t.to_string());
     for (int d = 0; d < s.rank(); ++d) {
       if (s[d] < 0) s.set_dim(d, t[d]);
       else if (t[d] >= 0 && t[d] != s[d])
-        c.fail("every participant needs the same shape: input 0 is ", c.input_shape(0).to_string(),
-               ", input ", i, " is ", t.to_string());
+        c.fail("every participant needs the same shape: ", c.input_label(0), " is ",
+               c.input_shape(0).to_string(), ", ", c.input_label(i), " is ", t.to_string());
     }
   }
   return s;

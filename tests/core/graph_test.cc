@@ -139,6 +139,102 @@ TEST(Graph, MalformedJsonIsRejected) {
   }, {"no node named 'missing'"});
 }
 
+// The format version: to_json writes 1; a newer one is refused (as
+// checkpoints refuse newer versions), an absent one is the first format.
+TEST(Graph, JsonFormatVersion) {
+  Graph g;
+  DefaultGraphGuard guard(g);
+  ops::placeholder(DType::F32, {2}, "x");
+  std::string json = g.to_json();
+  ASSERT_NE(json.find("\"version\": 1"), std::string::npos);
+  EXPECT_NO_THROW(Graph::from_json(json));
+  auto with_version = [&](const std::string& v) {
+    std::string t = json;
+    t.replace(t.find("\"version\": 1"), 12, "\"version\": " + v);
+    return t;
+  };
+  EXPECT_NO_THROW(Graph::from_json(with_version("1")));
+  expect_error([&] { Graph::from_json(with_version("999")); },
+               {"graph JSON: format version 999 is newer than this Spire supports (1)"});
+  expect_error([&] { Graph::from_json(with_version("2")); }, {"format version 2 is newer"});
+  expect_error([&] { Graph::from_json(with_version("0")); }, {"bad format version 0"});
+  expect_error([&] { Graph::from_json(with_version("\"1\"")); }, {"\"version\" must be an integer"});
+  EXPECT_NO_THROW(Graph::from_json("{\"format\":\"spire-graph\",\"nodes\":[]}"));
+}
+
+// Malformed graphs are refused in Spire's words, naming what is wrong and
+// where (the node, its index, the field or attribute), never with the JSON
+// library's exception text.
+TEST(Graph, MalformedJsonErrorsSayWhatIsWrong) {
+  auto fails_with = [](const std::string& text, const std::vector<std::string>& words) {
+    try {
+      Graph::from_json(text);
+      ADD_FAILURE() << "no error for " << text;
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      for (const auto& w : words) EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' not in: " << msg;
+      EXPECT_EQ(msg.find("json.exception"), std::string::npos) << msg;
+      EXPECT_EQ(msg.find("type must be"), std::string::npos) << msg;
+    }
+  };
+  const std::string head = "{\"format\":\"spire-graph\",\"nodes\":[";
+  auto node = [](const std::string& fields) {
+    return "{\"name\":\"p\",\"op\":\"Placeholder\",\"inputs\":[],\"control_inputs\":[]," + fields + "}";
+  };
+  const std::string attrs_ok =
+      "\"attrs\":{\"dtype\":{\"type\":\"dtype\",\"value\":\"f32\"},\"shape\":{\"type\":\"shape\",\"value\":[2]}}";
+  EXPECT_NO_THROW(Graph::from_json(head + node(attrs_ok) + "]}"));
+  // Not JSON: where it stops, in lines and columns.
+  fails_with("{\"format\":\n  \"spire-graph\",, }", {"graph JSON: parse error at line 2, column 17: not valid JSON: '  \"spire-graph\",,' <- here"});
+  fails_with("{\"format\": \"spire-graph\"", {"parse error at line 1, column 25: the text ends early"});
+  fails_with("", {"graph JSON: parse error at line 1, column 1: the text ends early"});
+  // The document and its lists.
+  fails_with("[1, 2]", {"graph JSON: malformed graph: expected an object", "got a list"});
+  fails_with("{\"format\":\"spire-graph\"}", {"malformed graph: it has no \"nodes\""});
+  fails_with("{\"format\":\"spire-graph\",\"nodes\":{}}", {"\"nodes\" must be a list, got an object"});
+  fails_with(head + "7]}", {"malformed nodes[0]: expected an object, got the number 7"});
+  fails_with(head + "{\"op\":\"Neg\"}]}", {"malformed node nodes[0]: it has no \"name\""});
+  fails_with(head + "{\"name\":5}]}", {"nodes[0] \"name\" must be a string, got the number 5"});
+  fails_with(head + "{\"name\":\"a\"}]}", {"malformed node 'a' (nodes[0]): it has no \"op\""});
+  fails_with(head + "{\"name\":\"a\",\"op\":[]}]}", {"node 'a' (nodes[0]) \"op\" must be a string, got a list"});
+  fails_with(head + "{\"name\":\"a\",\"op\":\"Neg\",\"inputs\":\"x\"}]}",
+             {"node 'a' (nodes[0]) \"inputs\" must be a list, got the string \"x\""});
+  fails_with(head + "{\"name\":\"a\",\"op\":\"Neg\",\"inputs\":[3]}]}",
+             {"node 'a' (nodes[0]) input must be a string, got the number 3"});
+  fails_with(head + "{\"name\":\"a\",\"op\":\"Neg\",\"inputs\":[\"b:0\"],\"attrs\":{}}]}",
+             {"node 'a' (nodes[0]) input 'b:0': no node named 'b'", "must come before it"});
+  fails_with(head + "{\"name\":\"a\",\"op\":\"NoOp\",\"inputs\":[]}]}",
+             {"malformed node 'a' (nodes[0]): it has no \"attrs\""});
+  fails_with(head + "{\"name\":\"a\",\"op\":\"NoOp\",\"inputs\":[],\"attrs\":[]}]}",
+             {"node 'a' (nodes[0]) \"attrs\" must be an object, got a list"});
+  fails_with(head + "{\"name\":\"a\",\"op\":\"NoOp\",\"inputs\":[],\"attrs\":{}}]}",
+             {"malformed node 'a' (nodes[0]): it has no \"control_inputs\""});
+  fails_with(head + "{\"name\":\"a\",\"op\":\"NoOp\",\"inputs\":[],\"attrs\":{},\"control_inputs\":[\"zz\"]}]}",
+             {"node 'a' (nodes[0]): unknown control input 'zz'"});
+  fails_with(head + node(attrs_ok + ",\"device\":\"tpu:0\"") + "]}", {"node 'p' (nodes[0]): bad device 'tpu:0'"});
+  fails_with(head + node(attrs_ok + ",\"device\":1") + "]}", {"node 'p' (nodes[0]) \"device\" must be a string"});
+  // Attributes: named with their node.
+  auto attr = [&](const std::string& a) {
+    return head + node("\"attrs\":{\"dtype\":{\"type\":\"dtype\",\"value\":\"f32\"},\"shape\":" + a + "}") + "]}";
+  };
+  fails_with(attr("[2]"), {"graph JSON: node 'p' (nodes[0]), attribute 'shape': malformed attribute: expected an object"});
+  fails_with(attr("{\"value\":[2]}"), {"attribute 'shape': malformed attribute: it has no \"type\""});
+  fails_with(attr("{\"type\":\"shape\"}"), {"attribute 'shape': malformed attribute: it has no \"value\""});
+  fails_with(attr("{\"type\":\"vector\",\"value\":[2]}"), {"attribute 'shape': unknown attribute type 'vector'"});
+  fails_with(attr("{\"type\":\"shape\",\"value\":\"2\"}"),
+             {"attribute 'shape': shape attribute must be a list of integers, got the string \"2\""});
+  fails_with(attr("{\"type\":\"bool\",\"value\":1}"), {"attribute 'shape': bool attribute must be true or false"});
+  fails_with(attr("{\"type\":\"string\",\"value\":1}"), {"string attribute must be a string"});
+  fails_with(attr("{\"type\":\"float\",\"value\":\"x\"}"), {"float attribute must be a number"});
+  fails_with(attr("{\"type\":\"floats\",\"value\":[1,\"x\"]}"), {"floats attribute element must be a number"});
+  fails_with(attr("{\"type\":\"strings\",\"value\":\"x\"}"), {"strings attribute must be a list"});
+  fails_with(attr("{\"type\":\"dtype\",\"value\":\"f8\"}"), {"attribute 'shape': unknown dtype name 'f8'"});
+  fails_with(attr("{\"type\":\"tensor\",\"value\":{\"dtype\":\"f32\",\"shape\":[1]}}"),
+             {"attribute 'shape': malformed tensor attribute: it has no \"hex\""});
+  fails_with(attr("{\"type\":\"tensor\",\"value\":{\"dtype\":\"f32\",\"shape\":[1],\"hex\":\"zz00803f\"}}"),
+             {"attribute 'shape': bad hex digit in tensor data"});
+}
+
 // Found by fuzzing: numbers that do not fit an integer must be errors, not
 // undefined conversions (a huge floating-point dimension used to be cast).
 TEST(Graph, JsonNumbersThatAreNotIntegersAreRejected) {

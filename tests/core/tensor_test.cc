@@ -61,6 +61,22 @@ TEST(Shape, SizesThatOverflowAreErrors) {
   expect_error([] { Tensor t(DType::F64, Shape{int64_t{1} << 60, 2}); }, {"more bytes than fit"});
 }
 
+// A dimension is >= 0, or -1 for unknown (TensorFlow's TensorShape rule):
+// anything else is refused where the shape is made, naming it, never
+// printed as if it were unknown.
+TEST(Shape, NegativeDimensionsOtherThanUnknownAreErrors) {
+  expect_error([] { Shape({-5}); }, {"invalid shape [-5]: dimension 0 is -5", ">= 0, or -1 for unknown"});
+  expect_error([] { Shape(std::vector<int64_t>{2, -2}); }, {"invalid shape [2, -2]: dimension 1 is -2"});
+  Shape s({2, 3});
+  expect_error([&] { s.set_dim(1, -7); }, {"dimension 1 is -7"});
+  expect_error([] { ops::placeholder(DType::F32, {4, -3}, "p"); }, {"invalid shape [4, -3]"});
+  EXPECT_EQ(Shape({-1, 0, 3}).to_string(), "[?, 0, 3]");
+  // mutable_dims() is unchecked: what it makes prints as it is.
+  Shape m({1});
+  m.mutable_dims()[0] = -5;
+  EXPECT_EQ(m.to_string(), "[-5]");
+}
+
 TEST(Shape, BroadcastRules) {
   Shape out;
   EXPECT_TRUE(broadcast_shapes({2, 1, 3}, {4, 1}, &out));

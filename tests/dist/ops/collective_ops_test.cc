@@ -292,6 +292,12 @@ TEST(CollectiveOps, ShapeInferenceErrors) {
   const int nodes = g.num_nodes();
   expect_error([&] { dist::all_reduce({a, b}); }, {"AllReduce", "same shape", "[4, 2]", "[3, 2]"});
   expect_error([&] { dist::all_reduce({a, c}); }, {"AllReduce", "same dtype"});
+  // The errors name the tensors given, not the op's argument "x" (one per participant).
+  expect_error([&] { dist::all_reduce({a, b}); },
+               {"input 0 ('a:0') is [4, 2], input 1 ('b:0') is [3, 2]",
+                "inputs: x[0] 'a:0': f32[4, 2], x[1] 'b:0': f32[3, 2]"});
+  expect_error([&] { dist::all_gather({a, c}); },
+               {"input 0 ('a:0') and input 1 ('c:0') must have the same dtype, got f32 and f64"});
   expect_error([&] { dist::all_reduce({a, a}); }, {"participants 0 and 1 are both on cpu"});
   expect_error([&] { dist::reduce_scatter({a, a * 1.0}, ReduceOp::kSum, {"", 3, {}, ""}); },
                {"ReduceScatter", "multiple of the group size 3"});
