@@ -44,7 +44,7 @@ class Model : public ModelDesc {
   }
   Output build_graph(const std::vector<Output>& in) override {
     Output h = FullyConnected("fc0", in[0], 6, FullyConnectedOptions().activation(ops::tanh));
-    if (bn_ != "none") h = BatchNorm("bn", h, BatchNormOptions().sync_statistics(bn_));
+    if (bn_ != "none") h = BatchNorm("bn", h, BatchNormOptions().sync_statistics(parse_sync_statistics(bn_)));
     if (extra_) h = FullyConnected("extra", h, 6);
     Output logits = FullyConnected("fc1", h, 3);
     Output xent = ops::sparse_softmax_cross_entropy_with_logits(logits, in[1]);

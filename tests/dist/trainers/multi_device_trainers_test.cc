@@ -42,7 +42,8 @@ class TowerModel : public ModelDesc {
   }
   Output build_graph(const std::vector<Output>& in) override {
     Output h = FullyConnected("fc0", in[0], 6, FullyConnectedOptions().activation(ops::tanh));
-    if (bn_ != "none") h = BatchNorm("bn", h, BatchNormOptions().sync_statistics(bn_));
+    if (bn_ != "none")
+      h = BatchNorm("bn", h, BatchNormOptions().sync_statistics(parse_sync_statistics(bn_)));
     Output logits = FullyConnected("fc1", h, 3);
     Output xent = ops::sparse_softmax_cross_entropy_with_logits(logits, in[1]);
     Output wrong = ops::cast(ops::not_equal(ops::argmax(logits, 1), in[1]), DType::F64,
@@ -413,7 +414,8 @@ class SkippingModel : public TowerModel {
     auto* ctx = get_current_tower_context();
     // No beta/gamma: the towers' gradient lists agree, only the collective is missing.
     if (ctx && ctx->index() == 0)
-      h = BatchNorm("bn", h, BatchNormOptions().sync_statistics("towers").center(false).scale(false));
+      h = BatchNorm("bn", h,
+                    BatchNormOptions().sync_statistics(SyncStatistics::kTowers).center(false).scale(false));
     Output logits = FullyConnected("fc1", h, 3);
     return ops::mean(ops::sparse_softmax_cross_entropy_with_logits(logits, in[1]), {}, false, "cost");
   }
