@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 
+#include "core/enum_names.h"
 #include "core/ops.h"
 #include "dist/ops/collective_ops.h"
 #include "dist/mpi/mpi_communicator.h"
@@ -33,6 +34,24 @@ int local_size() { return 1; }
 namespace {
 
 const char* const kKind = "HorovodTrainer";
+
+const EnumSpelling<HorovodCompression> kCompressions[] = {
+    {"none", HorovodCompression::kNone},
+    {"fp16", HorovodCompression::kFp16},
+    {"", HorovodCompression::kNone},
+};
+const EnumSpelling<HorovodBackend> kBackends[] = {
+    {"default", HorovodBackend::kDefault},
+    {"auto", HorovodBackend::kAuto},
+    {"ring", HorovodBackend::kRing},
+    {"recursive-doubling", HorovodBackend::kRecursiveDoubling},
+    {"halving-doubling", HorovodBackend::kHalvingDoubling},
+    {"mpi", HorovodBackend::kMpi},
+    {"nccl", HorovodBackend::kNccl},
+    {"rd", HorovodBackend::kRecursiveDoubling},
+    {"hd", HorovodBackend::kHalvingDoubling},
+    {"", HorovodBackend::kDefault},
+};
 
 // Runs the trainer's broadcast of the global variables (from rank 0) before
 // training and, optionally, at every epoch. Not chief-only: every rank must
@@ -103,26 +122,38 @@ std::vector<Output> packed(const std::vector<Output>& xs, const std::function<Ou
 
 }  // namespace
 
+HorovodCompression parse_horovod_compression(const std::string& name) {
+  return parse_enum(kCompressions, name, kKind, "compression");
+}
+const char* horovod_compression_name(HorovodCompression compression) {
+  return enum_name(kCompressions, compression);
+}
+
+HorovodBackend parse_horovod_backend(const std::string& name) {
+  return parse_enum(kBackends, name, kKind, "backend");
+}
+const char* horovod_backend_name(HorovodBackend backend) { return enum_name(kBackends, backend); }
+
 // ---- HorovodTrainer ---------------------------------------------------------------------
 
-HorovodTrainer::HorovodTrainer(bool average, std::string compression)
+HorovodTrainer::HorovodTrainer(bool average, HorovodCompression compression)
     : HorovodTrainer([&] {
         HorovodOptions o;
         o.average = average;
-        o.compression = std::move(compression);
+        o.compression = compression;
         return o;
       }()) {}
 
 HorovodTrainer::HorovodTrainer(HorovodOptions options) : options_(std::move(options)) {
-  if (options_.compression.empty()) options_.compression = "none";
-  SPIRE_CHECK(options_.compression == "none" || options_.compression == "fp16", kKind, ": compression '",
-              options_.compression, "' is not one of none, fp16");
   SPIRE_CHECK(options_.fusion_threshold_bytes >= 0, kKind, ": fusion_threshold_bytes must be >= 0, got ",
               options_.fusion_threshold_bytes);
   comm_ = options_.communicator;
   if (!comm_) {
 #if defined(SPIRE_WITH_MPI)
-    comm_ = dist::make_process_communicator(options_.backend, options_.device, options_.timeout_seconds);
+    // make_process_communicator takes the backend by name ("" for SPIRE_MPI_ALGORITHM's).
+    const HorovodBackend b = options_.backend;
+    comm_ = dist::make_process_communicator(b == HorovodBackend::kDefault ? "" : horovod_backend_name(b),
+                                            options_.device, options_.timeout_seconds);
 #else
     throw_error(kKind, ": this Spire was built without MPI (SPIRE_MPI=OFF); pass a communicator in "
                 "HorovodOptions or rebuild with OpenMPI installed");
@@ -177,7 +208,7 @@ std::vector<CallbackPtr> HorovodTrainer::_setup_graph(InputSource& input, GetOpt
     for (size_t i = 0; i < gs.size(); ++i) order[i] = gs.size() - 1 - i;
     // fp16 compression (Horovod's Compression.fp16): a bucket of floating
     // gradients travels and is summed as f16, then is cast back.
-    const bool fp16 = options_.compression == "fp16";
+    const bool fp16 = options_.compression == HorovodCompression::kFp16;
     const auto buckets = make_buckets(gs, order, options_.fusion_threshold_bytes);
     const dist::ReduceOp op = options_.average ? dist::ReduceOp::kMean : dist::ReduceOp::kSum;
     for (size_t k = 0; k < buckets.size(); ++k) {

@@ -24,9 +24,10 @@
 // - A rank whose training fails tells the others (MpiRuntime::announce_failure):
 //   they stop at once with an error naming it; a rank that dies or stalls is
 //   named by the others after the collective timeout.
-// - BatchNorm(sync_statistics = "horovod" or "nccl") averages the batch
-//   statistics over the ranks. DistributedInferenceRunner validates on every
-//   rank's shard and sums the inferencers' counts over the ranks.
+// - BatchNorm(sync_statistics = SyncStatistics::kTowers, tensorpack's
+//   "horovod" or "nccl") averages the batch statistics over the ranks.
+//   DistributedInferenceRunner validates on every rank's shard and sums the
+//   inferencers' counts over the ranks.
 //
 // Launch: mpirun -np 2 ./build/examples/mnist_convnet --trainer horovod
 // (README: OpenMPI's flags for root and for more ranks than cores).
@@ -52,13 +53,46 @@ int size();
 int local_size();
 }  // namespace hvd
 
+/// How HorovodTrainer compresses the gradients for their allreduce
+/// (Horovod's hvd.Compression).
+enum class HorovodCompression {
+  kNone,
+  /// Floating gradients are cast to f16 for the allreduce (half the bytes;
+  /// summed in f16, each addition rounded to f16, by Spire's algorithms or
+  /// NCCL: MPI's own collectives cannot reduce f16) and back to their dtype.
+  kFp16,
+};
+/// "none" ("" too) or "fp16"; throws spire::Error listing them for any other.
+HorovodCompression parse_horovod_compression(const std::string& name);
+/// "none", "fp16".
+const char* horovod_compression_name(HorovodCompression compression);
+
+/// The collectives across HorovodTrainer's processes (HorovodOptions::backend).
+enum class HorovodBackend {
+  /// The algorithm SPIRE_MPI_ALGORITHM names (default auto).
+  kDefault,
+  /// Spire's recursive doubling, halving-doubling or ring by the measured
+  /// link model.
+  kAuto,
+  kRing,
+  kRecursiveDoubling,
+  kHalvingDoubling,
+  /// MPI's own collectives.
+  kMpi,
+  /// NCCL across the processes on HorovodOptions::device, a GPU.
+  kNccl,
+};
+/// "default" ("" too), "auto", "ring", "recursive-doubling" ("rd"),
+/// "halving-doubling" ("hd"), "mpi", "nccl"; throws spire::Error listing
+/// them for any other.
+HorovodBackend parse_horovod_backend(const std::string& name);
+/// "default", "auto", "ring", "recursive-doubling", "halving-doubling", "mpi", "nccl".
+const char* horovod_backend_name(HorovodBackend backend);
+
 struct HorovodOptions {
   /// Average the gradients over the ranks (else sum them).
   bool average = true;
-  /// "none", or "fp16": floating gradients are cast to f16 for the
-  /// allreduce (half the bytes; summed in f16 by Spire's ring or recursive
-  /// doubling, each addition rounded to f16) and back to their dtype.
-  std::string compression = "none";
+  HorovodCompression compression = HorovodCompression::kNone;
   /// Gradients are packed into buckets of at most this many bytes (one
   /// allreduce each; a larger gradient gets its own); 0: one allreduce per
   /// gradient.
@@ -70,12 +104,8 @@ struct HorovodOptions {
   /// How long any collective waits for the other ranks before it fails
   /// naming the missing rank (MpiCommunicator's timeout).
   double timeout_seconds = 60;
-  /// The backend across the processes when `communicator` is null:
-  /// "auto" (Spire's recursive doubling or ring by the measured link
-  /// model), "ring", "recursive-doubling", "mpi" (MPI's own collectives),
-  /// "nccl" (NCCL across the processes on `device`, a GPU); "" takes
-  /// SPIRE_MPI_ALGORITHM (default auto).
-  std::string backend;
+  /// The collectives across the processes when `communicator` is null.
+  HorovodBackend backend = HorovodBackend::kDefault;
   /// The communicator across the processes (one participant each), or null
   /// for `backend`'s.
   std::shared_ptr<dist::Communicator> communicator;
@@ -86,7 +116,7 @@ struct HorovodOptions {
 /// tensorpack's HorovodTrainer(average, compression).
 class HorovodTrainer : public SingleCostTrainer {
  public:
-  explicit HorovodTrainer(bool average = true, std::string compression = "none");
+  explicit HorovodTrainer(bool average = true, HorovodCompression compression = HorovodCompression::kNone);
   explicit HorovodTrainer(HorovodOptions options);
   ~HorovodTrainer() override;
 

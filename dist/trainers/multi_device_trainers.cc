@@ -7,6 +7,7 @@
 #include <set>
 
 #include "core/device_backend.h"
+#include "core/enum_names.h"
 #include "core/op_registry.h"
 #include "core/ops.h"
 #include "dist/ops/collective_ops.h"
@@ -182,21 +183,32 @@ std::vector<GradsAndVars> DataParallelTrainer::build_towers(InputSource& input, 
 
 // ---- SyncMultiGPUTrainerReplicated ---------------------------------------------------------
 
-SyncMultiGPUTrainerReplicated::SyncMultiGPUTrainerReplicated(std::vector<Device> devices,
-                                                             bool average, std::string mode)
-    : DataParallelTrainer(std::move(devices), "SyncMultiGPUTrainerReplicated"),
-      average_(average),
-      mode_(std::move(mode)) {
-  if (mode_.empty() || mode_ == "collective") mode_ = "ring";
-  static const std::set<std::string> modes = {"ring", "nccl", "cpu", "gpu", "hierarchical"};
-  SPIRE_CHECK(modes.count(mode_), kind_, ": unknown mode '", mode_,
-              "' (ring, collective, nccl, cpu, gpu, hierarchical)");
-  if (mode_ == "hierarchical" && devices_.size() != 8) {
+namespace {
+const EnumSpelling<ReplicatedMode> kReplicatedModes[] = {
+    {"ring", ReplicatedMode::kRing},
+    {"nccl", ReplicatedMode::kNccl},
+    {"cpu", ReplicatedMode::kCpu},
+    {"gpu", ReplicatedMode::kGpu},
+    {"hierarchical", ReplicatedMode::kHierarchical},
+    {"collective", ReplicatedMode::kRing},  // tensorpack's
+    {"", ReplicatedMode::kRing},
+};
+}  // namespace
+
+ReplicatedMode parse_replicated_mode(const std::string& name) {
+  return parse_enum(kReplicatedModes, name, "SyncMultiGPUTrainerReplicated", "mode");
+}
+const char* replicated_mode_name(ReplicatedMode mode) { return enum_name(kReplicatedModes, mode); }
+
+SyncMultiGPUTrainerReplicated::SyncMultiGPUTrainerReplicated(std::vector<Device> devices, bool average,
+                                                             ReplicatedMode mode)
+    : DataParallelTrainer(std::move(devices), "SyncMultiGPUTrainerReplicated"), average_(average), mode_(mode) {
+  if (mode_ == ReplicatedMode::kHierarchical && devices_.size() != 8) {
     logger::warn(kind_, ": mode 'hierarchical' needs 8 devices, got ", devices_.size(),
                  "; using the ring instead");
-    mode_ = "ring";
+    mode_ = ReplicatedMode::kRing;
   }
-  if (mode_ == "nccl") {
+  if (mode_ == ReplicatedMode::kNccl) {
     for (const Device& d : devices_)
       SPIRE_CHECK(d.is_cuda(), kind_, ": mode 'nccl' needs GPU devices, got ", d.to_string());
 #if !defined(SPIRE_WITH_NCCL)
@@ -220,14 +232,14 @@ std::vector<std::vector<Output>> SyncMultiGPUTrainerReplicated::reduce(
     for (size_t i = 0; i < N; ++i) out[0][i] = grads[0][i].first;
     return out;
   }
-  if (mode_ == "hierarchical") return reduce_hierarchical(grads);
-  if (mode_ == "ring" || mode_ == "nccl") {
+  if (mode_ == ReplicatedMode::kHierarchical) return reduce_hierarchical(grads);
+  if (mode_ == ReplicatedMode::kRing || mode_ == ReplicatedMode::kNccl) {
     NameScope ns(g, "AllReduceGrads/");
     for (size_t i = 0; i < N; ++i) {
       std::vector<Output> xs;
       for (size_t k = 0; k < K; ++k) xs.push_back(grads[k][i].first);
       dist::CollectiveOptions o;
-      o.communicator = mode_ == "nccl" ? "nccl" : "";
+      o.communicator = mode_ == ReplicatedMode::kNccl ? "nccl" : "";
       o.devices = devices_;  // tower k's participant on tower k's device
       o.name = "allreduce";
       std::vector<Output> r =
@@ -242,7 +254,7 @@ std::vector<std::vector<Output>> SyncMultiGPUTrainerReplicated::reduce(
   NameScope ns(g, "AllReduceNaive/");
   for (size_t r = 0; r < N; ++r) {
     const size_t i = N - 1 - r;
-    DeviceScope on(g, mode_ == "cpu" ? Device::cpu(0) : devices_[r % K]);
+    DeviceScope on(g, mode_ == ReplicatedMode::kCpu ? Device::cpu(0) : devices_[r % K]);
     std::vector<Output> xs;
     for (size_t k = 0; k < K; ++k) xs.push_back(grads[k][i].first);
     Output sum = ops::add_n(xs, "add_n");
@@ -388,14 +400,25 @@ std::vector<CallbackPtr> SyncMultiGPUTrainerReplicated::_setup_graph(InputSource
 
 // ---- SyncMultiGPUTrainerParameterServer --------------------------------------------------------
 
+namespace {
+const EnumSpelling<PsDevice> kPsDevices[] = {
+    {"auto", PsDevice::kAuto},
+    {"cpu", PsDevice::kCpu},
+    {"gpu", PsDevice::kGpu},
+    {"devices", PsDevice::kGpu},  // tensorpack's
+    {"", PsDevice::kAuto},
+};
+}  // namespace
+
+PsDevice parse_ps_device(const std::string& name) {
+  return parse_enum(kPsDevices, name, "SyncMultiGPUTrainerParameterServer", "ps_device");
+}
+const char* ps_device_name(PsDevice device) { return enum_name(kPsDevices, device); }
+
 SyncMultiGPUTrainerParameterServer::SyncMultiGPUTrainerParameterServer(std::vector<Device> devices,
-                                                                       std::string ps_device)
-    : DataParallelTrainer(std::move(devices), "SyncMultiGPUTrainerParameterServer"),
-      ps_device_(std::move(ps_device)) {
-  if (ps_device_.empty()) ps_device_ = devices_.size() <= 2 ? "gpu" : "cpu";
-  if (ps_device_ == "devices") ps_device_ = "gpu";
-  SPIRE_CHECK(ps_device_ == "cpu" || ps_device_ == "gpu", kind_, ": ps_device must be \"cpu\" or "
-              "\"gpu\" (\"devices\"), got \"", ps_device_, "\"");
+                                                                       PsDevice ps_device)
+    : DataParallelTrainer(std::move(devices), "SyncMultiGPUTrainerParameterServer"), ps_device_(ps_device) {
+  if (ps_device_ == PsDevice::kAuto) ps_device_ = devices_.size() <= 2 ? PsDevice::kGpu : PsDevice::kCpu;
 }
 
 std::vector<CallbackPtr> SyncMultiGPUTrainerParameterServer::_setup_graph(InputSource& input,
@@ -403,7 +426,7 @@ std::vector<CallbackPtr> SyncMultiGPUTrainerParameterServer::_setup_graph(InputS
   std::shared_ptr<Optimizer> opt = get_opt_fn();
   SPIRE_CHECK(opt, kind_, ": get_opt_fn returned null");
   VariablePlacement placement =
-      ps_device_ == "cpu"
+      ps_device_ == PsDevice::kCpu
           ? VariablePlacement([](const std::string&, const Shape&, DType) { return Device::cpu(0); })
           : least_loaded_placement();
   std::vector<GradsAndVars> grads = build_towers(input, *opt, /*replicated=*/false, placement);
@@ -464,7 +487,7 @@ std::vector<CallbackPtr> AsyncMultiGPUTrainer::_setup_graph(InputSource& input, 
 }
 
 std::unique_ptr<SingleCostTrainer> SyncMultiGPUTrainer(std::vector<Device> devices) {
-  return std::make_unique<SyncMultiGPUTrainerParameterServer>(std::move(devices), "cpu");
+  return std::make_unique<SyncMultiGPUTrainerParameterServer>(std::move(devices), PsDevice::kCpu);
 }
 
 }  // namespace spire

@@ -160,7 +160,7 @@ TEST(HorovodTrainer, Fp16CompressionIsWithinHalfPrecisionOfTheF32Run) {
   HorovodTrainer exact;
   auto want = train(exact, std::make_shared<Model>(false), shard(data, rank(), n), kSteps, 1, {}, 3, &init);
   HorovodOptions o;
-  o.compression = "fp16";
+  o.compression = HorovodCompression::kFp16;
   HorovodTrainer half(o);
   auto got = train(half, std::make_shared<Model>(false), shard(data, rank(), n), kSteps, 1, {}, 3, &init);
   for (Node* c : half.gradient_collectives()) EXPECT_EQ(c->output_dtype(0), DType::F16) << c->name();
