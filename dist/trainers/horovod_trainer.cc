@@ -8,6 +8,8 @@
 #include "core/ops.h"
 #include "dist/ops/collective_ops.h"
 #include "dist/mpi/mpi_communicator.h"
+#include "dist/trainers/gradient_buckets.h"
+#include "dist/trainers/master_sync.h"
 #include "layers/tower.h"
 #include "layers/variables.h"
 #include "train/dataflow.h"
@@ -52,73 +54,6 @@ const EnumSpelling<HorovodBackend> kBackends[] = {
     {"hd", HorovodBackend::kHalvingDoubling},
     {"", HorovodBackend::kDefault},
 };
-
-// Runs the trainer's broadcast of the global variables (from rank 0) before
-// training and, optionally, at every epoch. Not chief-only: every rank must
-// take part.
-class BroadcastGlobalVariables : public Callback {
- public:
-  BroadcastGlobalVariables(HorovodTrainer& t, bool every_epoch) : t_(t), every_epoch_(every_epoch) {
-    chief_only_ = false;
-  }
-  std::string name() const override { return "BroadcastGlobalVariables"; }
-
- protected:
-  void _before_train() override { run(); }
-  void _trigger() override {
-    if (every_epoch_) run();
-  }
-
- private:
-  void run() {
-    if (t_.broadcast_op()) t_.sess().run({}, {}, {t_.broadcast_op()});
-  }
-  HorovodTrainer& t_;
-  bool every_epoch_;
-};
-
-int64_t num_bytes(const Output& t) { return t.shape().num_elements() * static_cast<int64_t>(dtype_size(t.dtype())); }
-
-// Groups `xs` (visited in `order`) into buckets of one dtype and at most
-// `threshold` bytes (a larger tensor gets its own; tensors of unknown shape
-// each get their own, unpacked).
-std::vector<std::vector<size_t>> make_buckets(const std::vector<Output>& xs, const std::vector<size_t>& order,
-                                              int64_t threshold) {
-  std::vector<std::vector<size_t>> buckets;
-  int64_t bytes = 0;
-  bool open = false;
-  for (size_t i : order) {
-    const Output& x = xs[i];
-    const bool known = x.shape().is_fully_defined();
-    const int64_t b = known ? num_bytes(x) : 0;
-    if (open && known && x.dtype() == xs[buckets.back().front()].dtype() && bytes + b <= threshold) {
-      buckets.back().push_back(i);
-      bytes += b;
-      continue;
-    }
-    buckets.push_back({i});
-    bytes = b;
-    open = known && threshold > 0;
-  }
-  return buckets;
-}
-
-// One collective over a bucket: the tensors flattened and packed into one
-// (unless the bucket has one tensor), `collective` applied, unpacked.
-std::vector<Output> packed(const std::vector<Output>& xs, const std::function<Output(const Output&)>& collective) {
-  if (xs.size() == 1) return {collective(xs[0])};
-  std::vector<Output> flat;
-  std::vector<int64_t> sizes;
-  for (const Output& x : xs) {
-    sizes.push_back(x.shape().num_elements());
-    flat.push_back(ops::reshape(x, Shape{sizes.back()}));
-  }
-  Output r = collective(ops::concat(flat, 0, "pack"));
-  std::vector<Output> parts = ops::split(r, sizes, 0, "unpack");
-  std::vector<Output> out;
-  for (size_t i = 0; i < xs.size(); ++i) out.push_back(ops::reshape(parts[i], xs[i].shape()));
-  return out;
-}
 
 }  // namespace
 
@@ -209,13 +144,13 @@ std::vector<CallbackPtr> HorovodTrainer::_setup_graph(InputSource& input, GetOpt
     // fp16 compression (Horovod's Compression.fp16): a bucket of floating
     // gradients travels and is summed as f16, then is cast back.
     const bool fp16 = options_.compression == HorovodCompression::kFp16;
-    const auto buckets = make_buckets(gs, order, options_.fusion_threshold_bytes);
+    const Buckets buckets = fusion_buckets(gs, order, options_.fusion_threshold_bytes);
     const dist::ReduceOp op = options_.average ? dist::ReduceOp::kMean : dist::ReduceOp::kSum;
     for (size_t k = 0; k < buckets.size(); ++k) {
       NameScope ns(g, str_cat("AllReduce/bucket", k, "/"));
       std::vector<Output> xs;
       for (size_t i : buckets[k]) xs.push_back(gs[i]);
-      std::vector<Output> reduced = packed(xs, [&](const Output& x) {
+      std::vector<Output> reduced = apply_packed(xs, [&](const Output& x) {
         dist::CollectiveOptions o = base;
         o.name = "allreduce";
         o.overlap = options_.overlap;
@@ -240,7 +175,9 @@ std::vector<CallbackPtr> HorovodTrainer::_setup_graph(InputSource& input, GetOpt
   }
   optimizer_ = opt;
   if (n == 1) return {};
-  return {std::make_shared<BroadcastGlobalVariables>(*this, BROADCAST_EVERY_EPOCH)};
+  // The op is built when the session is created (after_session_init).
+  return {make_master_sync_callback("BroadcastGlobalVariables", [this] { return broadcast_op_; },
+                                    BROADCAST_EVERY_EPOCH)};
 }
 
 void HorovodTrainer::on_session_created(Session& session) {
@@ -263,10 +200,10 @@ Node* HorovodTrainer::build_broadcast_op() {
   base.communicator = communicator_name();
   base.group_size = size();
   base.devices = comm_->devices();
-  for (const auto& bucket : make_buckets(vars, order, options_.fusion_threshold_bytes)) {
+  for (const auto& bucket : fusion_buckets(vars, order, options_.fusion_threshold_bytes)) {
     std::vector<Output> xs;
     for (size_t i : bucket) xs.push_back(ops::identity(vars[i], "read"));
-    std::vector<Output> values = packed(xs, [&](const Output& x) {
+    std::vector<Output> values = apply_packed(xs, [&](const Output& x) {
       dist::CollectiveOptions o = base;
       o.name = "broadcast";
       Output r = dist::broadcast({x}, 0, o)[0];

@@ -20,7 +20,7 @@
 //   that differs between ranks is an error on every rank naming the first
 //   difference. Gradients are packed into buckets of up to
 //   fusion_threshold_bytes (Horovod's HOROVOD_FUSION_THRESHOLD, 128 MiB), in
-//   backward order, one allreduce per bucket.
+//   backward order, one allreduce per bucket (dist/trainers/gradient_buckets.h).
 // - A rank whose training fails tells the others (MpiRuntime::announce_failure):
 //   they stop at once with an error naming it; a rank that dies or stalls is
 //   named by the others after the collective timeout.

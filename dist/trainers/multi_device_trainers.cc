@@ -10,15 +10,14 @@
 #include "core/enum_names.h"
 #include "core/op_registry.h"
 #include "core/ops.h"
-#include "dist/ops/collective_ops.h"
-#include "train/callbacks/misc.h"
 #include "core/logger.h"
+#include "dist/ops/collective_ops.h"
+#include "dist/trainers/gradient_buckets.h"
+#include "dist/trainers/master_sync.h"
 
 namespace spire {
 
 namespace {
-
-std::string tower_name(int k) { return "tower" + std::to_string(k); }
 
 // Trainable variables whose names start with `prefix` ("" = the global ones).
 std::vector<Output> own_trainables(Graph& g, const std::string& prefix) {
@@ -132,12 +131,10 @@ void DataParallelTrainer::on_session_created(Session& session) {
 }
 
 VariablePlacement DataParallelTrainer::least_loaded_placement() const {
-  auto load = std::make_shared<std::vector<int64_t>>(devices_.size(), 0);
+  auto bins = std::make_shared<LeastLoadedBins>(devices_.size());
   std::vector<Device> devices = devices_;
-  return [load, devices](const std::string&, const Shape& shape, DType) {
-    size_t best = static_cast<size_t>(std::min_element(load->begin(), load->end()) - load->begin());
-    (*load)[best] += shape.num_elements();
-    return devices[best];
+  return [bins, devices](const std::string&, const Shape& shape, DType) {
+    return devices[bins->add(shape.num_elements())];
   };
 }
 
@@ -156,7 +153,7 @@ std::vector<GradsAndVars> DataParallelTrainer::build_towers(InputSource& input, 
     if (placement && k == 0) placed.emplace(g, placement);
     Output cost;
     {
-      TowerContext ctx(tower_name(k), true, own ? tower_name(k) : "", k, K, &g);
+      TowerContext ctx(training_tower_name(k), true, own ? training_tower_name(k) : "", k, K, &g);
       if (K > 1) {
         std::vector<Device> group = devices_;
         ctx.set_cross_tower_mean([group, dev](const Output& x, const std::string& key) {
@@ -172,7 +169,7 @@ std::vector<GradsAndVars> DataParallelTrainer::build_towers(InputSource& input, 
     }
     // Replicated: each tower differentiates its own copy; else the shared ones.
     std::vector<Output> var_list =
-        replicated ? own_trainables(g, own ? tower_name(k) + "/" : "") : std::vector<Output>{};
+        replicated ? own_trainables(g, own ? training_tower_name(k) + "/" : "") : std::vector<Output>{};
     SPIRE_CHECK(!replicated || !var_list.empty(), kind_, ": tower ", k, " on ", dev.to_string(),
                 " has no trainable variables of its own");
     grads.push_back(opt.compute_gradients(cost, var_list));
@@ -219,7 +216,7 @@ SyncMultiGPUTrainerReplicated::SyncMultiGPUTrainerReplicated(std::vector<Device>
 
 std::string SyncMultiGPUTrainerReplicated::variable_scope_on(const Device& device) const {
   for (size_t k = 1; k < devices_.size(); ++k)
-    if (devices_[k] == device) return tower_name(static_cast<int>(k));
+    if (devices_[k] == device) return training_tower_name(static_cast<int>(k));
   return "";
 }
 
@@ -273,7 +270,7 @@ std::vector<std::vector<Output>> SyncMultiGPUTrainerReplicated::reduce_hierarchi
   // total copied to group 0's leader, and every device takes its leader's.
   Graph& g = graph();
   NameScope ns(g, "AllReduceHierarchical/");
-  const size_t K = grads.size(), N = grads[0].size();
+  const size_t K = grads.size();
   const DType dt = grads[0][0].first.dtype();
   int64_t total = 0;
   bool packable = true;
@@ -284,16 +281,15 @@ std::vector<std::vector<Output>> SyncMultiGPUTrainerReplicated::reduce_hierarchi
   packable = packable && total / 8 >= 1024;
   // items[k] = what device k contributes: 8 chunks, or one item per gradient.
   std::vector<std::vector<Output>> items(K);
-  std::vector<int64_t> sizes;
   for (size_t k = 0; k < K; ++k) {
     if (!packable) {
       for (const auto& p : grads[k]) items[k].push_back(p.first);
       continue;
     }
     DeviceScope on(g, devices_[k]);
-    std::vector<Output> flat;
-    for (const auto& p : grads[k]) flat.push_back(ops::reshape(p.first, Shape{-1}));
-    Output all = ops::concat(flat, 0, "pack");
+    std::vector<Output> xs;
+    for (const auto& p : grads[k]) xs.push_back(p.first);
+    Output all = pack_flat(xs, "pack");
     const int64_t chunk = total / 8;
     for (int64_t c = 0; c < 8; ++c) {
       const int64_t len = c == 7 ? total - 7 * chunk : chunk;
@@ -324,20 +320,13 @@ std::vector<std::vector<Output>> SyncMultiGPUTrainerReplicated::reduce_hierarchi
     }
     for (size_t k = 0; k < K; ++k) reduced[k][i] = half_of(k) == half_of(lead0) ? total0 : total1;
   }
-  std::vector<std::vector<Output>> out(K, std::vector<Output>(N));
+  if (!packable) return reduced;
+  std::vector<Shape> shapes;
+  for (const auto& p : grads[0]) shapes.push_back(p.first.shape());
+  std::vector<std::vector<Output>> out(K);
   for (size_t k = 0; k < K; ++k) {
-    if (!packable) {
-      out[k] = reduced[k];
-      continue;
-    }
     DeviceScope on(g, devices_[k]);
-    Output all = ops::concat(reduced[k], 0, "unpack");
-    int64_t offset = 0;
-    for (size_t i = 0; i < N; ++i) {
-      const Shape& s = grads[k][i].first.shape();
-      out[k][i] = ops::reshape(ops::slice(all, {offset}, {s.num_elements()}), s, "unpacked");
-      offset += s.num_elements();
-    }
+    out[k] = unpack_flat(ops::concat(reduced[k], 0, "chunks"), shapes, "unpack");
   }
   return out;
 }
@@ -350,22 +339,18 @@ Node* SyncMultiGPUTrainerReplicated::build_sync_op() {
   GraphUnfinalizeGuard unfinalize(g);
   NameScope ns(g, "sync_variables/");
   std::vector<Node*> assigns;
-  for (const Variable& v : all_variables(&g)) {
-    if (!is_local_variable(v.value)) continue;
-    const std::string& name = v.name();
-    const std::string rest = strip_tower_prefix(name);
-    if (rest == name || name.compare(0, 6, "tower0") == 0) continue;
-    Node* src = g.find_node(rest);
-    if (!src || !src->op_def().is_variable()) {
-      if (v.trainable)
-        throw_error(kind_, ": replica '", name, "' has no master variable '", rest,
+  for (const Replica& r : replicas_of_masters(g)) {
+    const std::string& name = r.replica.name();
+    if (!r.master) {
+      if (r.replica.trainable)
+        throw_error(kind_, ": replica '", name, "' has no master variable '", strip_tower_prefix(name),
                     "' to copy from");
-      logger::warn(kind_, ": cannot find '", rest, "' to initialize the replica '", name,
+      logger::warn(kind_, ": cannot find '", strip_tower_prefix(name), "' to initialize the replica '", name,
                    "' from; it keeps its own value");
       continue;
     }
-    DeviceScope on(g, v.node()->device());
-    assigns.push_back(ops::assign(v.value, src->output(0), "assign").node);
+    DeviceScope on(g, r.replica.node()->device());
+    assigns.push_back(ops::assign(r.replica.value, r.master->output(0), "assign").node);
   }
   return ops::group(assigns, "sync_variables_from_main_tower", &g);
 }
@@ -391,11 +376,9 @@ std::vector<CallbackPtr> SyncMultiGPUTrainerReplicated::_setup_graph(InputSource
   if (devices_.size() == 1) return {};
   sync_op_ = build_sync_op();
   Node* op = sync_op_;
-  // Not chief-only: every process copies its masters to its replicas after
-  // the chief's restore, before the first step, and at every epoch.
-  auto cb = std::make_shared<RunOp>([op] { return op; }, /*run_before=*/true,
-                                    /*run_as_trigger=*/BROADCAST_EVERY_EPOCH);
-  return {cb};
+  // Every process copies its masters to its replicas after the chief's
+  // restore, before the first step, and at every epoch.
+  return {make_master_sync_callback("SyncVariablesFromMainTower", [op] { return op; }, BROADCAST_EVERY_EPOCH)};
 }
 
 // ---- SyncMultiGPUTrainerParameterServer --------------------------------------------------------
