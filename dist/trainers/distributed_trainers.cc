@@ -61,6 +61,11 @@ DistributedTrainerBase::DistributedTrainerBase(std::vector<Device> devices, Dist
 
 DistributedTrainerBase::~DistributedTrainerBase() = default;
 
+std::string DistributedTrainerBase::process_name() const {
+  return str_cat(kind_, ": rank ", rank_, " (",
+                 is_ps() ? str_cat("parameter server ", rank_) : str_cat("worker ", worker_index()), ")");
+}
+
 std::pair<int, int> DistributedTrainerBase::data_shard() const {
   if (is_ps()) return {0, 1};
   return {worker_index(), num_workers()};
@@ -70,10 +75,6 @@ std::vector<CallbackPtr> DistributedTrainerBase::_setup_graph(InputSource& input
   ps::Cluster& c = *cluster_;
   c.opt = get_opt_fn();
   SPIRE_CHECK(c.opt, kind_, ": get_opt_fn returned null");
-  if (!is_chief_ && !logdir().empty()) {
-    logger::info(kind_, ": rank ", rank_, " does not write the log directory ", logdir(), " (the chief does)");
-    set_logdir("");
-  }
   Graph& g = graph();
   const std::vector<GradsAndVars> grads = build_towers(input, *c.opt, replicated_);
   const size_t n = grads[0].size();
@@ -120,15 +121,10 @@ void DistributedTrainerBase::after_session_init(Session& session) {
   if (worker_) worker_->start(session, graph(), replicated_);
 }
 
-void DistributedTrainerBase::synchronize_loop(int64_t& steps_per_epoch, int& starting_epoch, int& max_epoch) {
-  if (!worker_) return;
-  const std::vector<int64_t> v = worker_->chief_values({steps_per_epoch, starting_epoch, max_epoch}, "the loop");
-  if (v[0] != steps_per_epoch || v[1] != starting_epoch || v[2] != max_epoch)
-    logger::info(kind_, ": rank ", rank_, " runs the chief's loop: steps_per_epoch ", v[0], ", epochs ", v[1], "..",
-                 v[2], " (it was given ", steps_per_epoch, ", ", starting_epoch, "..", max_epoch, ")");
-  steps_per_epoch = v[0];
-  starting_epoch = static_cast<int>(v[1]);
-  max_epoch = static_cast<int>(v[2]);
+std::vector<int64_t> DistributedTrainerBase::chief_values(const std::vector<int64_t>& values,
+                                                          const std::string& what) {
+  SPIRE_CHECK(worker_, kind_, ": ", what, ": the chief's values go to the workers (rank ", rank_, " is a server)");
+  return worker_->chief_values(values, what);
 }
 
 bool DistributedTrainerBase::run_service() {

@@ -31,7 +31,7 @@
 //   step-wide values); the servers relay the chief's values to every
 //   worker: the other workers wait for the chief, as in tensorpack. Every
 //   worker runs the chief's loop (steps per epoch, first and last epoch;
-//   relayed by server 0).
+//   MultiProcessTrainer's synchronize_loop, relayed by server 0).
 // - Checkpoints (the chief's ModelSaver) hold the global names of
 //   SimpleTrainer's: before its epoch callbacks the chief fetches the
 //   servers' state (slots, beta powers) into its own copies, so a
@@ -74,6 +74,7 @@
 
 #include "dist/comm/messenger.h"
 #include "dist/trainers/multi_device_trainers.h"
+#include "train/multi_process_trainer.h"
 
 namespace spire {
 
@@ -98,7 +99,7 @@ class Worker;
 /// What both distributed trainers share: roles, sharding, and the hooks
 /// through which the base Trainer runs a server (ps_server.h) or a worker
 /// (ps_worker.h); the messages between them are in ps_protocol.h.
-class DistributedTrainerBase : public DataParallelTrainer {
+class DistributedTrainerBase : public DataParallelTrainer, public MultiProcessTrainer {
  public:
   ~DistributedTrainerBase() override;
   bool is_ps() const { return rank_ < options_.num_ps; }
@@ -119,13 +120,17 @@ class DistributedTrainerBase : public DataParallelTrainer {
   /// triggered within an epoch should call it first. An error after
   /// training (the servers have ended).
   void pull_server_state();
+  /// "<kind>: rank R (parameter server P | worker W)".
+  std::string process_name() const override;
 
  protected:
   DistributedTrainerBase(std::vector<Device> devices, DistributedOptions options, std::string kind,
                          bool replicated);
   std::vector<CallbackPtr> _setup_graph(InputSource& input, GetOptFn get_opt_fn) override;
+  /// The chief's values through server 0 (a worker's; MultiProcessTrainer::
+  /// broadcast_from_chief).
+  std::vector<int64_t> chief_values(const std::vector<int64_t>& values, const std::string& what) override;
   void after_session_init(Session& session) override;
-  void synchronize_loop(int64_t& steps_per_epoch, int& starting_epoch, int& max_epoch) override;
   bool run_service() override;
   void on_main_loop_finished() override;
   void on_failure(const std::exception& error) override;

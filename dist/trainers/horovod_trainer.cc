@@ -54,7 +54,6 @@ const EnumSpelling<HorovodBackend> kBackends[] = {
     {"hd", HorovodBackend::kHalvingDoubling},
     {"", HorovodBackend::kDefault},
 };
-
 }  // namespace
 
 HorovodCompression parse_horovod_compression(const std::string& name) {
@@ -111,11 +110,6 @@ std::vector<CallbackPtr> HorovodTrainer::_setup_graph(InputSource& input, GetOpt
   std::shared_ptr<Optimizer> opt = get_opt_fn();
   SPIRE_CHECK(opt, kKind, ": get_opt_fn returned null");
   Graph& g = graph();
-  if (!is_chief_ && !logdir().empty()) {
-    logger::info(kKind, ": rank ", rank(), " does not write the log directory ", logdir(),
-                 " (rank 0 does)");
-    set_logdir("");
-  }
   const int n = size();
   dist::CollectiveOptions base;
   base.communicator = communicator_name();
@@ -233,45 +227,30 @@ void HorovodTrainer::after_session_init(Session& session) {
   session.run_without_hooks({}, {}, {broadcast_op_});
 }
 
-void HorovodTrainer::synchronize_loop(int64_t& steps_per_epoch, int& starting_epoch, int& max_epoch) {
-  if (size() == 1) return;
-  Tensor loop(DType::I64, Shape{3});
-  int64_t* v = loop.data<int64_t>();
-  v[0] = steps_per_epoch, v[1] = starting_epoch, v[2] = max_epoch;
-  std::vector<dist::Participant> parts{{0, loop, loop}};
+std::string HorovodTrainer::process_name() const { return str_cat(kKind, ": rank ", rank()); }
+
+dist::CollectiveCall HorovodTrainer::next_call(const std::string& what) {
   dist::CollectiveCall call;
   call.key = {this, 0, ++calls_};
-  call.name = "synchronize_loop";
-  comm_->broadcast(call, parts, 0);
-  if (v[0] != steps_per_epoch || v[1] != starting_epoch || v[2] != max_epoch)
-    logger::info(kKind, ": rank ", rank(), " runs rank 0's loop: steps_per_epoch ", v[0], ", epochs ", v[1],
-                 "..", v[2], " (it was given ", steps_per_epoch, ", ", starting_epoch, "..", max_epoch, ")");
-  steps_per_epoch = v[0];
-  starting_epoch = static_cast<int>(v[1]);
-  max_epoch = static_cast<int>(v[2]);
+  call.name = what;
+  return call;
+}
+
+std::vector<int64_t> HorovodTrainer::chief_values(const std::vector<int64_t>& values, const std::string& what) {
+  if (size() == 1) return values;
+  Tensor t(DType::I64, Shape{static_cast<int64_t>(values.size())});
+  std::copy(values.begin(), values.end(), t.data<int64_t>());
+  std::vector<dist::Participant> parts{{0, t, t}};
+  comm_->broadcast(next_call(what), parts, 0);
+  return std::vector<int64_t>(t.data<int64_t>(), t.data<int64_t>() + values.size());
 }
 
 std::vector<double> HorovodTrainer::allreduce_sum(const std::vector<double>& values, const std::string& what) {
   Tensor t(DType::F64, Shape{static_cast<int64_t>(values.size())});
   std::copy(values.begin(), values.end(), t.data<double>());
   std::vector<dist::Participant> parts{{0, t, t}};
-  dist::CollectiveCall call;
-  call.key = {this, 0, ++calls_};
-  call.name = what;
-  comm_->allreduce(call, parts, dist::ReduceOp::kSum);
+  comm_->allreduce(next_call(what), parts, dist::ReduceOp::kSum);
   return std::vector<double>(t.data<double>(), t.data<double>() + values.size());
-}
-
-int64_t HorovodTrainer::broadcast_from_chief(int64_t value, const std::string& what) {
-  if (size() == 1) return value;
-  Tensor t(DType::I64, Shape{1});
-  t.data<int64_t>()[0] = value;
-  std::vector<dist::Participant> parts{{0, t, t}};
-  dist::CollectiveCall call;
-  call.key = {this, 0, ++calls_};
-  call.name = what;
-  comm_->broadcast(call, parts, 0);
-  return t.data<int64_t>()[0];
 }
 
 void HorovodTrainer::on_failure(const std::exception& error) {

@@ -7,13 +7,14 @@
 //
 // - Rank 0 is the chief: it restores (session_init), runs the chief-only
 //   callbacks (ModelSaver, InferenceRunner, summaries) and alone writes the
-//   log directory (the others' logdir is cleared). Global variables are
-//   broadcast from rank 0 right after the chief's restore, at the start of
-//   training and (BROADCAST_EVERY_EPOCH) at every epoch.
+//   log directory (the base Trainer clears the others' logdir). Global
+//   variables are broadcast from rank 0 right after the chief's restore, at
+//   the start of training and (BROADCAST_EVERY_EPOCH) at every epoch.
 // - Every rank runs rank 0's loop (steps per epoch, starting epoch, max
-//   epoch): AutoResumeTrainConfig decides on rank 0, the others follow
-//   (tensorpack issue #1054 cannot happen). launch_train_with_config gives
-//   each rank its own shard of the dataflow (ShardData).
+//   epoch; MultiProcessTrainer's synchronize_loop): AutoResumeTrainConfig
+//   decides on rank 0, the others follow (tensorpack issue #1054 cannot
+//   happen). launch_train_with_config gives each rank its own shard of the
+//   dataflow (ShardData).
 // - The collectives get an explicit order (control edges), so every rank
 //   calls them in the same order whatever its hooks fetch; before the first
 //   step the ranks agree on the list (name, kind, dtype, shape): a graph
@@ -39,6 +40,7 @@
 
 #include "dist/comm/communicator.h"
 #include "train/callbacks/inference.h"
+#include "train/multi_process_trainer.h"
 #include "train/trainer.h"
 
 namespace spire {
@@ -114,7 +116,7 @@ struct HorovodOptions {
 };
 
 /// tensorpack's HorovodTrainer(average, compression).
-class HorovodTrainer : public SingleCostTrainer {
+class HorovodTrainer : public SingleCostTrainer, public MultiProcessTrainer {
  public:
   explicit HorovodTrainer(bool average = true, HorovodCompression compression = HorovodCompression::kNone);
   explicit HorovodTrainer(HorovodOptions options);
@@ -141,20 +143,23 @@ class HorovodTrainer : public SingleCostTrainer {
   /// Sums `values` over the ranks (outside the graph; for callbacks such as
   /// DistributedInferenceRunner). Every rank must call it, in the same order.
   std::vector<double> allreduce_sum(const std::vector<double>& values, const std::string& what);
-  /// Rank 0's `value` on every rank (e.g. the starting epoch rank 0 resumes
-  /// from, for the data order). Every rank must call it, in the same order.
-  int64_t broadcast_from_chief(int64_t value, const std::string& what);
+  /// "HorovodTrainer: rank R".
+  std::string process_name() const override;
 
  protected:
   std::vector<CallbackPtr> _setup_graph(InputSource& input, GetOptFn get_opt_fn) override;
   void on_session_created(Session& session) override;
+  /// Rank 0's values, broadcast outside the graph (MultiProcessTrainer::
+  /// broadcast_from_chief).
+  std::vector<int64_t> chief_values(const std::vector<int64_t>& values, const std::string& what) override;
   void after_session_init(Session& session) override;
-  void synchronize_loop(int64_t& steps_per_epoch, int& starting_epoch, int& max_epoch) override;
   void on_failure(const std::exception& error) override;
 
  private:
   Node* build_broadcast_op();
   void agree_on_collectives();
+  /// A call of an outside-graph collective, keyed by its count.
+  dist::CollectiveCall next_call(const std::string& what);
   HorovodOptions options_;
   std::shared_ptr<dist::Communicator> comm_;
   std::vector<Node*> grad_collectives_;
