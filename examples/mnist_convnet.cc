@@ -12,7 +12,9 @@
 //                                  [--steps-per-epoch N] [--threads N] [--device D]
 //                                  [--trainer simple|replicated|ps|async|horovod|
 //                                             dist-ps|dist-replicated] [--ps K]
-//                                  [--devices cpu:0,cpu:1 | --gpus N] [--help]
+//                                  [--devices cpu:0,cpu:1 | --gpus N] [--mode M]
+//                                  [--ps-device D] [--compression C] [--backend B]
+//                                  [--help]
 //
 // --trainer picks tensorpack's trainer (one line of change, as there):
 // SimpleTrainer, SyncMultiGPUTrainerReplicated, SyncMultiGPUTrainerParameterServer
@@ -20,6 +22,9 @@
 // is gpu:0..gpu:N-1). Every tower takes its own batch of 128, so an epoch of
 // K towers is 468 / K steps of K x 128 images; validation runs on every
 // device (DataParallelInferenceRunner). --threads is split among the CPU devices.
+// --mode is the replicated trainer's all-reduce (tensorpack's mode: ring,
+// collective, nccl, cpu, gpu, hierarchical), --ps-device the ps trainer's
+// placement (tensorpack's ps_device: cpu, gpu or devices; default auto).
 //
 // --trainer horovod is tensorpack's HorovodTrainer, one process per rank:
 //   mpirun -np 2 ./build/examples/mnist_convnet --trainer horovod
@@ -30,6 +35,9 @@
 // alone writes the log directory and decides what to resume. --threads
 // defaults to the cores divided by the ranks on this host. Every rank
 // prints a checksum of its variables at the end (equal on every rank).
+// --compression (none, fp16) and --backend (default: SPIRE_MPI_ALGORITHM's,
+// auto, ring, recursive-doubling, halving-doubling, mpi, nccl) are
+// HorovodOptions'.
 //
 // --trainer dist-ps / dist-replicated are tensorpack's
 // DistributedTrainerParameterServer / DistributedTrainerReplicated under
@@ -62,6 +70,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -124,6 +133,11 @@ struct Flags {
   std::string trainer = "simple";
   std::string devices;
   int num_ps = 1;  // dist-ps / dist-replicated: the parameter-server ranks
+  // The trainers' modes, parsed where they are read (tensorpack's spellings).
+  std::optional<ReplicatedMode> mode;             // replicated
+  std::optional<PsDevice> ps_device;              // ps
+  std::optional<HorovodCompression> compression;  // horovod
+  std::optional<HorovodBackend> backend;          // horovod
 };
 
 void usage(const char* argv0) {
@@ -144,7 +158,13 @@ void usage(const char* argv0) {
       "  --ps K               dist-*: the first K ranks are parameter servers (default 1)\n"
       "  --devices LIST       the towers' devices, e.g. cpu:0,cpu:1 or gpu:0,gpu:1 (default\n"
       "                       cpu:0,cpu:1 for the multi-device trainers)\n"
-      "  --gpus N             shorthand for --devices gpu:0,...,gpu:N-1\n",
+      "  --gpus N             shorthand for --devices gpu:0,...,gpu:N-1\n"
+      "  --mode M             replicated: ring (default; also collective), nccl, cpu, gpu or\n"
+      "                       hierarchical\n"
+      "  --ps-device D        ps: cpu, gpu (also devices) or auto (default: gpu up to 2 towers)\n"
+      "  --compression C      horovod: none (default) or fp16\n"
+      "  --backend B          horovod: default (SPIRE_MPI_ALGORITHM's), auto, ring,\n"
+      "                       recursive-doubling, halving-doubling, mpi or nccl\n",
       argv0, kDefaultMaxEpoch, spire_examples::device_flag_spellings());
 }
 
@@ -214,6 +234,10 @@ bool parse_flags(int argc, char** argv, Flags* f) {
     else if (key == "--trainer") f->trainer = val;
     else if (key == "--devices") f->devices = val;
     else if (key == "--ps") f->num_ps = static_cast<int>(parse_int(key, val, 1));
+    else if (key == "--mode") f->mode = parse_replicated_mode(val);
+    else if (key == "--ps-device") f->ps_device = parse_ps_device(val);
+    else if (key == "--compression") f->compression = parse_horovod_compression(val);
+    else if (key == "--backend") f->backend = parse_horovod_backend(val);
     else if (key == "--gpus") {
       const int64_t n = parse_int(key, val, 1);
       f->devices.clear();
@@ -230,6 +254,14 @@ bool parse_flags(int argc, char** argv, Flags* f) {
   if ((f->trainer == "simple" || f->trainer == "horovod") && !f->devices.empty())
     throw_error("--devices/--gpus need a multi-device --trainer (replicated, ps or async); the ",
                 f->trainer, " trainer runs on --device");
+  auto only_for = [&](bool given, const char* flag, const char* trainer) {
+    if (given && f->trainer != trainer)
+      throw_error(flag, " is the ", trainer, " trainer's; --trainer is ", f->trainer);
+  };
+  only_for(f->mode.has_value(), "--mode", "replicated");
+  only_for(f->ps_device.has_value(), "--ps-device", "ps");
+  only_for(f->compression.has_value(), "--compression", "horovod");
+  only_for(f->backend.has_value(), "--backend", "horovod");
   if (dist && f->devices.empty()) f->devices = "cpu:0";
   if (f->trainer != "simple" && f->trainer != "horovod" && f->devices.empty()) f->devices = "cpu:0,cpu:1";
   return true;
@@ -341,8 +373,12 @@ int main(int argc, char** argv) {
 
     std::unique_ptr<SingleCostTrainer> trainer;
     if (flags.trainer == "simple") trainer = std::make_unique<SimpleTrainer>();
-    else if (flags.trainer == "replicated") trainer = std::make_unique<SyncMultiGPUTrainerReplicated>(towers);
-    else if (flags.trainer == "ps") trainer = std::make_unique<SyncMultiGPUTrainerParameterServer>(towers);
+    else if (flags.trainer == "replicated")
+      trainer = std::make_unique<SyncMultiGPUTrainerReplicated>(towers, /*average=*/true,
+                                                                flags.mode.value_or(ReplicatedMode::kRing));
+    else if (flags.trainer == "ps")
+      trainer = std::make_unique<SyncMultiGPUTrainerParameterServer>(towers,
+                                                                     flags.ps_device.value_or(PsDevice::kAuto));
     else if (flags.trainer == "async") trainer = std::make_unique<AsyncMultiGPUTrainer>(towers);
     else if (dist) {
       DistributedOptions options;
@@ -353,6 +389,8 @@ int main(int argc, char** argv) {
     } else {
       HorovodOptions options;
       options.device = device;
+      if (flags.compression) options.compression = *flags.compression;
+      if (flags.backend) options.backend = *flags.backend;
       trainer = std::make_unique<HorovodTrainer>(options);
     }
 

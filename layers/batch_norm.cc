@@ -4,6 +4,7 @@
 // from primitive ops, so autodiff differentiates through the batch statistics.
 #include <algorithm>
 
+#include "core/enum_names.h"
 #include "core/logger.h"
 #include "core/ops.h"
 #include "layers/layer_util.h"
@@ -13,6 +14,32 @@ namespace spire {
 
 using layer_detail::check_input;
 using layer_detail::describe;
+
+namespace {
+const EnumSpelling<EmaUpdate> kEmaUpdates[] = {
+    {"collection", EmaUpdate::kCollection},
+    {"internal", EmaUpdate::kInternal},
+    {"skip", EmaUpdate::kSkip},
+    {"default", EmaUpdate::kCollection},  // tensorpack's
+};
+const EnumSpelling<SyncStatistics> kSyncStatistics[] = {
+    {"none", SyncStatistics::kNone},
+    {"towers", SyncStatistics::kTowers},
+    {"nccl", SyncStatistics::kTowers},     // tensorpack's
+    {"horovod", SyncStatistics::kTowers},  // tensorpack's
+    {"", SyncStatistics::kNone},
+};
+}  // namespace
+
+EmaUpdate parse_ema_update(const std::string& name) {
+  return parse_enum(kEmaUpdates, name, "BatchNorm", "ema_update");
+}
+const char* ema_update_name(EmaUpdate mode) { return enum_name(kEmaUpdates, mode); }
+
+SyncStatistics parse_sync_statistics(const std::string& name) {
+  return parse_enum(kSyncStatistics, name, "BatchNorm", "sync_statistics");
+}
+const char* sync_statistics_name(SyncStatistics mode) { return enum_name(kSyncStatistics, mode); }
 
 Output BatchNorm(const std::string& name, const Output& x, const BatchNormOptions& opts) {
   const char* kind = "BatchNorm";
@@ -35,31 +62,23 @@ Output BatchNorm(const std::string& name, const Output& x, const BatchNormOption
   SPIRE_CHECK(momentum >= 0.0 && momentum <= 1.0, describe(kind, name, x),
               ": momentum must be in [0, 1], got ", momentum);
   SPIRE_CHECK(epsilon >= 0.0, describe(kind, name, x), ": epsilon must be >= 0, got ", epsilon);
-  std::string ema_update = a.ema_update_.value_or("collection");
-  if (ema_update == "default") ema_update = "collection";
-  SPIRE_CHECK(ema_update == "collection" || ema_update == "internal" || ema_update == "skip",
-              describe(kind, name, x),
-              ": ema_update must be \"collection\", \"internal\" or \"skip\", got \"", ema_update,
-              "\"");
+  EmaUpdate ema_update = a.ema_update_.value_or(EmaUpdate::kCollection);
   const bool training = layer_detail::resolve_training(g, a.training_);
-  const std::string sync = a.sync_statistics_.value_or("");
-  SPIRE_CHECK(sync.empty() || sync == "towers" || sync == "nccl" || sync == "horovod",
-              describe(kind, name, x), ": sync_statistics must be \"\", \"towers\", \"nccl\" or "
-              "\"horovod\", got \"", sync, "\"");
+  const bool sync = a.sync_statistics_.value_or(SyncStatistics::kNone) == SyncStatistics::kTowers;
   // tensorpack: EMA updates only from batch statistics, and not from the non-main
   // training towers (in an inference tower that forces training, they are made).
   TowerContext* ctx = get_current_tower_context(&g);
   // Synchronized statistics need the trainer's cross-tower average; with one
   // tower there is nothing to synchronize (tensorpack warns the same way).
-  const bool synced = training && !sync.empty() && ctx != nullptr && ctx->is_training() &&
+  const bool synced = training && sync && ctx != nullptr && ctx->is_training() &&
                       ctx->cross_tower_mean() != nullptr;
-  if (training && !sync.empty() && !synced && (ctx == nullptr || ctx->is_training()))
+  if (training && sync && !synced && (ctx == nullptr || ctx->is_training()))
     logger::warn_once(describe(kind, name, x) +
                      ": sync_statistics with a single training tower: nothing to synchronize, "
                      "the tower's own batch statistics are used");
-  if (synced && ema_update == "collection") ema_update = "internal";
+  if (synced && ema_update == EmaUpdate::kCollection) ema_update = EmaUpdate::kInternal;
   const bool do_ema_update =
-      training && ema_update != "skip" &&
+      training && ema_update != EmaUpdate::kSkip &&
       (ctx == nullptr || ctx->is_main_training_tower() || !ctx->is_training());
 
   std::vector<int64_t> reduce_axes;
@@ -150,7 +169,7 @@ Output BatchNorm(const std::string& name, const Output& x, const BatchNormOption
       moving_mean.value, (moving_mean.value - batch_mean) * (1.0 - momentum), "mean_ema_op");
   Output var_op = ops::assign_sub(moving_var.value,
                                   (moving_var.value - batch_var) * (1.0 - momentum), "var_ema_op");
-  if (ema_update == "internal") {
+  if (ema_update == EmaUpdate::kInternal) {
     ControlDependencies deps(g, {mean_op.node, var_op.node});
     return ops::identity(y, "output");
   }

@@ -87,6 +87,36 @@ enum class LayerKind {
 /// "Conv2D", ...
 const char* layer_kind_name(LayerKind kind);
 
+/// Where BatchNorm's EMA update ops go (tensorpack's BatchNorm(ema_update=...)).
+enum class EmaUpdate {
+  /// To UPDATE_OPS (tensorpack's "default").
+  kCollection,
+  /// The layer's output depends on them.
+  kInternal,
+  /// None are made.
+  kSkip,
+};
+/// "collection" ("default" too), "internal", "skip"; throws spire::Error
+/// listing them for any other name.
+EmaUpdate parse_ema_update(const std::string& name);
+/// "collection", "internal", "skip".
+const char* ema_update_name(EmaUpdate mode);
+
+/// Whose batch statistics BatchNorm normalizes with (tensorpack's
+/// BatchNorm(sync_statistics=...)).
+enum class SyncStatistics {
+  /// Each tower's own (tensorpack's None).
+  kNone,
+  /// Averaged over every training tower of the step (tensorpack's "nccl"
+  /// and "horovod": the same here, whatever the trainer).
+  kTowers,
+};
+/// "none" ("" too), "towers" ("nccl" and "horovod" too); throws
+/// spire::Error listing them for any other name.
+SyncStatistics parse_sync_statistics(const std::string& name);
+/// "none", "towers".
+const char* sync_statistics_name(SyncStatistics mode);
+
 // X-macro of every layer argument: (type, name). Each layer accepts a subset.
 #define SPIRE_LAYER_ARGS(X)          \
   X(Activation, activation)          \
@@ -105,8 +135,8 @@ const char* layer_kind_name(LayerKind kind);
   X(Initializer, beta_initializer)   \
   X(Initializer, gamma_initializer)  \
   X(bool, training)                  \
-  X(std::string, ema_update)         \
-  X(std::string, sync_statistics)    \
+  X(EmaUpdate, ema_update)           \
+  X(SyncStatistics, sync_statistics) \
   X(double, rate)                    \
   X(int64_t, seed)
 
@@ -175,17 +205,17 @@ struct Conv2DTransposeOptions {
 
 /// BatchNorm options. Defaults: axis -1 (channels last), momentum 0.9,
 /// epsilon 1e-5, center true, scale true, beta zeros, gamma ones, training
-/// from the tower context (true outside any tower), ema_update "collection"
-/// ("collection": update ops go to UPDATE_OPS; "internal": the output
-/// depends on them; "skip": none are made). sync_statistics (tensorpack's
-/// BatchNorm(sync_statistics=...)): "" (default) uses each tower's own batch
-/// statistics; "towers" (also tensorpack's spellings "nccl" and "horovod")
+/// from the tower context (true outside any tower), ema_update kCollection
+/// (kCollection: update ops go to UPDATE_OPS; kInternal: the output depends
+/// on them; kSkip: none are made). sync_statistics (tensorpack's
+/// BatchNorm(sync_statistics=...)): kNone (default) uses each tower's own
+/// batch statistics; kTowers (tensorpack's "nccl" and "horovod")
 /// averages the batch mean and mean of squares over every training tower of
 /// the step through the tower context's cross_tower_mean (every device of a
 /// multi-device trainer, every rank of an MPI trainer), so all towers
 /// normalize with the statistics of the whole batch (var = E[x^2] - E[x]^2;
 /// each tower's batch must have the same size); the EMAs are then updated
-/// inside the layer ("internal") from the synchronized statistics, by the
+/// inside the layer (kInternal) from the synchronized statistics, by the
 /// main training tower only. With one tower it warns and uses the local
 /// statistics. Every training tower must run every synchronized layer.
 struct BatchNormOptions {
@@ -199,8 +229,8 @@ struct BatchNormOptions {
   SPIRE_OPTION_SETTER(BatchNormOptions, Initializer, beta_initializer)
   SPIRE_OPTION_SETTER(BatchNormOptions, Initializer, gamma_initializer)
   SPIRE_OPTION_SETTER(BatchNormOptions, bool, training)
-  SPIRE_OPTION_SETTER(BatchNormOptions, std::string, ema_update)
-  SPIRE_OPTION_SETTER(BatchNormOptions, std::string, sync_statistics)
+  SPIRE_OPTION_SETTER(BatchNormOptions, EmaUpdate, ema_update)
+  SPIRE_OPTION_SETTER(BatchNormOptions, SyncStatistics, sync_statistics)
 };
 
 /// MaxPooling/AvgPooling options. Defaults: strides = pool_size, padding "VALID".

@@ -17,6 +17,19 @@ namespace {
 using detail::store_of;
 using detail::VariableStore;
 
+const char kTowerPrefix[] = "tower";
+constexpr size_t kTowerPrefixSize = sizeof(kTowerPrefix) - 1;
+
+// The end of the "tower<digits>" prefix of `name` when it is followed by
+// '/' or ends the name, else 0.
+size_t tower_prefix_end(const std::string& name) {
+  if (name.compare(0, kTowerPrefixSize, kTowerPrefix) != 0) return 0;
+  size_t i = kTowerPrefixSize;
+  while (i < name.size() && name[i] >= '0' && name[i] <= '9') ++i;
+  if (i == kTowerPrefixSize || (i < name.size() && name[i] != '/')) return 0;
+  return i;
+}
+
 std::string strip_index(const std::string& name, int* index) {
   auto pos = name.rfind(':');
   *index = 0;
@@ -49,28 +62,34 @@ void check_new_node_scopes(const Graph& g, int first, const std::string& tower_n
   for (int id = first; id < g.num_nodes(); ++id) {
     const std::string& n = g.node(id)->name();
     if (n.compare(0, tower_ns.size(), tower_ns) != 0) continue;
-    std::string rel = n.substr(tower_ns.size());
-    size_t start = 0;
-    for (size_t end = rel.find('/'); end != std::string::npos; end = rel.find('/', start)) {
-      std::string comp = rel.substr(start, end - start);
-      if (comp.compare(0, 5, "tower") == 0)
-        throw_error("name scope '", tower_ns, rel.substr(0, end + 1), "' (component '", comp,
-                    "', node '", n, "') was opened inside tower '", tower_name,
-                    "': names starting with \"tower\" are reserved for tower name scopes and "
-                    "cannot be used inside a tower function");
-      start = end + 1;
-    }
+    const std::string rel = n.substr(tower_ns.size());
+    detail::check_scope_components(tower_name, rel, /*last_is_scope=*/false,
+                                   [&](size_t end, const std::string& component) {
+                                     return str_cat("name scope '", tower_ns, rel.substr(0, end + 1), "' (component '",
+                                                    component, "', node '", n, "') was opened");
+                                   });
   }
 }
 
 }  // namespace
 
+std::string training_tower_name(int index) { return kTowerPrefix + std::to_string(index); }
+
+int training_tower_index(const std::string& name) {
+  const size_t end = tower_prefix_end(name);
+  if (end == 0) return -1;
+  const std::string digits = name.substr(kTowerPrefixSize, end - kTowerPrefixSize);
+  return digits.size() > 9 ? -1 : std::stoi(digits);
+}
+
 std::string strip_tower_prefix(const std::string& name) {
-  if (name.compare(0, 5, "tower") != 0) return name;
-  size_t i = 5;
-  while (i < name.size() && name[i] >= '0' && name[i] <= '9') ++i;
-  if (i == 5 || (i < name.size() && name[i] != '/')) return name;
-  return i < name.size() ? name.substr(i + 1) : std::string();
+  const size_t end = tower_prefix_end(name);
+  if (end == 0) return name;
+  return end < name.size() ? name.substr(end + 1) : std::string();
+}
+
+bool is_reserved_tower_name(const std::string& component) {
+  return component.compare(0, kTowerPrefixSize, kTowerPrefix) == 0;
 }
 
 // ---- TowerContext -------------------------------------------------------------

@@ -33,10 +33,21 @@ struct InputDesc {
 /// the same calls with the same keys.
 using CrossTowerMean = std::function<Output(const Output& x, const std::string& key)>;
 
+/// "tower<index>": the name scope of training tower `index` of a
+/// multi-device trainer (and the variable scope of its replicas in the
+/// replicated trainers). Names inside a tower function must not start with
+/// "tower" (see is_reserved_tower_name).
+std::string training_tower_name(int index);
+/// The index k of a name or scope in training tower k ("tower3/conv0/W",
+/// "tower3" -> 3), or -1 for any other name ("towerx/a", "conv0/W").
+int training_tower_index(const std::string& name);
 /// "tower3/conv0/W" -> "conv0/W", "tower3" -> "": a name or scope with its
 /// training-tower prefix ("tower<digits>/") removed, so the towers' copies
 /// of one variable or layer compare equal; other names are returned as they are.
 std::string strip_tower_prefix(const std::string& name);
+/// Whether a name component starts with "tower", the prefix reserved for
+/// the towers' name scopes (such names cannot be made inside a tower function).
+bool is_reserved_tower_name(const std::string& component);
 
 class TowerContext {
  public:

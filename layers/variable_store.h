@@ -5,6 +5,7 @@
 #pragma once
 
 #include <deque>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -52,8 +53,16 @@ struct VariableStore {
 inline VariableStore& store_of(Graph& g) { return g.extension<VariableStore>(); }
 
 /// Throws when `component` (one name component) starts with the reserved
-/// prefix "tower" while a tower is being built in `g`; `what` says what it names.
+/// prefix "tower" (is_reserved_tower_name) while a tower is being built in
+/// `g`; `what` says what it names.
 void check_tower_prefix(Graph& g, const std::string& component, const std::string& what);
+/// Throws when a component of the scope path `path` (relative to the name
+/// scope of tower `tower`) is reserved: the parts of `path` before each '/',
+/// and the part after the last '/' too when `last_is_scope`. `what(end,
+/// component)` says, for the message, what the component ending at offset
+/// `end` of `path` names.
+void check_scope_components(const std::string& tower, const std::string& path, bool last_is_scope,
+                            const std::function<std::string(size_t end, const std::string& component)>& what);
 
 }  // namespace detail
 }  // namespace spire

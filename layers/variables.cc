@@ -23,13 +23,32 @@ std::string VariableRecord::where() const {
   return s;
 }
 
+namespace {
+[[noreturn]] void throw_reserved(const std::string& what, const std::string& tower) {
+  throw_error(what, " inside tower '", tower,
+              "': names starting with \"tower\" are reserved for tower name scopes "
+              "and cannot be used inside a tower function");
+}
+}  // namespace
+
 void check_tower_prefix(Graph& g, const std::string& component, const std::string& what) {
   TowerContext* t = store_of(g).tower;
-  if (!t) return;
-  if (component.compare(0, 5, "tower") == 0)
-    throw_error(what, " '", component, "' inside tower '", t->ns_name(),
-                "': names starting with \"tower\" are reserved for tower name scopes "
-                "and cannot be used inside a tower function");
+  if (t && is_reserved_tower_name(component)) throw_reserved(str_cat(what, " '", component, "'"), t->ns_name());
+}
+
+void check_scope_components(const std::string& tower, const std::string& path, bool last_is_scope,
+                            const std::function<std::string(size_t end, const std::string& component)>& what) {
+  size_t start = 0;
+  while (start < path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string::npos) {
+      if (!last_is_scope) return;
+      end = path.size();
+    }
+    const std::string component = path.substr(start, end - start);
+    if (is_reserved_tower_name(component)) throw_reserved(what(end, component), tower);
+    start = end + 1;
+  }
 }
 
 }  // namespace detail
@@ -79,18 +98,10 @@ void check_tower_name_scope(Graph& g) {
     ;  // the tower has no name scope of its own: check the whole scope
   else
     return;  // a name scope outside the tower's (re-entered scope object): not opened here
-  size_t start = 0;
-  while (start < rel.size()) {
-    size_t end = rel.find('/', start);
-    if (end == std::string::npos) end = rel.size();
-    std::string comp = rel.substr(start, end - start);
-    if (comp.compare(0, 5, "tower") == 0)
-      throw_error("name scope '", g.name_scope(), "' (component '", comp, "') inside tower '",
-                  st.tower->ns_name(),
-                  "': names starting with \"tower\" are reserved for tower name scopes and "
-                  "cannot be used inside a tower function");
-    start = end + 1;
-  }
+  detail::check_scope_components(st.tower->ns_name(), rel, /*last_is_scope=*/true,
+                                 [&](size_t, const std::string& component) {
+                                   return str_cat("name scope '", g.name_scope(), "' (component '", component, "')");
+                                 });
 }
 
 Initializer default_initializer(DType dtype) {

@@ -100,9 +100,17 @@ void Trainer::register_callback(CallbackPtr cb) {
   callbacks_.push_back(std::move(cb));
 }
 
+MultiProcessTrainer* Trainer::multi_process() { return dynamic_cast<MultiProcessTrainer*>(this); }
+
 void Trainer::setup_callbacks(const std::vector<CallbackPtr>& callbacks,
                               const std::vector<MonitorPtr>& monitors) {
   SPIRE_CHECK(!setup_done_, "setup_callbacks: called twice");
+  if (!is_chief_ && !logdir_.empty()) {
+    const MultiProcessTrainer* mp = multi_process();
+    logger::info(mp ? mp->process_name() : std::string("This process"), " does not write the log directory ",
+                 logdir_, " (the chief does)");
+    logdir_.clear();
+  }
   std::vector<CallbackPtr> ordered;
   ordered.push_back(std::make_shared<StepCounter>());
   ordered.insert(ordered.end(), callbacks.begin(), callbacks.end());
@@ -128,6 +136,7 @@ void Trainer::initialize(SessionCreator creator, std::shared_ptr<SessionInit> in
   if (!creator) creator = new_session_creator(default_session_options());
   session_ = std::shared_ptr<Session>(creator(*graph_));
   SPIRE_CHECK(session_, "Trainer::initialize: the session creator returned null");
+  MultiProcessTrainer* mp = multi_process();
   try {
     on_session_created(*session_);
     if (init) {
@@ -137,9 +146,9 @@ void Trainer::initialize(SessionCreator creator, std::shared_ptr<SessionInit> in
         logger::info("Not the chief: the session initializer is skipped.");
       }
     }
-    after_session_init(*session_);
+    if (mp) mp->after_session_init(*session_);
   } catch (const std::exception& e) {
-    on_failure(e);
+    if (mp) mp->on_failure(e);
     throw;
   }
   hook_ = std::make_unique<CallbacksHook>(*group_);
@@ -155,6 +164,10 @@ void Trainer::main_loop(int64_t steps_per_epoch, int starting_epoch, int max_epo
   loop_.starting_epoch = starting_epoch;
   loop_.max_epoch = max_epoch;
   loop_.epoch_num = starting_epoch - 1;
+  MultiProcessTrainer* mp = multi_process();
+  auto on_failure = [mp](const std::exception& e) {
+    if (mp) mp->on_failure(e);
+  };
   try {
     group_->before_train();
     for (int epoch = starting_epoch; epoch <= max_epoch; ++epoch) {
@@ -198,7 +211,7 @@ void Trainer::main_loop(int64_t steps_per_epoch, int starting_epoch, int max_epo
     on_failure(e);
     throw;
   }
-  on_main_loop_finished();
+  if (mp) mp->on_main_loop_finished();
 }
 
 void Trainer::run_step() {
@@ -212,12 +225,14 @@ void Trainer::train(const std::vector<CallbackPtr>& callbacks,
                     int starting_epoch, int max_epoch) {
   setup_callbacks(callbacks, monitors);
   initialize(std::move(creator), std::move(init));
-  try {
-    if (run_service()) return;
-    synchronize_loop(steps_per_epoch, starting_epoch, max_epoch);
-  } catch (const std::exception& e) {
-    on_failure(e);
-    throw;
+  if (MultiProcessTrainer* mp = multi_process()) {
+    try {
+      if (mp->run_service()) return;
+      mp->synchronize_loop(steps_per_epoch, starting_epoch, max_epoch);
+    } catch (const std::exception& e) {
+      mp->on_failure(e);
+      throw;
+    }
   }
   main_loop(steps_per_epoch, starting_epoch, max_epoch);
 }

@@ -3,7 +3,9 @@
 // that runs in a loop": it owns the session, the callbacks and monitors,
 // and the epoch/step loop; run_step() is one iteration (by default one run
 // of train_op through the hooked session). Multi-device and MPI trainers
-// subclass SingleCostTrainer and override _setup_graph.
+// subclass SingleCostTrainer and override _setup_graph; the MPI trainers,
+// one process of several each, also implement MultiProcessTrainer
+// (train/multi_process_trainer.h), whose hooks Trainer calls.
 #pragma once
 
 #include <functional>
@@ -19,6 +21,7 @@
 #include "train/callback.h"
 #include "train/input_source.h"
 #include "train/monitor.h"
+#include "train/multi_process_trainer.h"
 #include "train/session_init.h"
 
 namespace spire {
@@ -89,14 +92,17 @@ class Trainer {
 
   /// False on non-chief processes of distributed training.
   bool is_chief() const { return is_chief_; }
-  /// The log directory monitors and savers write to ("" = none).
+  /// The log directory monitors and savers write to ("" = none; a process
+  /// that is not the chief writes none: setup_callbacks clears it there).
   const std::string& logdir() const { return logdir_; }
   void set_logdir(const std::string& dir) { logdir_ = dir; }
 
   /// Registers a callback (before training only). On non-chief processes
   /// chief-only callbacks are skipped with a log line.
   void register_callback(CallbackPtr cb);
-  /// Registers callbacks and monitors (the Monitors group becomes a callback too).
+  /// Registers callbacks and monitors (the Monitors group becomes a callback
+  /// too). On a process that is not the chief the log directory is cleared
+  /// first (the chief alone writes it).
   void setup_callbacks(const std::vector<CallbackPtr>& callbacks,
                        const std::vector<MonitorPtr>& monitors);
   /// Creates the session (with `creator`, or when it is empty with
@@ -129,32 +135,9 @@ class Trainer {
 
  protected:
   /// Called by initialize() right after the session is created, before the
-  /// session initializer: subclasses check the session (e.g. that their
-  /// devices exist).
+  /// session initializer: subclasses check or prepare the session (e.g. that
+  /// their devices exist).
   virtual void on_session_created(Session& session) { (void)session; }
-  /// Called by initialize() after the session initializer ran (the chief's
-  /// restore), before the graph is finalized: e.g. distributed trainers
-  /// spread the chief's values to every process here.
-  virtual void after_session_init(Session& session) { (void)session; }
-  /// Called by train() before main_loop with the loop it was asked for:
-  /// distributed trainers make every process run the chief's loop (e.g.
-  /// the starting epoch the chief resumes from).
-  virtual void synchronize_loop(int64_t& steps_per_epoch, int& starting_epoch, int& max_epoch) {
-    (void)steps_per_epoch, (void)starting_epoch, (void)max_epoch;
-  }
-  /// Called when an error (not StopTraining) ends initialize() or the main
-  /// loop, before it propagates: distributed trainers tell the other
-  /// processes, so they stop at once instead of waiting for this one.
-  virtual void on_failure(const std::exception& error) { (void)error; }
-  /// Called by train() after initialize(): a process that serves the
-  /// others instead of training (a parameter server) serves here until they
-  /// finish and returns true; train() then returns without running the
-  /// loop or any callback. Errors go through on_failure.
-  virtual bool run_service() { return false; }
-  /// Called when the main loop ended without an error (also after
-  /// StopTraining), after the callbacks' after_train: e.g. a distributed
-  /// worker tells the parameter servers it is done.
-  virtual void on_main_loop_finished() {}
   /// Shares of the graph and session (for objects that must keep them alive).
   std::shared_ptr<Graph> shared_graph() const { return graph_; }
   std::shared_ptr<Session> shared_session() const;
@@ -180,6 +163,8 @@ class Trainer {
   std::shared_ptr<Session> session_;
   std::unique_ptr<SessionRunHook> hook_;
   bool setup_done_ = false;
+  /// This trainer as a MultiProcessTrainer, or null (a single-process one).
+  MultiProcessTrainer* multi_process();
   class StepCounter;
   friend class StepCounter;
 };

@@ -30,7 +30,8 @@
 //   sends every server its state (its shard's variables and slots, and the
 //   step-wide values); the servers relay the chief's values to every
 //   worker: the other workers wait for the chief, as in tensorpack. Every
-//   worker runs the chief's loop (steps per epoch, first and last epoch).
+//   worker runs the chief's loop (steps per epoch, first and last epoch;
+//   MultiProcessTrainer's synchronize_loop, relayed by server 0).
 // - Checkpoints (the chief's ModelSaver) hold the global names of
 //   SimpleTrainer's: before its epoch callbacks the chief fetches the
 //   servers' state (slots, beta powers) into its own copies, so a
@@ -57,12 +58,13 @@
 // - Deviations and details: every rank builds the whole model (a server's
 //   towers are never run, but its devices must exist); the model
 //   variables of the replicated trainer are sharded after the trainable
-//   ones; the loop's agreement goes to server 0 only. A server's update is
-//   the optimizer's apply_gradients on its shard, so gradient processors
-//   that look at every gradient at once (GlobalNormClip) see one server's
-//   shard when there are several servers (tensorpack runs them on the
-//   worker). Only the chief fetches the servers' slots: other workers'
-//   copies of them are stale (they never save).
+//   ones; the chief's values (the loop) go through server 0 only. A
+//   server's update is the optimizer's apply_gradients on its shard, so
+//   gradient processors that look at every gradient at once
+//   (GlobalNormClip) see one server's shard when there are several servers
+//   (tensorpack runs them on the worker). Only the chief fetches the
+//   servers' slots: other workers' copies of them are stale (they never
+//   save).
 #pragma once
 
 #include <map>
@@ -72,6 +74,7 @@
 
 #include "dist/comm/messenger.h"
 #include "dist/trainers/multi_device_trainers.h"
+#include "train/multi_process_trainer.h"
 
 namespace spire {
 
@@ -87,9 +90,16 @@ struct DistributedOptions {
   std::shared_ptr<dist::Messenger> messenger;
 };
 
-/// What both distributed trainers share: roles, sharding, the servers'
-/// service and the workers' side of it.
-class DistributedTrainerBase : public DataParallelTrainer {
+namespace ps {
+struct Cluster;
+class Server;
+class Worker;
+}  // namespace ps
+
+/// What both distributed trainers share: roles, sharding, and the hooks
+/// through which the base Trainer runs a server (ps_server.h) or a worker
+/// (ps_worker.h); the messages between them are in ps_protocol.h.
+class DistributedTrainerBase : public DataParallelTrainer, public MultiProcessTrainer {
  public:
   ~DistributedTrainerBase() override;
   bool is_ps() const { return rank_ < options_.num_ps; }
@@ -110,29 +120,31 @@ class DistributedTrainerBase : public DataParallelTrainer {
   /// triggered within an epoch should call it first. An error after
   /// training (the servers have ended).
   void pull_server_state();
-
-  struct Shard;  // (implementation)
+  /// "<kind>: rank R (parameter server P | worker W)".
+  std::string process_name() const override;
 
  protected:
   DistributedTrainerBase(std::vector<Device> devices, DistributedOptions options, std::string kind,
                          bool replicated);
   std::vector<CallbackPtr> _setup_graph(InputSource& input, GetOptFn get_opt_fn) override;
+  /// The chief's values through server 0 (a worker's; MultiProcessTrainer::
+  /// broadcast_from_chief).
+  std::vector<int64_t> chief_values(const std::vector<int64_t>& values, const std::string& what) override;
   void after_session_init(Session& session) override;
-  void synchronize_loop(int64_t& steps_per_epoch, int& starting_epoch, int& max_epoch) override;
   bool run_service() override;
   void on_main_loop_finished() override;
   void on_failure(const std::exception& error) override;
   void run_step() override;
 
  private:
-  class Impl;
-  std::unique_ptr<Impl> impl_;
   DistributedOptions options_;
   bool replicated_;
   int rank_ = 0, size_ = 1;
   bool finished_ = false;
   std::map<std::string, int> server_of_;
-  friend class Impl;
+  std::unique_ptr<ps::Cluster> cluster_;
+  std::unique_ptr<ps::Server> server_;  // on a server
+  std::unique_ptr<ps::Worker> worker_;  // on a worker
 };
 
 /// tensorpack's DistributedTrainerParameterServer(gpus, server): the

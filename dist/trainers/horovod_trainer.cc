@@ -4,9 +4,12 @@
 #include <algorithm>
 #include <map>
 
+#include "core/enum_names.h"
 #include "core/ops.h"
 #include "dist/ops/collective_ops.h"
 #include "dist/mpi/mpi_communicator.h"
+#include "dist/trainers/gradient_buckets.h"
+#include "dist/trainers/master_sync.h"
 #include "layers/tower.h"
 #include "layers/variables.h"
 #include "train/dataflow.h"
@@ -34,95 +37,57 @@ namespace {
 
 const char* const kKind = "HorovodTrainer";
 
-// Runs the trainer's broadcast of the global variables (from rank 0) before
-// training and, optionally, at every epoch. Not chief-only: every rank must
-// take part.
-class BroadcastGlobalVariables : public Callback {
- public:
-  BroadcastGlobalVariables(HorovodTrainer& t, bool every_epoch) : t_(t), every_epoch_(every_epoch) {
-    chief_only_ = false;
-  }
-  std::string name() const override { return "BroadcastGlobalVariables"; }
-
- protected:
-  void _before_train() override { run(); }
-  void _trigger() override {
-    if (every_epoch_) run();
-  }
-
- private:
-  void run() {
-    if (t_.broadcast_op()) t_.sess().run({}, {}, {t_.broadcast_op()});
-  }
-  HorovodTrainer& t_;
-  bool every_epoch_;
+const EnumSpelling<HorovodCompression> kCompressions[] = {
+    {"none", HorovodCompression::kNone},
+    {"fp16", HorovodCompression::kFp16},
+    {"", HorovodCompression::kNone},
 };
-
-int64_t num_bytes(const Output& t) { return t.shape().num_elements() * static_cast<int64_t>(dtype_size(t.dtype())); }
-
-// Groups `xs` (visited in `order`) into buckets of one dtype and at most
-// `threshold` bytes (a larger tensor gets its own; tensors of unknown shape
-// each get their own, unpacked).
-std::vector<std::vector<size_t>> make_buckets(const std::vector<Output>& xs, const std::vector<size_t>& order,
-                                              int64_t threshold) {
-  std::vector<std::vector<size_t>> buckets;
-  int64_t bytes = 0;
-  bool open = false;
-  for (size_t i : order) {
-    const Output& x = xs[i];
-    const bool known = x.shape().is_fully_defined();
-    const int64_t b = known ? num_bytes(x) : 0;
-    if (open && known && x.dtype() == xs[buckets.back().front()].dtype() && bytes + b <= threshold) {
-      buckets.back().push_back(i);
-      bytes += b;
-      continue;
-    }
-    buckets.push_back({i});
-    bytes = b;
-    open = known && threshold > 0;
-  }
-  return buckets;
-}
-
-// One collective over a bucket: the tensors flattened and packed into one
-// (unless the bucket has one tensor), `collective` applied, unpacked.
-std::vector<Output> packed(const std::vector<Output>& xs, const std::function<Output(const Output&)>& collective) {
-  if (xs.size() == 1) return {collective(xs[0])};
-  std::vector<Output> flat;
-  std::vector<int64_t> sizes;
-  for (const Output& x : xs) {
-    sizes.push_back(x.shape().num_elements());
-    flat.push_back(ops::reshape(x, Shape{sizes.back()}));
-  }
-  Output r = collective(ops::concat(flat, 0, "pack"));
-  std::vector<Output> parts = ops::split(r, sizes, 0, "unpack");
-  std::vector<Output> out;
-  for (size_t i = 0; i < xs.size(); ++i) out.push_back(ops::reshape(parts[i], xs[i].shape()));
-  return out;
-}
-
+const EnumSpelling<HorovodBackend> kBackends[] = {
+    {"default", HorovodBackend::kDefault},
+    {"auto", HorovodBackend::kAuto},
+    {"ring", HorovodBackend::kRing},
+    {"recursive-doubling", HorovodBackend::kRecursiveDoubling},
+    {"halving-doubling", HorovodBackend::kHalvingDoubling},
+    {"mpi", HorovodBackend::kMpi},
+    {"nccl", HorovodBackend::kNccl},
+    {"rd", HorovodBackend::kRecursiveDoubling},
+    {"hd", HorovodBackend::kHalvingDoubling},
+    {"", HorovodBackend::kDefault},
+};
 }  // namespace
+
+HorovodCompression parse_horovod_compression(const std::string& name) {
+  return parse_enum(kCompressions, name, kKind, "compression");
+}
+const char* horovod_compression_name(HorovodCompression compression) {
+  return enum_name(kCompressions, compression);
+}
+
+HorovodBackend parse_horovod_backend(const std::string& name) {
+  return parse_enum(kBackends, name, kKind, "backend");
+}
+const char* horovod_backend_name(HorovodBackend backend) { return enum_name(kBackends, backend); }
 
 // ---- HorovodTrainer ---------------------------------------------------------------------
 
-HorovodTrainer::HorovodTrainer(bool average, std::string compression)
+HorovodTrainer::HorovodTrainer(bool average, HorovodCompression compression)
     : HorovodTrainer([&] {
         HorovodOptions o;
         o.average = average;
-        o.compression = std::move(compression);
+        o.compression = compression;
         return o;
       }()) {}
 
 HorovodTrainer::HorovodTrainer(HorovodOptions options) : options_(std::move(options)) {
-  if (options_.compression.empty()) options_.compression = "none";
-  SPIRE_CHECK(options_.compression == "none" || options_.compression == "fp16", kKind, ": compression '",
-              options_.compression, "' is not one of none, fp16");
   SPIRE_CHECK(options_.fusion_threshold_bytes >= 0, kKind, ": fusion_threshold_bytes must be >= 0, got ",
               options_.fusion_threshold_bytes);
   comm_ = options_.communicator;
   if (!comm_) {
 #if defined(SPIRE_WITH_MPI)
-    comm_ = dist::make_process_communicator(options_.backend, options_.device, options_.timeout_seconds);
+    // make_process_communicator takes the backend by name ("" for SPIRE_MPI_ALGORITHM's).
+    const HorovodBackend b = options_.backend;
+    comm_ = dist::make_process_communicator(b == HorovodBackend::kDefault ? "" : horovod_backend_name(b),
+                                            options_.device, options_.timeout_seconds);
 #else
     throw_error(kKind, ": this Spire was built without MPI (SPIRE_MPI=OFF); pass a communicator in "
                 "HorovodOptions or rebuild with OpenMPI installed");
@@ -145,11 +110,6 @@ std::vector<CallbackPtr> HorovodTrainer::_setup_graph(InputSource& input, GetOpt
   std::shared_ptr<Optimizer> opt = get_opt_fn();
   SPIRE_CHECK(opt, kKind, ": get_opt_fn returned null");
   Graph& g = graph();
-  if (!is_chief_ && !logdir().empty()) {
-    logger::info(kKind, ": rank ", rank(), " does not write the log directory ", logdir(),
-                 " (rank 0 does)");
-    set_logdir("");
-  }
   const int n = size();
   dist::CollectiveOptions base;
   base.communicator = communicator_name();
@@ -177,14 +137,14 @@ std::vector<CallbackPtr> HorovodTrainer::_setup_graph(InputSource& input, GetOpt
     for (size_t i = 0; i < gs.size(); ++i) order[i] = gs.size() - 1 - i;
     // fp16 compression (Horovod's Compression.fp16): a bucket of floating
     // gradients travels and is summed as f16, then is cast back.
-    const bool fp16 = options_.compression == "fp16";
-    const auto buckets = make_buckets(gs, order, options_.fusion_threshold_bytes);
+    const bool fp16 = options_.compression == HorovodCompression::kFp16;
+    const Buckets buckets = fusion_buckets(gs, order, options_.fusion_threshold_bytes);
     const dist::ReduceOp op = options_.average ? dist::ReduceOp::kMean : dist::ReduceOp::kSum;
     for (size_t k = 0; k < buckets.size(); ++k) {
       NameScope ns(g, str_cat("AllReduce/bucket", k, "/"));
       std::vector<Output> xs;
       for (size_t i : buckets[k]) xs.push_back(gs[i]);
-      std::vector<Output> reduced = packed(xs, [&](const Output& x) {
+      std::vector<Output> reduced = apply_packed(xs, [&](const Output& x) {
         dist::CollectiveOptions o = base;
         o.name = "allreduce";
         o.overlap = options_.overlap;
@@ -209,7 +169,9 @@ std::vector<CallbackPtr> HorovodTrainer::_setup_graph(InputSource& input, GetOpt
   }
   optimizer_ = opt;
   if (n == 1) return {};
-  return {std::make_shared<BroadcastGlobalVariables>(*this, BROADCAST_EVERY_EPOCH)};
+  // The op is built when the session is created (after_session_init).
+  return {make_master_sync_callback("BroadcastGlobalVariables", [this] { return broadcast_op_; },
+                                    BROADCAST_EVERY_EPOCH)};
 }
 
 void HorovodTrainer::on_session_created(Session& session) {
@@ -232,10 +194,10 @@ Node* HorovodTrainer::build_broadcast_op() {
   base.communicator = communicator_name();
   base.group_size = size();
   base.devices = comm_->devices();
-  for (const auto& bucket : make_buckets(vars, order, options_.fusion_threshold_bytes)) {
+  for (const auto& bucket : fusion_buckets(vars, order, options_.fusion_threshold_bytes)) {
     std::vector<Output> xs;
     for (size_t i : bucket) xs.push_back(ops::identity(vars[i], "read"));
-    std::vector<Output> values = packed(xs, [&](const Output& x) {
+    std::vector<Output> values = apply_packed(xs, [&](const Output& x) {
       dist::CollectiveOptions o = base;
       o.name = "broadcast";
       Output r = dist::broadcast({x}, 0, o)[0];
@@ -265,45 +227,30 @@ void HorovodTrainer::after_session_init(Session& session) {
   session.run_without_hooks({}, {}, {broadcast_op_});
 }
 
-void HorovodTrainer::synchronize_loop(int64_t& steps_per_epoch, int& starting_epoch, int& max_epoch) {
-  if (size() == 1) return;
-  Tensor loop(DType::I64, Shape{3});
-  int64_t* v = loop.data<int64_t>();
-  v[0] = steps_per_epoch, v[1] = starting_epoch, v[2] = max_epoch;
-  std::vector<dist::Participant> parts{{0, loop, loop}};
+std::string HorovodTrainer::process_name() const { return str_cat(kKind, ": rank ", rank()); }
+
+dist::CollectiveCall HorovodTrainer::next_call(const std::string& what) {
   dist::CollectiveCall call;
   call.key = {this, 0, ++calls_};
-  call.name = "synchronize_loop";
-  comm_->broadcast(call, parts, 0);
-  if (v[0] != steps_per_epoch || v[1] != starting_epoch || v[2] != max_epoch)
-    logger::info(kKind, ": rank ", rank(), " runs rank 0's loop: steps_per_epoch ", v[0], ", epochs ", v[1],
-                 "..", v[2], " (it was given ", steps_per_epoch, ", ", starting_epoch, "..", max_epoch, ")");
-  steps_per_epoch = v[0];
-  starting_epoch = static_cast<int>(v[1]);
-  max_epoch = static_cast<int>(v[2]);
+  call.name = what;
+  return call;
+}
+
+std::vector<int64_t> HorovodTrainer::chief_values(const std::vector<int64_t>& values, const std::string& what) {
+  if (size() == 1) return values;
+  Tensor t(DType::I64, Shape{static_cast<int64_t>(values.size())});
+  std::copy(values.begin(), values.end(), t.data<int64_t>());
+  std::vector<dist::Participant> parts{{0, t, t}};
+  comm_->broadcast(next_call(what), parts, 0);
+  return std::vector<int64_t>(t.data<int64_t>(), t.data<int64_t>() + values.size());
 }
 
 std::vector<double> HorovodTrainer::allreduce_sum(const std::vector<double>& values, const std::string& what) {
   Tensor t(DType::F64, Shape{static_cast<int64_t>(values.size())});
   std::copy(values.begin(), values.end(), t.data<double>());
   std::vector<dist::Participant> parts{{0, t, t}};
-  dist::CollectiveCall call;
-  call.key = {this, 0, ++calls_};
-  call.name = what;
-  comm_->allreduce(call, parts, dist::ReduceOp::kSum);
+  comm_->allreduce(next_call(what), parts, dist::ReduceOp::kSum);
   return std::vector<double>(t.data<double>(), t.data<double>() + values.size());
-}
-
-int64_t HorovodTrainer::broadcast_from_chief(int64_t value, const std::string& what) {
-  if (size() == 1) return value;
-  Tensor t(DType::I64, Shape{1});
-  t.data<int64_t>()[0] = value;
-  std::vector<dist::Participant> parts{{0, t, t}};
-  dist::CollectiveCall call;
-  call.key = {this, 0, ++calls_};
-  call.name = what;
-  comm_->broadcast(call, parts, 0);
-  return t.data<int64_t>()[0];
 }
 
 void HorovodTrainer::on_failure(const std::exception& error) {

@@ -7,26 +7,28 @@
 //
 // - Rank 0 is the chief: it restores (session_init), runs the chief-only
 //   callbacks (ModelSaver, InferenceRunner, summaries) and alone writes the
-//   log directory (the others' logdir is cleared). Global variables are
-//   broadcast from rank 0 right after the chief's restore, at the start of
-//   training and (BROADCAST_EVERY_EPOCH) at every epoch.
+//   log directory (the base Trainer clears the others' logdir). Global
+//   variables are broadcast from rank 0 right after the chief's restore, at
+//   the start of training and (BROADCAST_EVERY_EPOCH) at every epoch.
 // - Every rank runs rank 0's loop (steps per epoch, starting epoch, max
-//   epoch): AutoResumeTrainConfig decides on rank 0, the others follow
-//   (tensorpack issue #1054 cannot happen). launch_train_with_config gives
-//   each rank its own shard of the dataflow (ShardData).
+//   epoch; MultiProcessTrainer's synchronize_loop): AutoResumeTrainConfig
+//   decides on rank 0, the others follow (tensorpack issue #1054 cannot
+//   happen). launch_train_with_config gives each rank its own shard of the
+//   dataflow (ShardData).
 // - The collectives get an explicit order (control edges), so every rank
 //   calls them in the same order whatever its hooks fetch; before the first
 //   step the ranks agree on the list (name, kind, dtype, shape): a graph
 //   that differs between ranks is an error on every rank naming the first
 //   difference. Gradients are packed into buckets of up to
 //   fusion_threshold_bytes (Horovod's HOROVOD_FUSION_THRESHOLD, 128 MiB), in
-//   backward order, one allreduce per bucket.
+//   backward order, one allreduce per bucket (dist/trainers/gradient_buckets.h).
 // - A rank whose training fails tells the others (MpiRuntime::announce_failure):
 //   they stop at once with an error naming it; a rank that dies or stalls is
 //   named by the others after the collective timeout.
-// - BatchNorm(sync_statistics = "horovod" or "nccl") averages the batch
-//   statistics over the ranks. DistributedInferenceRunner validates on every
-//   rank's shard and sums the inferencers' counts over the ranks.
+// - BatchNorm(sync_statistics = SyncStatistics::kTowers, tensorpack's
+//   "horovod" or "nccl") averages the batch statistics over the ranks.
+//   DistributedInferenceRunner validates on every rank's shard and sums the
+//   inferencers' counts over the ranks.
 //
 // Launch: mpirun -np 2 ./build/examples/mnist_convnet --trainer horovod
 // (README: OpenMPI's flags for root and for more ranks than cores).
@@ -38,6 +40,7 @@
 
 #include "dist/comm/communicator.h"
 #include "train/callbacks/inference.h"
+#include "train/multi_process_trainer.h"
 #include "train/trainer.h"
 
 namespace spire {
@@ -52,13 +55,46 @@ int size();
 int local_size();
 }  // namespace hvd
 
+/// How HorovodTrainer compresses the gradients for their allreduce
+/// (Horovod's hvd.Compression).
+enum class HorovodCompression {
+  kNone,
+  /// Floating gradients are cast to f16 for the allreduce (half the bytes;
+  /// summed in f16, each addition rounded to f16, by Spire's algorithms or
+  /// NCCL: MPI's own collectives cannot reduce f16) and back to their dtype.
+  kFp16,
+};
+/// "none" ("" too) or "fp16"; throws spire::Error listing them for any other.
+HorovodCompression parse_horovod_compression(const std::string& name);
+/// "none", "fp16".
+const char* horovod_compression_name(HorovodCompression compression);
+
+/// The collectives across HorovodTrainer's processes (HorovodOptions::backend).
+enum class HorovodBackend {
+  /// The algorithm SPIRE_MPI_ALGORITHM names (default auto).
+  kDefault,
+  /// Spire's recursive doubling, halving-doubling or ring by the measured
+  /// link model.
+  kAuto,
+  kRing,
+  kRecursiveDoubling,
+  kHalvingDoubling,
+  /// MPI's own collectives.
+  kMpi,
+  /// NCCL across the processes on HorovodOptions::device, a GPU.
+  kNccl,
+};
+/// "default" ("" too), "auto", "ring", "recursive-doubling" ("rd"),
+/// "halving-doubling" ("hd"), "mpi", "nccl"; throws spire::Error listing
+/// them for any other.
+HorovodBackend parse_horovod_backend(const std::string& name);
+/// "default", "auto", "ring", "recursive-doubling", "halving-doubling", "mpi", "nccl".
+const char* horovod_backend_name(HorovodBackend backend);
+
 struct HorovodOptions {
   /// Average the gradients over the ranks (else sum them).
   bool average = true;
-  /// "none", or "fp16": floating gradients are cast to f16 for the
-  /// allreduce (half the bytes; summed in f16 by Spire's ring or recursive
-  /// doubling, each addition rounded to f16) and back to their dtype.
-  std::string compression = "none";
+  HorovodCompression compression = HorovodCompression::kNone;
   /// Gradients are packed into buckets of at most this many bytes (one
   /// allreduce each; a larger gradient gets its own); 0: one allreduce per
   /// gradient.
@@ -70,12 +106,8 @@ struct HorovodOptions {
   /// How long any collective waits for the other ranks before it fails
   /// naming the missing rank (MpiCommunicator's timeout).
   double timeout_seconds = 60;
-  /// The backend across the processes when `communicator` is null:
-  /// "auto" (Spire's recursive doubling or ring by the measured link
-  /// model), "ring", "recursive-doubling", "mpi" (MPI's own collectives),
-  /// "nccl" (NCCL across the processes on `device`, a GPU); "" takes
-  /// SPIRE_MPI_ALGORITHM (default auto).
-  std::string backend;
+  /// The collectives across the processes when `communicator` is null.
+  HorovodBackend backend = HorovodBackend::kDefault;
   /// The communicator across the processes (one participant each), or null
   /// for `backend`'s.
   std::shared_ptr<dist::Communicator> communicator;
@@ -84,9 +116,9 @@ struct HorovodOptions {
 };
 
 /// tensorpack's HorovodTrainer(average, compression).
-class HorovodTrainer : public SingleCostTrainer {
+class HorovodTrainer : public SingleCostTrainer, public MultiProcessTrainer {
  public:
-  explicit HorovodTrainer(bool average = true, std::string compression = "none");
+  explicit HorovodTrainer(bool average = true, HorovodCompression compression = HorovodCompression::kNone);
   explicit HorovodTrainer(HorovodOptions options);
   ~HorovodTrainer() override;
 
@@ -111,20 +143,23 @@ class HorovodTrainer : public SingleCostTrainer {
   /// Sums `values` over the ranks (outside the graph; for callbacks such as
   /// DistributedInferenceRunner). Every rank must call it, in the same order.
   std::vector<double> allreduce_sum(const std::vector<double>& values, const std::string& what);
-  /// Rank 0's `value` on every rank (e.g. the starting epoch rank 0 resumes
-  /// from, for the data order). Every rank must call it, in the same order.
-  int64_t broadcast_from_chief(int64_t value, const std::string& what);
+  /// "HorovodTrainer: rank R".
+  std::string process_name() const override;
 
  protected:
   std::vector<CallbackPtr> _setup_graph(InputSource& input, GetOptFn get_opt_fn) override;
   void on_session_created(Session& session) override;
+  /// Rank 0's values, broadcast outside the graph (MultiProcessTrainer::
+  /// broadcast_from_chief).
+  std::vector<int64_t> chief_values(const std::vector<int64_t>& values, const std::string& what) override;
   void after_session_init(Session& session) override;
-  void synchronize_loop(int64_t& steps_per_epoch, int& starting_epoch, int& max_epoch) override;
   void on_failure(const std::exception& error) override;
 
  private:
   Node* build_broadcast_op();
   void agree_on_collectives();
+  /// A call of an outside-graph collective, keyed by its count.
+  dist::CollectiveCall next_call(const std::string& what);
   HorovodOptions options_;
   std::shared_ptr<dist::Communicator> comm_;
   std::vector<Node*> grad_collectives_;

@@ -7,17 +7,17 @@
 #include <set>
 
 #include "core/device_backend.h"
+#include "core/enum_names.h"
 #include "core/op_registry.h"
 #include "core/ops.h"
-#include "dist/ops/collective_ops.h"
-#include "train/callbacks/misc.h"
 #include "core/logger.h"
+#include "dist/ops/collective_ops.h"
+#include "dist/trainers/gradient_buckets.h"
+#include "dist/trainers/master_sync.h"
 
 namespace spire {
 
 namespace {
-
-std::string tower_name(int k) { return "tower" + std::to_string(k); }
 
 // Trainable variables whose names start with `prefix` ("" = the global ones).
 std::vector<Output> own_trainables(Graph& g, const std::string& prefix) {
@@ -131,12 +131,10 @@ void DataParallelTrainer::on_session_created(Session& session) {
 }
 
 VariablePlacement DataParallelTrainer::least_loaded_placement() const {
-  auto load = std::make_shared<std::vector<int64_t>>(devices_.size(), 0);
+  auto bins = std::make_shared<LeastLoadedBins>(devices_.size());
   std::vector<Device> devices = devices_;
-  return [load, devices](const std::string&, const Shape& shape, DType) {
-    size_t best = static_cast<size_t>(std::min_element(load->begin(), load->end()) - load->begin());
-    (*load)[best] += shape.num_elements();
-    return devices[best];
+  return [bins, devices](const std::string&, const Shape& shape, DType) {
+    return devices[bins->add(shape.num_elements())];
   };
 }
 
@@ -155,7 +153,7 @@ std::vector<GradsAndVars> DataParallelTrainer::build_towers(InputSource& input, 
     if (placement && k == 0) placed.emplace(g, placement);
     Output cost;
     {
-      TowerContext ctx(tower_name(k), true, own ? tower_name(k) : "", k, K, &g);
+      TowerContext ctx(training_tower_name(k), true, own ? training_tower_name(k) : "", k, K, &g);
       if (K > 1) {
         std::vector<Device> group = devices_;
         ctx.set_cross_tower_mean([group, dev](const Output& x, const std::string& key) {
@@ -171,7 +169,7 @@ std::vector<GradsAndVars> DataParallelTrainer::build_towers(InputSource& input, 
     }
     // Replicated: each tower differentiates its own copy; else the shared ones.
     std::vector<Output> var_list =
-        replicated ? own_trainables(g, own ? tower_name(k) + "/" : "") : std::vector<Output>{};
+        replicated ? own_trainables(g, own ? training_tower_name(k) + "/" : "") : std::vector<Output>{};
     SPIRE_CHECK(!replicated || !var_list.empty(), kind_, ": tower ", k, " on ", dev.to_string(),
                 " has no trainable variables of its own");
     grads.push_back(opt.compute_gradients(cost, var_list));
@@ -182,21 +180,32 @@ std::vector<GradsAndVars> DataParallelTrainer::build_towers(InputSource& input, 
 
 // ---- SyncMultiGPUTrainerReplicated ---------------------------------------------------------
 
-SyncMultiGPUTrainerReplicated::SyncMultiGPUTrainerReplicated(std::vector<Device> devices,
-                                                             bool average, std::string mode)
-    : DataParallelTrainer(std::move(devices), "SyncMultiGPUTrainerReplicated"),
-      average_(average),
-      mode_(std::move(mode)) {
-  if (mode_.empty() || mode_ == "collective") mode_ = "ring";
-  static const std::set<std::string> modes = {"ring", "nccl", "cpu", "gpu", "hierarchical"};
-  SPIRE_CHECK(modes.count(mode_), kind_, ": unknown mode '", mode_,
-              "' (ring, collective, nccl, cpu, gpu, hierarchical)");
-  if (mode_ == "hierarchical" && devices_.size() != 8) {
+namespace {
+const EnumSpelling<ReplicatedMode> kReplicatedModes[] = {
+    {"ring", ReplicatedMode::kRing},
+    {"nccl", ReplicatedMode::kNccl},
+    {"cpu", ReplicatedMode::kCpu},
+    {"gpu", ReplicatedMode::kGpu},
+    {"hierarchical", ReplicatedMode::kHierarchical},
+    {"collective", ReplicatedMode::kRing},  // tensorpack's
+    {"", ReplicatedMode::kRing},
+};
+}  // namespace
+
+ReplicatedMode parse_replicated_mode(const std::string& name) {
+  return parse_enum(kReplicatedModes, name, "SyncMultiGPUTrainerReplicated", "mode");
+}
+const char* replicated_mode_name(ReplicatedMode mode) { return enum_name(kReplicatedModes, mode); }
+
+SyncMultiGPUTrainerReplicated::SyncMultiGPUTrainerReplicated(std::vector<Device> devices, bool average,
+                                                             ReplicatedMode mode)
+    : DataParallelTrainer(std::move(devices), "SyncMultiGPUTrainerReplicated"), average_(average), mode_(mode) {
+  if (mode_ == ReplicatedMode::kHierarchical && devices_.size() != 8) {
     logger::warn(kind_, ": mode 'hierarchical' needs 8 devices, got ", devices_.size(),
                  "; using the ring instead");
-    mode_ = "ring";
+    mode_ = ReplicatedMode::kRing;
   }
-  if (mode_ == "nccl") {
+  if (mode_ == ReplicatedMode::kNccl) {
     for (const Device& d : devices_)
       SPIRE_CHECK(d.is_cuda(), kind_, ": mode 'nccl' needs GPU devices, got ", d.to_string());
 #if !defined(SPIRE_WITH_NCCL)
@@ -207,7 +216,7 @@ SyncMultiGPUTrainerReplicated::SyncMultiGPUTrainerReplicated(std::vector<Device>
 
 std::string SyncMultiGPUTrainerReplicated::variable_scope_on(const Device& device) const {
   for (size_t k = 1; k < devices_.size(); ++k)
-    if (devices_[k] == device) return tower_name(static_cast<int>(k));
+    if (devices_[k] == device) return training_tower_name(static_cast<int>(k));
   return "";
 }
 
@@ -220,14 +229,14 @@ std::vector<std::vector<Output>> SyncMultiGPUTrainerReplicated::reduce(
     for (size_t i = 0; i < N; ++i) out[0][i] = grads[0][i].first;
     return out;
   }
-  if (mode_ == "hierarchical") return reduce_hierarchical(grads);
-  if (mode_ == "ring" || mode_ == "nccl") {
+  if (mode_ == ReplicatedMode::kHierarchical) return reduce_hierarchical(grads);
+  if (mode_ == ReplicatedMode::kRing || mode_ == ReplicatedMode::kNccl) {
     NameScope ns(g, "AllReduceGrads/");
     for (size_t i = 0; i < N; ++i) {
       std::vector<Output> xs;
       for (size_t k = 0; k < K; ++k) xs.push_back(grads[k][i].first);
       dist::CollectiveOptions o;
-      o.communicator = mode_ == "nccl" ? "nccl" : "";
+      o.communicator = mode_ == ReplicatedMode::kNccl ? "nccl" : "";
       o.devices = devices_;  // tower k's participant on tower k's device
       o.name = "allreduce";
       std::vector<Output> r =
@@ -242,7 +251,7 @@ std::vector<std::vector<Output>> SyncMultiGPUTrainerReplicated::reduce(
   NameScope ns(g, "AllReduceNaive/");
   for (size_t r = 0; r < N; ++r) {
     const size_t i = N - 1 - r;
-    DeviceScope on(g, mode_ == "cpu" ? Device::cpu(0) : devices_[r % K]);
+    DeviceScope on(g, mode_ == ReplicatedMode::kCpu ? Device::cpu(0) : devices_[r % K]);
     std::vector<Output> xs;
     for (size_t k = 0; k < K; ++k) xs.push_back(grads[k][i].first);
     Output sum = ops::add_n(xs, "add_n");
@@ -261,7 +270,7 @@ std::vector<std::vector<Output>> SyncMultiGPUTrainerReplicated::reduce_hierarchi
   // total copied to group 0's leader, and every device takes its leader's.
   Graph& g = graph();
   NameScope ns(g, "AllReduceHierarchical/");
-  const size_t K = grads.size(), N = grads[0].size();
+  const size_t K = grads.size();
   const DType dt = grads[0][0].first.dtype();
   int64_t total = 0;
   bool packable = true;
@@ -272,16 +281,15 @@ std::vector<std::vector<Output>> SyncMultiGPUTrainerReplicated::reduce_hierarchi
   packable = packable && total / 8 >= 1024;
   // items[k] = what device k contributes: 8 chunks, or one item per gradient.
   std::vector<std::vector<Output>> items(K);
-  std::vector<int64_t> sizes;
   for (size_t k = 0; k < K; ++k) {
     if (!packable) {
       for (const auto& p : grads[k]) items[k].push_back(p.first);
       continue;
     }
     DeviceScope on(g, devices_[k]);
-    std::vector<Output> flat;
-    for (const auto& p : grads[k]) flat.push_back(ops::reshape(p.first, Shape{-1}));
-    Output all = ops::concat(flat, 0, "pack");
+    std::vector<Output> xs;
+    for (const auto& p : grads[k]) xs.push_back(p.first);
+    Output all = pack_flat(xs, "pack");
     const int64_t chunk = total / 8;
     for (int64_t c = 0; c < 8; ++c) {
       const int64_t len = c == 7 ? total - 7 * chunk : chunk;
@@ -312,20 +320,13 @@ std::vector<std::vector<Output>> SyncMultiGPUTrainerReplicated::reduce_hierarchi
     }
     for (size_t k = 0; k < K; ++k) reduced[k][i] = half_of(k) == half_of(lead0) ? total0 : total1;
   }
-  std::vector<std::vector<Output>> out(K, std::vector<Output>(N));
+  if (!packable) return reduced;
+  std::vector<Shape> shapes;
+  for (const auto& p : grads[0]) shapes.push_back(p.first.shape());
+  std::vector<std::vector<Output>> out(K);
   for (size_t k = 0; k < K; ++k) {
-    if (!packable) {
-      out[k] = reduced[k];
-      continue;
-    }
     DeviceScope on(g, devices_[k]);
-    Output all = ops::concat(reduced[k], 0, "unpack");
-    int64_t offset = 0;
-    for (size_t i = 0; i < N; ++i) {
-      const Shape& s = grads[k][i].first.shape();
-      out[k][i] = ops::reshape(ops::slice(all, {offset}, {s.num_elements()}), s, "unpacked");
-      offset += s.num_elements();
-    }
+    out[k] = unpack_flat(ops::concat(reduced[k], 0, "chunks"), shapes, "unpack");
   }
   return out;
 }
@@ -338,22 +339,18 @@ Node* SyncMultiGPUTrainerReplicated::build_sync_op() {
   GraphUnfinalizeGuard unfinalize(g);
   NameScope ns(g, "sync_variables/");
   std::vector<Node*> assigns;
-  for (const Variable& v : all_variables(&g)) {
-    if (!is_local_variable(v.value)) continue;
-    const std::string& name = v.name();
-    const std::string rest = strip_tower_prefix(name);
-    if (rest == name || name.compare(0, 6, "tower0") == 0) continue;
-    Node* src = g.find_node(rest);
-    if (!src || !src->op_def().is_variable()) {
-      if (v.trainable)
-        throw_error(kind_, ": replica '", name, "' has no master variable '", rest,
+  for (const Replica& r : replicas_of_masters(g)) {
+    const std::string& name = r.replica.name();
+    if (!r.master) {
+      if (r.replica.trainable)
+        throw_error(kind_, ": replica '", name, "' has no master variable '", strip_tower_prefix(name),
                     "' to copy from");
-      logger::warn(kind_, ": cannot find '", rest, "' to initialize the replica '", name,
+      logger::warn(kind_, ": cannot find '", strip_tower_prefix(name), "' to initialize the replica '", name,
                    "' from; it keeps its own value");
       continue;
     }
-    DeviceScope on(g, v.node()->device());
-    assigns.push_back(ops::assign(v.value, src->output(0), "assign").node);
+    DeviceScope on(g, r.replica.node()->device());
+    assigns.push_back(ops::assign(r.replica.value, r.master->output(0), "assign").node);
   }
   return ops::group(assigns, "sync_variables_from_main_tower", &g);
 }
@@ -379,23 +376,32 @@ std::vector<CallbackPtr> SyncMultiGPUTrainerReplicated::_setup_graph(InputSource
   if (devices_.size() == 1) return {};
   sync_op_ = build_sync_op();
   Node* op = sync_op_;
-  // Not chief-only: every process copies its masters to its replicas after
-  // the chief's restore, before the first step, and at every epoch.
-  auto cb = std::make_shared<RunOp>([op] { return op; }, /*run_before=*/true,
-                                    /*run_as_trigger=*/BROADCAST_EVERY_EPOCH);
-  return {cb};
+  // Every process copies its masters to its replicas after the chief's
+  // restore, before the first step, and at every epoch.
+  return {make_master_sync_callback("SyncVariablesFromMainTower", [op] { return op; }, BROADCAST_EVERY_EPOCH)};
 }
 
 // ---- SyncMultiGPUTrainerParameterServer --------------------------------------------------------
 
+namespace {
+const EnumSpelling<PsDevice> kPsDevices[] = {
+    {"auto", PsDevice::kAuto},
+    {"cpu", PsDevice::kCpu},
+    {"gpu", PsDevice::kGpu},
+    {"devices", PsDevice::kGpu},  // tensorpack's
+    {"", PsDevice::kAuto},
+};
+}  // namespace
+
+PsDevice parse_ps_device(const std::string& name) {
+  return parse_enum(kPsDevices, name, "SyncMultiGPUTrainerParameterServer", "ps_device");
+}
+const char* ps_device_name(PsDevice device) { return enum_name(kPsDevices, device); }
+
 SyncMultiGPUTrainerParameterServer::SyncMultiGPUTrainerParameterServer(std::vector<Device> devices,
-                                                                       std::string ps_device)
-    : DataParallelTrainer(std::move(devices), "SyncMultiGPUTrainerParameterServer"),
-      ps_device_(std::move(ps_device)) {
-  if (ps_device_.empty()) ps_device_ = devices_.size() <= 2 ? "gpu" : "cpu";
-  if (ps_device_ == "devices") ps_device_ = "gpu";
-  SPIRE_CHECK(ps_device_ == "cpu" || ps_device_ == "gpu", kind_, ": ps_device must be \"cpu\" or "
-              "\"gpu\" (\"devices\"), got \"", ps_device_, "\"");
+                                                                       PsDevice ps_device)
+    : DataParallelTrainer(std::move(devices), "SyncMultiGPUTrainerParameterServer"), ps_device_(ps_device) {
+  if (ps_device_ == PsDevice::kAuto) ps_device_ = devices_.size() <= 2 ? PsDevice::kGpu : PsDevice::kCpu;
 }
 
 std::vector<CallbackPtr> SyncMultiGPUTrainerParameterServer::_setup_graph(InputSource& input,
@@ -403,7 +409,7 @@ std::vector<CallbackPtr> SyncMultiGPUTrainerParameterServer::_setup_graph(InputS
   std::shared_ptr<Optimizer> opt = get_opt_fn();
   SPIRE_CHECK(opt, kind_, ": get_opt_fn returned null");
   VariablePlacement placement =
-      ps_device_ == "cpu"
+      ps_device_ == PsDevice::kCpu
           ? VariablePlacement([](const std::string&, const Shape&, DType) { return Device::cpu(0); })
           : least_loaded_placement();
   std::vector<GradsAndVars> grads = build_towers(input, *opt, /*replicated=*/false, placement);
@@ -464,7 +470,7 @@ std::vector<CallbackPtr> AsyncMultiGPUTrainer::_setup_graph(InputSource& input, 
 }
 
 std::unique_ptr<SingleCostTrainer> SyncMultiGPUTrainer(std::vector<Device> devices) {
-  return std::make_unique<SyncMultiGPUTrainerParameterServer>(std::move(devices), "cpu");
+  return std::make_unique<SyncMultiGPUTrainerParameterServer>(std::move(devices), PsDevice::kCpu);
 }
 
 }  // namespace spire

@@ -69,19 +69,36 @@ class DataParallelTrainer : public SingleCostTrainer {
   std::string kind_;
 };
 
+/// How SyncMultiGPUTrainerReplicated all-reduces the towers' gradients
+/// (tensorpack's `mode`).
+enum class ReplicatedMode {
+  /// Spire's ring (the default; tensorpack's "collective" is an alias).
+  kRing,
+  /// NCCL (GPUs, builds with NCCL).
+  kNccl,
+  /// tensorpack's naive add-n: the r-th variable counted from the last
+  /// summed on cpu:0 ...
+  kCpu,
+  /// ... or on devices[r % K].
+  kGpu,
+  /// 8 devices: tensorpack's packing into 8 chunks summed in two groups of
+  /// 4 (other counts warn and use the ring).
+  kHierarchical,
+};
+/// The mode of a name: "ring" ("" and tensorpack's "collective" too),
+/// "nccl", "cpu", "gpu", "hierarchical"; throws spire::Error listing the
+/// spellings for any other.
+ReplicatedMode parse_replicated_mode(const std::string& name);
+/// "ring", "nccl", "cpu", "gpu", "hierarchical".
+const char* replicated_mode_name(ReplicatedMode mode);
+
 /// tensorpack's SyncMultiGPUTrainerReplicated(gpus, average, mode).
-/// Modes: "" or "ring" (Spire's ring, the default; "collective" is an
-/// alias), "nccl" (GPUs, builds with NCCL), "cpu" / "gpu" (tensorpack's
-/// naive add-n: the r-th variable counted from the last summed on cpu:0, or
-/// on devices[r % K]), and
-/// "hierarchical" (8 devices: tensorpack's packing into 8 chunks summed in
-/// two groups of 4; other counts warn and use the ring).
 class SyncMultiGPUTrainerReplicated : public DataParallelTrainer {
  public:
   explicit SyncMultiGPUTrainerReplicated(std::vector<Device> devices, bool average = true,
-                                         std::string mode = "");
-  /// The mode in use (after defaults and fallbacks).
-  const std::string& mode() const { return mode_; }
+                                         ReplicatedMode mode = ReplicatedMode::kRing);
+  /// The mode in use (after the fallback of kHierarchical to the ring).
+  ReplicatedMode mode() const { return mode_; }
   /// Copy the masters to the replicas at every epoch as well (tensorpack's
   /// BROADCAST_EVERY_EPOCH; read when the graph is set up).
   bool BROADCAST_EVERY_EPOCH = true;
@@ -98,29 +115,43 @@ class SyncMultiGPUTrainerReplicated : public DataParallelTrainer {
   std::vector<std::vector<Output>> reduce_hierarchical(const std::vector<GradsAndVars>& grads);
   Node* build_sync_op();
   bool average_;
-  std::string mode_;
+  ReplicatedMode mode_;
   Node* sync_op_ = nullptr;
 };
 
-/// tensorpack's SyncMultiGPUTrainerParameterServer(gpus, ps_device):
-/// ps_device "cpu" puts every variable on cpu:0, "gpu" (or "devices") on
-/// the least-loaded tower device; "" is tensorpack's default ("gpu" for up
-/// to 2 towers, else "cpu"). Gradients are always averaged.
+/// Where SyncMultiGPUTrainerParameterServer keeps the variables
+/// (tensorpack's `ps_device`).
+enum class PsDevice {
+  /// tensorpack's default: kGpu for up to 2 towers, else kCpu.
+  kAuto,
+  /// Every variable on cpu:0.
+  kCpu,
+  /// Each variable on the least-loaded tower device.
+  kGpu,
+};
+/// The placement of a name: "cpu", "gpu" ("devices" too), "auto" (""
+/// too); throws spire::Error listing them for any other.
+PsDevice parse_ps_device(const std::string& name);
+/// "auto", "cpu", "gpu".
+const char* ps_device_name(PsDevice device);
+
+/// tensorpack's SyncMultiGPUTrainerParameterServer(gpus, ps_device).
+/// Gradients are always averaged.
 class SyncMultiGPUTrainerParameterServer : public DataParallelTrainer {
  public:
-  explicit SyncMultiGPUTrainerParameterServer(std::vector<Device> devices,
-                                              std::string ps_device = "");
-  const std::string& ps_device() const { return ps_device_; }
+  explicit SyncMultiGPUTrainerParameterServer(std::vector<Device> devices, PsDevice ps_device = PsDevice::kAuto);
+  /// kCpu or kGpu (kAuto resolved).
+  PsDevice ps_device() const { return ps_device_; }
 
  protected:
   std::vector<CallbackPtr> _setup_graph(InputSource& input, GetOptFn get_opt_fn) override;
 
  private:
-  std::string ps_device_;
+  PsDevice ps_device_;
 };
 
 /// tensorpack's AsyncMultiGPUTrainer(gpus, scale_gradient): shared
-/// variables placed as in parameter-server mode ("cpu" from 4 towers,
+/// variables placed as in parameter-server mode (cpu:0 from 4 towers,
 /// else least-loaded); each tower applies its own gradients (times 1/K with
 /// scale_gradient) as soon as they exist, without waiting for the other
 /// towers: K optimizer updates per step (so step-wide optimizer state such
@@ -138,7 +169,7 @@ class AsyncMultiGPUTrainer : public DataParallelTrainer {
 };
 
 /// tensorpack's SyncMultiGPUTrainer(gpus): "a default multi-GPU trainer":
-/// SyncMultiGPUTrainerParameterServer(devices, "cpu").
+/// SyncMultiGPUTrainerParameterServer(devices, PsDevice::kCpu).
 std::unique_ptr<SingleCostTrainer> SyncMultiGPUTrainer(std::vector<Device> devices);
 
 }  // namespace spire

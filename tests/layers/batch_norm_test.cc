@@ -198,8 +198,8 @@ TEST(BatchNorm, EmaUpdateModes) {
   GraphEnv env;
   Output x = ops::placeholder(DType::F64, {2, 1}, "x");
   Output internal =
-      BatchNorm("internal", x, BatchNormOptions().ema_update("internal").momentum(0.5));
-  BatchNorm("skip", x, BatchNormOptions().ema_update("skip"));
+      BatchNorm("internal", x, BatchNormOptions().ema_update(EmaUpdate::kInternal).momentum(0.5));
+  BatchNorm("skip", x, BatchNormOptions().ema_update(EmaUpdate::kSkip));
   BatchNorm("infer", x, BatchNormOptions().training(false));
   BatchNorm("forced", x, BatchNormOptions().training(false));  // makes the variables
   EXPECT_TRUE(update_ops(env.g).empty());
@@ -272,6 +272,28 @@ TEST(LayerGradient, ConvBatchNormReluPoolFullyConnected) {
   std::mt19937_64 rng(21);
   check_network_gradients(env.g, loss, {{x, random_tensor(DType::F64, {2, 5, 5, 2}, rng, -1, 1)}},
                           5);
+}
+
+TEST(BatchNorm, ModeNamesParse) {
+  // ema_update: tensorpack's "default" is "collection".
+  EXPECT_EQ(parse_ema_update("collection"), EmaUpdate::kCollection);
+  EXPECT_EQ(parse_ema_update("default"), EmaUpdate::kCollection);
+  EXPECT_EQ(parse_ema_update("internal"), EmaUpdate::kInternal);
+  EXPECT_EQ(parse_ema_update("skip"), EmaUpdate::kSkip);
+  for (EmaUpdate m : {EmaUpdate::kCollection, EmaUpdate::kInternal, EmaUpdate::kSkip})
+    EXPECT_EQ(parse_ema_update(ema_update_name(m)), m) << ema_update_name(m);
+  expect_error([] { parse_ema_update(""); },
+               {"BatchNorm: unknown ema_update ''", "(accepted: collection, internal, skip, default)"});
+  // sync_statistics: tensorpack's "nccl" and "horovod" are "towers"; None is "" or "none".
+  EXPECT_EQ(parse_sync_statistics(""), SyncStatistics::kNone);
+  EXPECT_EQ(parse_sync_statistics("none"), SyncStatistics::kNone);
+  EXPECT_EQ(parse_sync_statistics("towers"), SyncStatistics::kTowers);
+  EXPECT_EQ(parse_sync_statistics("nccl"), SyncStatistics::kTowers);
+  EXPECT_EQ(parse_sync_statistics("horovod"), SyncStatistics::kTowers);
+  for (SyncStatistics m : {SyncStatistics::kNone, SyncStatistics::kTowers})
+    EXPECT_EQ(parse_sync_statistics(sync_statistics_name(m)), m) << sync_statistics_name(m);
+  expect_error([] { parse_sync_statistics("mpi"); },
+               {"BatchNorm: unknown sync_statistics 'mpi'", "(accepted: none, towers, nccl, horovod, \"\")"});
 }
 
 TEST(LayerGradient, TransposedConvPoolingAndActivations) {

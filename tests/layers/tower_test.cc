@@ -397,5 +397,19 @@ TEST(Tower, StripTowerPrefix) {
   EXPECT_EQ(strip_tower_prefix("tower-pred-cpu/x"), "tower-pred-cpu/x");
 }
 
+TEST(Tower, TrainingTowerNames) {
+  EXPECT_EQ(training_tower_name(0), "tower0");
+  EXPECT_EQ(training_tower_name(12), "tower12");
+  EXPECT_EQ(training_tower_index("tower3/conv0/W"), 3);
+  EXPECT_EQ(training_tower_index("tower12"), 12);
+  EXPECT_EQ(training_tower_index(training_tower_name(7) + "/x"), 7);
+  for (const char* other : {"conv0/W", "tower/x", "towerA/x", "tower1x/y", "tower-pred-cpu/x", "", "x/tower1/y"})
+    EXPECT_EQ(training_tower_index(other), -1) << other;
+  // Every name starting with "tower" is reserved inside a tower function, not only tower prefixes.
+  for (const char* reserved : {"tower", "tower0", "towerx", "tower_w", "tower-pred-cpu"})
+    EXPECT_TRUE(is_reserved_tower_name(reserved)) << reserved;
+  for (const char* free : {"Tower0", "my_tower", "", "towe"}) EXPECT_FALSE(is_reserved_tower_name(free)) << free;
+}
+
 }  // namespace
 }  // namespace spire::testing

@@ -1,6 +1,7 @@
 // Trainer loop tests: the exact hook sequence over 2 epochs x 3 steps,
 // chief-only filtering, StopTraining from a callback and from run_step,
-// errors reported with the callback's name, hooked vs plain sessions.
+// errors reported with the callback's name, hooked vs plain sessions, the
+// hooks a MultiProcessTrainer gets from the base Trainer.
 #include "tests/support/op_test_util.h"
 #include "train/monitor.h"
 #include "layers/layers.h"
@@ -182,6 +183,92 @@ TEST(Trainer, PlainSessionSkipsHooks) {
   EXPECT_TRUE(log.empty());
   t.hooked_sess().run({t.counter});
   EXPECT_EQ(log.size(), 2u);  // before_run + after_run
+}
+
+// ---- MultiProcessTrainer: the hooks the base Trainer calls ------------------------------------
+
+// One process of several, as far as the base Trainer sees it: records the
+// hooks it is called with; the "chief" runs steps 2 and epochs 3..3.
+class ProcessTrainer : public CountingTrainer, public MultiProcessTrainer {
+ public:
+  explicit ProcessTrainer(std::vector<std::string>* log) : log_(log) {}
+  std::string process_name() const override { return "ProcessTrainer: rank 1"; }
+  std::vector<int64_t> chief = {2, 3, 3};
+  bool serves = false;
+  bool fail_step = false;
+
+  void run_step() override {
+    if (fail_step) throw Error("step failed");
+    CountingTrainer::run_step();
+  }
+
+ protected:
+  std::vector<int64_t> chief_values(const std::vector<int64_t>& values, const std::string& what) override {
+    log_->push_back(str_cat("chief_values:", what, ":", values.size()));
+    return what == "synchronize_loop" ? chief : values;
+  }
+  void after_session_init(Session&) override { log_->push_back("after_session_init"); }
+  void on_failure(const std::exception& e) override { log_->push_back(str_cat("on_failure:", e.what())); }
+  bool run_service() override {
+    log_->push_back("run_service");
+    return serves;
+  }
+  void on_main_loop_finished() override { log_->push_back("on_main_loop_finished"); }
+
+ private:
+  std::vector<std::string>* log_;
+};
+
+TEST(MultiProcessTrainer, TheBaseCallsTheHooksAndRunsTheChiefsLoop) {
+  std::vector<std::string> log;
+  ProcessTrainer t(&log);
+  t.set_chief(false);
+  t.set_logdir("/nonexistent/not/written");
+  auto watch = std::make_shared<StopAt>(-1);
+  t.train({watch}, {}, creator_with_init(t.init), nullptr, /*steps_per_epoch=*/5, 1, 10);
+  // A process that is not the chief writes no log directory.
+  EXPECT_EQ(t.logdir(), "");
+  EXPECT_EQ(log, (std::vector<std::string>{"after_session_init", "run_service", "chief_values:synchronize_loop:3",
+                                           "on_main_loop_finished"}));
+  // The chief's loop: 2 steps of epoch 3 only.
+  EXPECT_EQ(t.steps_per_epoch(), 2);
+  EXPECT_EQ(t.starting_epoch(), 3);
+  EXPECT_EQ(t.max_epoch(), 3);
+  EXPECT_EQ(t.global_step(), 2);
+  EXPECT_TRUE(watch->after_train_called);
+  EXPECT_EQ(t.broadcast_from_chief(7, "probe"), 7);
+  expect_error([&] { t.broadcast_from_chief(std::vector<int64_t>{1, 2}, "synchronize_loop"); },
+               {"ProcessTrainer: rank 1", "the chief sent 3 value(s), this process has 2"});
+}
+
+TEST(MultiProcessTrainer, AServiceProcessRunsNoLoop) {
+  std::vector<std::string> log;
+  ProcessTrainer t(&log);
+  t.serves = true;
+  auto watch = std::make_shared<StopAt>(-1);
+  t.train({watch}, {}, creator_with_init(t.init), nullptr, 5, 1, 10);
+  EXPECT_EQ(log, (std::vector<std::string>{"after_session_init", "run_service"}));
+  EXPECT_EQ(t.global_step(), 0);
+  EXPECT_FALSE(watch->after_train_called);
+}
+
+TEST(MultiProcessTrainer, FailuresAreAnnouncedBeforeTheyPropagate) {
+  std::vector<std::string> log;
+  ProcessTrainer t(&log);
+  t.fail_step = true;
+  auto watch = std::make_shared<StopAt>(-1);
+  expect_error([&] { t.train({watch}, {}, creator_with_init(t.init), nullptr, 5, 1, 10); }, {"step failed"});
+  ASSERT_EQ(log.size(), 4u);
+  EXPECT_EQ(log[3], "on_failure:step failed");
+  EXPECT_TRUE(watch->after_train_called);
+  // A chief keeps its log directory; StopTraining is no failure.
+  std::vector<std::string> log2;
+  ProcessTrainer chief(&log2);
+  chief.set_logdir("kept");
+  chief.chief = {3, 1, 1};
+  chief.train({std::make_shared<StopAt>(1)}, {}, creator_with_init(chief.init), nullptr, 3, 1, 1);
+  EXPECT_EQ(chief.logdir(), "kept");
+  EXPECT_EQ(log2.back(), "on_main_loop_finished");
 }
 
 class PutScalars : public Callback {

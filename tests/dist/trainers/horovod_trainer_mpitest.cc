@@ -44,7 +44,7 @@ class Model : public ModelDesc {
   }
   Output build_graph(const std::vector<Output>& in) override {
     Output h = FullyConnected("fc0", in[0], 6, FullyConnectedOptions().activation(ops::tanh));
-    if (bn_ != "none") h = BatchNorm("bn", h, BatchNormOptions().sync_statistics(bn_));
+    if (bn_ != "none") h = BatchNorm("bn", h, BatchNormOptions().sync_statistics(parse_sync_statistics(bn_)));
     if (extra_) h = FullyConnected("extra", h, 6);
     Output logits = FullyConnected("fc1", h, 3);
     Output xent = ops::sparse_softmax_cross_entropy_with_logits(logits, in[1]);
@@ -160,7 +160,7 @@ TEST(HorovodTrainer, Fp16CompressionIsWithinHalfPrecisionOfTheF32Run) {
   HorovodTrainer exact;
   auto want = train(exact, std::make_shared<Model>(false), shard(data, rank(), n), kSteps, 1, {}, 3, &init);
   HorovodOptions o;
-  o.compression = "fp16";
+  o.compression = HorovodCompression::kFp16;
   HorovodTrainer half(o);
   auto got = train(half, std::make_shared<Model>(false), shard(data, rank(), n), kSteps, 1, {}, 3, &init);
   for (Node* c : half.gradient_collectives()) EXPECT_EQ(c->output_dtype(0), DType::F16) << c->name();

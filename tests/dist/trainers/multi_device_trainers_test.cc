@@ -42,7 +42,8 @@ class TowerModel : public ModelDesc {
   }
   Output build_graph(const std::vector<Output>& in) override {
     Output h = FullyConnected("fc0", in[0], 6, FullyConnectedOptions().activation(ops::tanh));
-    if (bn_ != "none") h = BatchNorm("bn", h, BatchNormOptions().sync_statistics(bn_));
+    if (bn_ != "none")
+      h = BatchNorm("bn", h, BatchNormOptions().sync_statistics(parse_sync_statistics(bn_)));
     Output logits = FullyConnected("fc1", h, 3);
     Output xent = ops::sparse_softmax_cross_entropy_with_logits(logits, in[1]);
     Output wrong = ops::cast(ops::not_equal(ops::argmax(logits, 1), in[1]), DType::F64,
@@ -155,7 +156,7 @@ TEST(MultiDeviceTrainers, ReplicatedEqualsSimpleTrainerOnTheWholeBatch) {
     // Training moved the variables (the comparison is not vacuous).
     EXPECT_GT(max_rel_diff(init.at("fc0/W"), want.values.at("fc0/W")), 1e-3);
     for (const char* mode : {"ring", "cpu", "gpu"}) {
-      SyncMultiGPUTrainerReplicated t(cpus(kTowers), true, mode);
+      SyncMultiGPUTrainerReplicated t(cpus(kTowers), true, parse_replicated_mode(mode));
       auto got = run(t, std::make_shared<TowerModel>(opt, 0.1), data, kSteps, init);
       const std::string what = std::string(opt_name(opt)) + "/" + mode;
       expect_same_variables(want.values, got.values, 1e-12, what);
@@ -182,13 +183,13 @@ TEST(MultiDeviceTrainers, NaiveModesSumOnTensorpacksDevices) {
   // fc1/W on devices[1], fc0/b on devices[2], fc0/W on devices[0]; "cpu" mode: all on cpu:0.
   auto init = initial_values(Opt::kSGD);
   std::vector<Device> devs = {Device::cpu(2), Device::cpu(1), Device::cpu(0)};
-  SyncMultiGPUTrainerReplicated t(devs, true, "gpu");
+  SyncMultiGPUTrainerReplicated t(devs, true, ReplicatedMode::kGpu);
   run(t, std::make_shared<TowerModel>(Opt::kSGD, 0.1), batches(3, 2, 1), 1, init);
   auto sums = nodes_under(t.graph(), "AllReduceNaive/add_n");
   ASSERT_EQ(sums.size(), 4u);
   std::vector<Device> want = {devs[0], devs[1], devs[2], devs[0]};  // creation order = reverse
   for (size_t r = 0; r < 4; ++r) EXPECT_EQ(sums[r].second, want[r]) << sums[r].first;
-  SyncMultiGPUTrainerReplicated c({Device::cpu(1), Device::cpu(2)}, true, "cpu");
+  SyncMultiGPUTrainerReplicated c({Device::cpu(1), Device::cpu(2)}, true, ReplicatedMode::kCpu);
   run(c, std::make_shared<TowerModel>(Opt::kSGD, 0.1), batches(2, 2, 1), 1, init);
   for (const auto& [name, dev] : nodes_under(c.graph(), "AllReduceNaive/add_n"))
     EXPECT_EQ(dev, Device::cpu(0)) << name;
@@ -212,13 +213,13 @@ TEST(MultiDeviceTrainers, HierarchicalModeOnEightDevices) {
   SimpleTrainer simple;
   auto want = run(simple, std::make_shared<TowerModel>(Opt::kMomentum, 0.1), concatenated(data, 8),
                   2, init);
-  SyncMultiGPUTrainerReplicated t(cpus(8), true, "hierarchical");
-  EXPECT_EQ(t.mode(), "hierarchical");
+  SyncMultiGPUTrainerReplicated t(cpus(8), true, ReplicatedMode::kHierarchical);
+  EXPECT_EQ(t.mode(), ReplicatedMode::kHierarchical);
   auto got = run(t, std::make_shared<TowerModel>(Opt::kMomentum, 0.1), data, 2, init);
   expect_same_variables(want.values, got.values, 1e-12, "hierarchical (unpacked)");
   // Other counts fall back to the ring.
-  SyncMultiGPUTrainerReplicated three(cpus(3), true, "hierarchical");
-  EXPECT_EQ(three.mode(), "ring");
+  SyncMultiGPUTrainerReplicated three(cpus(3), true, ReplicatedMode::kHierarchical);
+  EXPECT_EQ(three.mode(), ReplicatedMode::kRing);
 }
 
 class WideModel : public ModelDesc {
@@ -250,7 +251,7 @@ TEST(MultiDeviceTrainers, HierarchicalModePacksLargeGradients) {
   auto init = get_variable_values(init_t.session());
   SimpleTrainer simple;
   auto want = run(simple, std::make_shared<WideModel>(), concatenated(data, 8), 1, init);
-  SyncMultiGPUTrainerReplicated t(cpus(8), true, "hierarchical");
+  SyncMultiGPUTrainerReplicated t(cpus(8), true, ReplicatedMode::kHierarchical);
   auto got = run(t, std::make_shared<WideModel>(), data, 1, init);
   bool packed = false;
   for (int id = 0; id < t.graph().num_nodes(); ++id)
@@ -293,7 +294,7 @@ TEST(MultiDeviceTrainers, ParameterServerEqualsSimpleTrainerOnTheWholeBatch) {
     auto want = run(simple, std::make_shared<TowerModel>(opt, 0.1), concatenated(data, kTowers),
                     kSteps, init);
     for (const char* ps : {"cpu", "gpu"}) {
-      SyncMultiGPUTrainerParameterServer t(cpus(kTowers), ps);
+      SyncMultiGPUTrainerParameterServer t(cpus(kTowers), parse_ps_device(ps));
       auto got = run(t, std::make_shared<TowerModel>(opt, 0.1), data, kSteps, init);
       expect_same_variables(want.values, got.values, 1e-12,
                             std::string(opt_name(opt)) + "/ps=" + ps);
@@ -303,7 +304,7 @@ TEST(MultiDeviceTrainers, ParameterServerEqualsSimpleTrainerOnTheWholeBatch) {
 }
 
 TEST(MultiDeviceTrainers, ParameterServerPlacesVariablesOnTheLeastLoadedDevice) {
-  SyncMultiGPUTrainerParameterServer t(cpus(2), "gpu");
+  SyncMultiGPUTrainerParameterServer t(cpus(2), PsDevice::kGpu);
   run(t, std::make_shared<TowerModel>(Opt::kSGD, 0.1), batches(2, 2, 1), 1,
       initial_values(Opt::kSGD));
   // Creation order fc0/W (24), fc0/b (6), fc1/W (18), fc1/b (3): loads 24|0, 24|6, 24|24, 27|24.
@@ -312,7 +313,7 @@ TEST(MultiDeviceTrainers, ParameterServerPlacesVariablesOnTheLeastLoadedDevice) 
   EXPECT_EQ(dev("fc0/b"), Device::cpu(1));
   EXPECT_EQ(dev("fc1/W"), Device::cpu(1));
   EXPECT_EQ(dev("fc1/b"), Device::cpu(0));
-  SyncMultiGPUTrainerParameterServer c(cpus(2), "cpu");
+  SyncMultiGPUTrainerParameterServer c(cpus(2), PsDevice::kCpu);
   run(c, std::make_shared<TowerModel>(Opt::kSGD, 0.1), batches(2, 2, 1), 1,
       initial_values(Opt::kSGD));
   EXPECT_EQ(find_variable(c, "fc0/b")->device(), Device::cpu(0));
@@ -327,7 +328,7 @@ TEST(MultiDeviceTrainers, SumInsteadOfAverageEqualsKTimesTheLearningRate) {
                   concatenated(data, kTowers), kSteps, init);
   want.values.erase("learning_rate");
   for (const char* mode : {"ring", "cpu"}) {
-    SyncMultiGPUTrainerReplicated t(cpus(kTowers), /*average=*/false, mode);
+    SyncMultiGPUTrainerReplicated t(cpus(kTowers), /*average=*/false, parse_replicated_mode(mode));
     auto got = run(t, std::make_shared<TowerModel>(Opt::kSGD, 0.1), data, kSteps, init);
     expect_same_variables(want.values, got.values, 1e-12, std::string("sum/") + mode);
   }
@@ -372,7 +373,7 @@ TEST(MultiDeviceTrainers, SyncMultiGPUTrainerIsParameterServerOnTheCpu) {
   auto t = SyncMultiGPUTrainer(cpus(2));
   auto* ps = dynamic_cast<SyncMultiGPUTrainerParameterServer*>(t.get());
   ASSERT_NE(ps, nullptr);
-  EXPECT_EQ(ps->ps_device(), "cpu");
+  EXPECT_EQ(ps->ps_device(), PsDevice::kCpu);
 }
 
 // ---- BatchNorm with synchronized statistics ---------------------------------------------------
@@ -413,7 +414,8 @@ class SkippingModel : public TowerModel {
     auto* ctx = get_current_tower_context();
     // No beta/gamma: the towers' gradient lists agree, only the collective is missing.
     if (ctx && ctx->index() == 0)
-      h = BatchNorm("bn", h, BatchNormOptions().sync_statistics("towers").center(false).scale(false));
+      h = BatchNorm("bn", h,
+                    BatchNormOptions().sync_statistics(SyncStatistics::kTowers).center(false).scale(false));
     Output logits = FullyConnected("fc1", h, 3);
     return ops::mean(ops::sparse_softmax_cross_entropy_with_logits(logits, in[1]), {}, false, "cost");
   }
@@ -726,7 +728,7 @@ TEST(MultiDeviceTrainers, BadDeviceListsAreClearErrors) {
   cfg.session_creator = new_session_creator(two);
   expect_error([&] { launch_train_with_config(cfg, t); },
                {"cpu:3", "the session has 2 CPU devices"});
-  expect_error([] { SyncMultiGPUTrainerReplicated t(cpus(2), true, "fastest"); }, {"unknown mode"});
+  expect_error([] { parse_replicated_mode("fastest"); }, {"unknown mode"});
 }
 
 // Tower 1 makes one more trainable variable than tower 0.
