@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #if defined(__CUDACC__)
@@ -157,9 +158,24 @@ struct LeakyRelu {
 struct Select {
   template <typename T> SPIRE_HD T operator()(bool c, T a, T b) const { return c ? a : b; }
 };
+/// `a` converted to `To`. A floating value to an integer type rounds toward
+/// zero and saturates at the type's limits, NaN giving 0: what CUDA's
+/// conversion instructions do, where C++ leaves a value out of range
+/// undefined (so the CPU and GPU kernels agree on every input).
+template <typename To, typename From>
+SPIRE_HD inline To convert(From a) {
+  if constexpr (std::is_floating_point_v<From> && std::is_integral_v<To> && !std::is_same_v<To, bool>) {
+    if (a != a) return To(0);
+    // (The limits as From: max rounds up to 2^k, from which every value is out of range.)
+    if (a <= static_cast<From>(std::numeric_limits<To>::min())) return std::numeric_limits<To>::min();
+    if (a >= static_cast<From>(std::numeric_limits<To>::max())) return std::numeric_limits<To>::max();
+  }
+  return static_cast<To>(a);
+}
+
 template <typename To>
 struct CastTo {
-  template <typename T> SPIRE_HD To operator()(T a) const { return static_cast<To>(a); }
+  template <typename T> SPIRE_HD To operator()(T a) const { return convert<To>(a); }
 };
 
 // ---- half-precision storage (f16, bf16) -------------------------------------
@@ -235,7 +251,7 @@ template <typename To>
 struct FromHalf {
   bool bf16;
   SPIRE_HD To operator()(uint16_t h) const {
-    return static_cast<To>(bf16 ? bf16_bits_to_float(h) : half_bits_to_float(h));
+    return convert<To>(bf16 ? bf16_bits_to_float(h) : half_bits_to_float(h));
   }
 };
 /// `From` -> f16 / bf16 bits (through f32).

@@ -205,7 +205,7 @@ void split_parts(KernelContext& ctx, const Tensor& x, int axis, const Ints& size
     od[static_cast<size_t>(axis)] = sizes[i];
     Tensor& y = ctx.allocate_output(static_cast<int>(i), Shape(od));
     const size_t bytes = static_cast<size_t>(sizes[i] * inner) * es;
-    if (bytes > 0) {
+    if (bytes > 0 && outer > 0) {
       const char* src = static_cast<const char*>(x.raw_data()) + offset;
       char* dst = static_cast<char*>(y.raw_data());
       for (int64_t o = 0; o < outer; ++o) std::memcpy(dst + o * bytes, src + o * in_row, bytes);

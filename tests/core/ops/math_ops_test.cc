@@ -201,6 +201,25 @@ SPIRE_FORWARD_TEST(Cast, Values) {
   expect_tensor(run1(ops::cast(x, DType::Bool)), {4}, {1, 1, 0, 1});
   expect_tensor(run1(ops::cast(x, DType::F64)), {4}, {1.7, -1.7, 0, 3}, 1e-6);
 }
+// A floating value out of an integer type's range (or NaN, or infinite)
+// saturates (NaN gives 0), as CUDA's conversions do; C++'s static_cast
+// would be undefined (UBSan reports it). Also from f16 storage.
+SPIRE_FORWARD_TEST(Cast, FloatToIntegerSaturates) {
+  Graph g;
+  DefaultGraphGuard guard(g);
+  const double inf = std::numeric_limits<double>::infinity();
+  Output x = ops::constant(Tensor::from_vector<float>(
+      {7}, {static_cast<float>(inf), static_cast<float>(-inf), std::nanf(""), 3e9f, -3e9f, 2.9f, -2.9f}));
+  Tensor i32 = run1(ops::cast(x, DType::I32));
+  const int32_t big = std::numeric_limits<int32_t>::max(), small = std::numeric_limits<int32_t>::min();
+  EXPECT_EQ(i32.to_vector<int32_t>(), (std::vector<int32_t>{big, small, 0, big, small, 2, -2}));
+  Tensor i64 = run1(ops::cast(ops::cast(x, DType::F64), DType::I64));
+  const int64_t big64 = std::numeric_limits<int64_t>::max(), small64 = std::numeric_limits<int64_t>::min();
+  EXPECT_EQ(i64.to_vector<int64_t>(),
+            (std::vector<int64_t>{big64, small64, 0, 3000000000, -3000000000, 2, -2}));
+  Tensor from_half = run1(ops::cast(ops::cast(x, DType::F16), DType::I32));
+  EXPECT_EQ(from_half.to_vector<int32_t>(), (std::vector<int32_t>{big, small, 0, big, small, 2, -2}));
+}
 SPIRE_FORWARD_TEST(SumToLike, Values) {
   Graph g;
   DefaultGraphGuard guard(g);
