@@ -21,8 +21,10 @@
 // Left out, as internals: core/executor.h, core/caching_allocator.h (the
 // policy device backends build on), core/ops/op_util.h, kernels/ (kernel
 // math, geometry and the CUDA backend), layers/layer_util.h,
-// layers/variable_store.h, dist/comm/ring_device.h and
-// dist/comm/ring_schedule.h (the ring's own halves).
+// layers/variable_store.h, core/enum_names.h (the spelling tables behind the
+// parse_* functions), dist/comm/ring_device.h and dist/comm/ring_schedule.h
+// (the ring's own halves), and the trainers' own pieces:
+// dist/trainers/gradient_buckets.h, master_sync.h and ps_{protocol,server,worker}.h.
 // tests/scripts/umbrella_header_test.py checks that every other header is here.
 #pragma once
 
@@ -66,6 +68,7 @@
 #include "train/file_util.h"
 #include "train/input_source.h"
 #include "train/model_desc.h"
+#include "train/multi_process_trainer.h"
 #include "train/monitor.h"
 #include "train/session_init.h"
 #include "train/trainer.h"

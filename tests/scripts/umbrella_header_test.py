@@ -20,6 +20,12 @@ INTERNAL = {
     "layers/variable_store.h",
     "dist/comm/ring_device.h",
     "dist/comm/ring_schedule.h",
+    "core/enum_names.h",
+    "dist/trainers/gradient_buckets.h",
+    "dist/trainers/master_sync.h",
+    "dist/trainers/ps_protocol.h",
+    "dist/trainers/ps_server.h",
+    "dist/trainers/ps_worker.h",
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 
