@@ -1,5 +1,5 @@
 // Messenger helpers and LocalMessageHub (see messenger.h); the MPI messenger
-// is in mpi_communicator.cc.
+// is in dist/mpi/mpi_messenger.cc (its stub without MPI is here, at the end).
 #include "dist/comm/messenger.h"
 
 #include <chrono>
