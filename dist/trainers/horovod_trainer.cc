@@ -7,6 +7,7 @@
 #include "core/ops.h"
 #include "dist/ops/collective_ops.h"
 #include "dist/mpi/mpi_communicator.h"
+#include "dist/mpi/mpi_runtime.h"
 #include "layers/tower.h"
 #include "layers/variables.h"
 #include "train/dataflow.h"
