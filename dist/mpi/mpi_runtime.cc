@@ -12,6 +12,7 @@
 #include <optional>
 #include <thread>
 
+#include "core/logger.h"
 #include "dist/mpi/mpi_internal.h"
 
 namespace spire::dist {
@@ -61,6 +62,18 @@ std::optional<std::string> mpi_control_variable(const char* name) {
   }
   MPI_T_finalize();
   return value;
+}
+
+// Logs through core/logger.h, as every layer does, from the exit path: the
+// runtime's destructor runs at exit, so nothing may throw out of it, and
+// the line is flushed at once (MPI_Abort may follow).
+template <typename... Args>
+void log_at_exit(logger::Level level, const Args&... args) noexcept {
+  try {
+    logger::write(level, str_cat(args...));
+  } catch (...) {
+  }
+  std::fflush(stderr);
 }
 
 // "a,b,c" -> {"a", "b", "c"} (spaces dropped).
@@ -140,13 +153,11 @@ bool MpiRuntime::wait_for_peers_at_exit() {
       failure = receive_failure();
     }
     if (!failure.empty()) {
-      std::fprintf(stderr, "[spire] rank %d finished, but %s\n", rank_, failure.c_str());
-      std::fflush(stderr);
+      log_at_exit(logger::Level::kError, "rank ", rank_, " finished, but ", failure);
       return false;  // (the barrier request is left: the job is ending)
     }
     if (!said && std::chrono::steady_clock::now() - start > std::chrono::seconds(30)) {
-      std::fprintf(stderr, "[spire] rank %d finished; waiting for the other ranks to finish\n", rank_);
-      std::fflush(stderr);
+      log_at_exit(logger::Level::kInfo, "rank ", rank_, " finished; waiting for the other ranks to finish");
       said = true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -173,16 +184,14 @@ MpiRuntime::~MpiRuntime() {
       defer = !control_->announced || control_->lowest_announcer < rank_;
     }
     if (defer) std::this_thread::sleep_for(std::chrono::seconds(6));
-    std::fprintf(stderr, "[spire] rank %d: the MPI job failed; ending every rank with MPI_Abort\n", rank_);
-    std::fflush(stderr);
+    log_at_exit(logger::Level::kError, "rank ", rank_, ": the MPI job failed; ending every rank with MPI_Abort");
     // Should MPI_Abort not end this process (a peer stuck in MPI_Finalize
     // has been seen to hold the job up), dying by a signal makes mpirun end
     // the job all the same.
     const int rank = rank_;
     std::thread([rank] {
       std::this_thread::sleep_for(std::chrono::seconds(10));
-      std::fprintf(stderr, "[spire] rank %d: MPI_Abort did not end this process in 10 s; killing it\n", rank);
-      std::fflush(stderr);
+      log_at_exit(logger::Level::kError, "rank ", rank, ": MPI_Abort did not end this process in 10 s; killing it");
       std::raise(SIGKILL);
     }).detach();
     MPI_Abort(MPI_COMM_WORLD, 1);
