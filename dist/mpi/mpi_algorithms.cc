@@ -288,8 +288,8 @@ void recursive_doubling(MpiCommunicator::Impl& impl, CallWaits& waits, const Col
   // The exchanges go in segments, as the ring's steps do: each received
   // segment is reduced (on_segment) as it arrives, while the next is in
   // flight and while it is in cache; no message is larger than a segment
-  // (large ones were 1.5x slower over TCP at 64 MiB, and over a wire wait
-  // for the reply behind the partner's data: see the constructor).
+  // (over TCP a large one waits for the receiver's reply behind the
+  // partner's data: see MpiCommunicator's constructor).
   auto segmented_exchange = [&](int peer, int64_t send_lo, int64_t send_hi, char* into, int64_t recv_lo,
                                 int64_t recv_hi, auto on_segment, bool send_first = false) {
     const int64_t seg = std::max<int64_t>(1, impl.segments.to_peer[static_cast<size_t>(peer)] / es);
@@ -331,10 +331,9 @@ void recursive_doubling(MpiCommunicator::Impl& impl, CallWaits& waits, const Col
       // In segments, each reduced as it arrives (in cache, while the next
       // one is in flight); once the sum is the output, a segment is reduced
       // after its own send is done (the sent and received ranges are the
-      // same). Over TCP the whole buffer in one message waits for the
-      // reply behind the partner's data (2.2x slower at 1 MiB, 2 ranks);
-      // on shared memory one message reduced afterwards was as fast
-      // (0.95-1.2x from 1 to 64 MiB, 2 and 4 ranks, two A/B rounds).
+      // same). Over TCP the whole buffer in one message would wait for the
+      // reply behind the partner's data; on shared memory one message
+      // reduced afterwards is no faster than the segments.
       const int64_t divisor = mask * 2 == pow2 ? last_divisor : 1;
       segmented_exchange(
           peer, 0, all, tmp, 0, all,

@@ -57,8 +57,8 @@ struct MpiCommunicator::Impl {
   std::vector<Tensor> abandoned_tensors;
   MpiLinkModel model;  // measured at the first kAuto allreduce
   std::unordered_map<int64_t, MpiAlgorithm> choices;  // model.choose() per allreduce size
-  // Scratch buffers reused by every call (fresh ones cost page faults and
-  // zeroing each call: hd 1.6x slower at 64 MiB); grown as needed.
+  // Scratch buffers reused by every call (fresh ones would cost page faults
+  // and zeroing on every call); grown as needed.
   std::shared_ptr<char> scratch[2];
   size_t scratch_bytes[2] = {0, 0};
   MpiAlgorithm last_allreduce = MpiAlgorithm::kAuto;

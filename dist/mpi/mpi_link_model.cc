@@ -95,8 +95,9 @@ double MpiLinkModel::recursive_doubling_seconds(int n, int64_t bytes) const {
 
 double MpiLinkModel::halving_doubling_seconds(int n, int64_t bytes) const {
   // (Its segments' reductions overlap the next segment's transfer, yet
-  // counted in full the model matches what was measured: from 1 MiB on 4
-  // ranks the ring is as fast or faster, on shared memory and over TCP.)
+  // they are counted in full: so the model matches the benchmarks
+  // (bench/README.md), where the ring is as fast or faster for large
+  // messages.)
   const StepModel model(*this, n);
   double part = static_cast<double>(bytes);
   auto [ranks, t] = model.fold(n, part);
@@ -215,9 +216,9 @@ void measure_links(MpiCommunicator::Impl& impl, CallWaits& waits) {
   }
   // A step of a collective with every rank at work: the median of 15
   // recursive-doubling allreduces of 8 bytes, per exchange. Where ranks
-  // share cores it is far more than the ping-pong's alpha (2 hosts x 2
-  // ranks over TCP on 2 cores: ~7 us vs ~40 us), and it is what each step
-  // of an algorithm pays.
+  // share cores it is far more than the ping-pong's alpha (a step waits
+  // for every rank to be scheduled), and it is what each step of an
+  // algorithm pays.
   {
     auto small = std::make_shared<std::array<Tensor, 2>>();
     waits.keep(small);

@@ -72,12 +72,11 @@ class CallWaits {
     // MPI's TCP transport moves data only inside MPI calls: poll without
     // pause for 20 us, then yielding the core between polls until a second
     // has passed, then every 50 us. The hard spin is bounded in time, not
-    // in polls: a poll over TCP costs microseconds, and ranks sharing a
-    // core need it (64 polls over TCP: 194 us at 4 KiB on 2 hosts x 2
-    // ranks, 118 us with 20 us; yielding at once cost 60% at 4 KiB on
-    // shared memory). (Polling every 50 us from 200 us on cost 2.3x at
-    // 4 KiB and ~10% from 1 MiB on 4 ranks over TCP, and HorovodTrainer
-    // 0.88 -> 0.93 scaling.)
+    // in polls: a poll over TCP costs microseconds, so a count of polls
+    // would spin for longer than a small message takes, and ranks sharing
+    // a core need the core back. Yielding from the start, or sleeping
+    // within the first second, slows small messages (every step of a
+    // small allreduce waits out a pause).
     const Clock::time_point spin_hard_until = start + std::chrono::microseconds(20);
     const Clock::time_point spin_until = start + std::chrono::milliseconds(1000);
     for (int spins = 0;; ++spins) {
