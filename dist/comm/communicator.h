@@ -1,7 +1,8 @@
 // Communicator: the interface every collective backend implements (Spire's
-// own ring between the devices of one process, NCCL for the GPUs of one
-// process, and the MPI backends of later issues), in the spirit of PyTorch's
-// ProcessGroup. A communicator connects `size()` participants: its local
+// own ring between the devices of one process, dist/comm/in_process_ring.h;
+// NCCL between the GPUs of one process or across processes,
+// dist/nccl/nccl_communicator.h; MPI across processes,
+// dist/mpi/mpi_communicator.h), in the spirit of PyTorch's ProcessGroup. A communicator connects `size()` participants: its local
 // participants are `devices()` of this process (rank() of num_ranks()); a
 // participant's global index is rank() * devices().size() + local index.
 //

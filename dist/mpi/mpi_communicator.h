@@ -10,7 +10,9 @@
 // after the timeout, never a hang. Every wait polls with the run's
 // cancellation, the timeout, and the failure announcements of other ranks
 // (MpiRuntime::announce_failure), so a rank that raises ends the others at
-// once. NCCL across processes comes next behind the same interface.
+// once. For GPUs, make_process_communicator's backend "nccl" gives NCCL
+// across the processes (NcclCommunicator, one GPU per rank) behind the same
+// interface, with MPI handing NCCL's unique id to every rank.
 //
 // The MPI backend, file by file (dist/mpi/):
 // - mpi_runtime.h: MpiRuntime, the process's MPI (initialization and exit:
@@ -58,8 +60,8 @@ class MpiCommunicator : public Communicator {
   /// MPI's shared-memory transport is left out. A message over TCP larger than
   /// the eager limit waits for the receiver's reply, and in an exchange
   /// both ways that reply queues behind the receiver's own data on the
-  /// socket: a 2-rank ring over a 1 Gbit/s link took 3 transfer times of
-  /// n/2 instead of 2 (bench/README.md). 0 (the default) sizes them to
+  /// socket, so the two directions no longer overlap (bench/README.md has
+  /// the measurements). 0 (the default) sizes them to
   /// travel eagerly: TCP's eager limit (MpiRuntime::tcp_eager_limit(), 64
   /// KiB unless set) less 1 KiB for the headers. The ring and the broadcast
   /// chain use one size on all their links: the wire's when any link of
@@ -76,8 +78,9 @@ class MpiCommunicator : public Communicator {
   /// The link model kAuto chooses with (measured = false before the first
   /// allreduce that needed it).
   MpiLinkModel link_model() const;
-  /// The algorithm the last allreduce used (kRing or kRecursiveDoubling for
-  /// kAuto; for tests and benchmarks).
+  /// The algorithm the last allreduce used (for kAuto, the one the link
+  /// model chose: kRing, kRecursiveDoubling or kHalvingDoubling; for tests
+  /// and benchmarks).
   MpiAlgorithm last_allreduce_algorithm() const;
   ~MpiCommunicator() override;
   std::string name() const override;
@@ -114,9 +117,9 @@ class MpiCommunicator : public Communicator {
 };
 
 /// The algorithm named by the environment variable SPIRE_MPI_ALGORITHM
-/// ("auto", the default when unset or empty, "ring", "recursive-doubling",
-/// "halving-doubling" or "mpi"); throws spire::Error naming the variable
-/// for any other value.
+/// ("auto", the default when unset or empty, "ring", "recursive-doubling"
+/// or "rd", "halving-doubling" or "hd", "mpi"); throws spire::Error naming
+/// the variable for any other value.
 MpiAlgorithm mpi_algorithm_from_env();
 
 /// An MpiCommunicator on `device` with the algorithm of
@@ -126,10 +129,11 @@ std::shared_ptr<MpiCommunicator> make_mpi_communicator(Device device = Device::c
                                                        double timeout_seconds = 60);
 
 /// The communicator of this process's participant across the MPI job, by
-/// backend name: "auto", "ring", "recursive-doubling" (or "rd") and "mpi"
-/// give an MpiCommunicator with that algorithm on the CPU; "nccl" gives
-/// NCCL across the processes on `gpu` (rank 0 makes NCCL's unique id, MPI
-/// gives it to every rank; builds with NCCL); "" takes the name from
+/// backend name: "auto", "ring", "recursive-doubling" (or "rd"),
+/// "halving-doubling" (or "hd") and "mpi" give an MpiCommunicator with that
+/// algorithm on the CPU; "nccl" gives NCCL across the processes on `gpu`
+/// (rank 0 makes NCCL's unique id, MPI gives it to every rank; builds with
+/// NCCL); "" takes the name from
 /// SPIRE_MPI_ALGORITHM (default "auto"). Every rank must call it (NCCL's
 /// initialization waits for all). Throws spire::Error naming the backend
 /// for an unknown name, "nccl" without NCCL or without a GPU.
