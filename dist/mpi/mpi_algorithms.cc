@@ -156,8 +156,7 @@ void ring_collective(MpiCommunicator::Impl& impl, CallWaits& waits, CollectiveKi
   const int succ = (me + 1) % n, pred = (me + n - 1) % n;
   const int64_t es = static_cast<int64_t>(dtype_size(sig.dtype));
   const int64_t seg = std::max<int64_t>(1, impl.segments.ring / es);
-  impl.tag = (impl.tag + 1) % 32000;  // MPI guarantees tags up to 32767
-  const int tag = impl.tag;
+  const int tag = next_data_tag(impl);
   std::unique_ptr<RingDevice> dev = make_ring_device(Device::cpu(), 0);
   // One step: segments of chunk `send_chunk` of `src` go to the successor
   // while those of `recv_chunk` arrive from the predecessor at
@@ -257,8 +256,7 @@ void recursive_doubling(MpiCommunicator::Impl& impl, CallWaits& waits, const Col
   const MPI_Datatype type = mpi_type(sig.dtype, waits.what());
   as_int_count(sig.count, waits.what());
   const int64_t es = static_cast<int64_t>(dtype_size(sig.dtype));
-  impl.tag = (impl.tag + 1) % 32000;
-  const int tag = impl.tag;
+  const int tag = next_data_tag(impl);
   const char* algo = halving ? "halving-doubling" : "recursive doubling";
   char* out = static_cast<char*>(p.output.raw_data());
   const char* in = static_cast<const char*>(p.input.raw_data());

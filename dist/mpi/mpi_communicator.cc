@@ -44,6 +44,17 @@ void divide(Tensor& t, int n) {
   });
 }
 
+// Throws when an earlier call left the communicator unusable.
+void require_usable(const MpiCommunicator::Impl& impl, const std::string& what) {
+  if (!impl.broken.empty()) throw_error(what, ": the communicator is unusable: ", impl.broken);
+}
+
+// SPIRE_MPI_ALGORITHM's value ("" when unset).
+std::string algorithm_variable() {
+  const char* v = std::getenv("SPIRE_MPI_ALGORITHM");
+  return v ? v : "";
+}
+
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(Device device, double timeout_seconds, MpiAlgorithm algorithm,
@@ -128,7 +139,7 @@ void MpiCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
                           std::vector<Participant>& parts, ReduceOp op, int root) {
   const std::string what = str_cat(collective_kind_name(kind), " '", call.name, "' on ", name());
   std::lock_guard<std::mutex> lock(mu_);
-  if (!impl_->broken.empty()) throw_error(what, ": the communicator is unusable: ", impl_->broken);
+  require_usable(*impl_, what);
   if (kind != CollectiveKind::kBarrier) {
     std::string problem = participants_problem(*this, parts);
     if (!problem.empty()) throw_error(what, ": ", problem);
@@ -140,8 +151,7 @@ void MpiCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
   const RunContext* rc = call.run;
   const auto limit = rc && rc->timeout.count() > 0
                          ? std::chrono::duration_cast<Clock::duration>(rc->timeout)
-                         : std::chrono::duration_cast<Clock::duration>(
-                               std::chrono::duration<double>(timeout_seconds_));
+                         : clock_duration(timeout_seconds_);
   CallWaits waits(*impl_, what, rc, limit, &parts);
   auto wait = [&](MPI_Request& req, const std::string& stage) { waits.wait(req, stage); };
 
@@ -152,7 +162,7 @@ void MpiCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
     const int64_t mine[5] = {static_cast<int64_t>(sig.kind), static_cast<int64_t>(sig.op), sig.root,
                              static_cast<int64_t>(sig.dtype), sig.count};
     const std::string bytes(reinterpret_cast<const char*>(mine), sizeof(mine));
-    const std::string verdict = waits.coordinate(bytes, [&](const std::vector<std::string>& all) {
+    waits.require_agreement(bytes, [&](const std::vector<std::string>& all) {
       auto sig_of = [&](int r) {
         int64_t v[5] = {0, 0, 0, 0, 0};
         const std::string& b = all[static_cast<size_t>(r)];
@@ -178,10 +188,6 @@ void MpiCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
       }
       return std::string();
     });
-    if (!verdict.empty()) {
-      if (impl_->broken.empty()) throw CollectiveMismatch(str_cat(what, ": ", verdict));
-      throw_error(what, ": ", verdict);
-    }
   }
 
   MPI_Request req;
@@ -264,7 +270,7 @@ void MpiCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
 void MpiCommunicator::agree(const std::string& what, const std::vector<std::string>& items) {
   const std::string full = str_cat(what, " on ", name());
   std::lock_guard<std::mutex> lock(mu_);
-  if (!impl_->broken.empty()) throw_error(full, ": the communicator is unusable: ", impl_->broken);
+  require_usable(*impl_, full);
   std::string mine;
   for (const std::string& it : items) {
     std::string clean = it;
@@ -272,10 +278,8 @@ void MpiCommunicator::agree(const std::string& what, const std::vector<std::stri
     mine += clean;
     mine += '\n';
   }
-  CallWaits waits(*impl_, full, nullptr,
-                  std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds_)),
-                  nullptr);
-  const std::string verdict = waits.coordinate(mine, [&](const std::vector<std::string>& all) {
+  CallWaits waits(*impl_, full, nullptr, clock_duration(timeout_seconds_), nullptr);
+  waits.require_agreement(mine, [&](const std::vector<std::string>& all) {
     auto split = [](const std::string& s) {
       std::vector<std::string> v;
       size_t at = 0;
@@ -301,10 +305,6 @@ void MpiCommunicator::agree(const std::string& what, const std::vector<std::stri
     }
     return std::string();
   });
-  if (!verdict.empty()) {
-    if (impl_->broken.empty()) throw CollectiveMismatch(str_cat(full, ": ", verdict));
-    throw_error(full, ": ", verdict);
-  }
 }
 
 namespace {
@@ -320,8 +320,7 @@ std::optional<MpiAlgorithm> mpi_algorithm_named(const std::string& name) {
 }  // namespace
 
 MpiAlgorithm mpi_algorithm_from_env() {
-  const char* v = std::getenv("SPIRE_MPI_ALGORITHM");
-  const std::string name = v ? v : "";
+  const std::string name = algorithm_variable();
   if (auto a = mpi_algorithm_named(name)) return *a;
   throw_error("SPIRE_MPI_ALGORITHM='", name, "': expected \"auto\" (the default: Spire's recursive doubling, "
               "halving-doubling or ring by the measured link model), \"ring\", \"recursive-doubling\", "
@@ -334,11 +333,7 @@ std::shared_ptr<MpiCommunicator> make_mpi_communicator(Device device, double tim
 
 std::shared_ptr<Communicator> make_process_communicator(const std::string& backend, const Device& gpu,
                                                         double timeout_seconds) {
-  std::string name = backend;
-  if (name.empty()) {
-    const char* v = std::getenv("SPIRE_MPI_ALGORITHM");
-    name = v ? v : "";
-  }
+  const std::string name = backend.empty() ? algorithm_variable() : backend;
   if (name != "nccl") {
     const std::optional<MpiAlgorithm> a = mpi_algorithm_named(name);
     if (!a)

@@ -71,9 +71,8 @@ void MpiRuntime::announce_failure(const std::string& why, double ack_timeout_sec
   // Wait (bounded) for every rank's acknowledgement: they have then logged
   // the failure. A dead or stalled rank never answers; the sends to it are
   // left (the process is ending).
-  using Clock = std::chrono::steady_clock;
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(ack_timeout_seconds));
+  using mpi_detail::Clock;
+  const auto deadline = Clock::now() + mpi_detail::clock_duration(ack_timeout_seconds);
   // Ranks announcing at the same time (several saw the same missing rank)
   // acknowledge each other's announcements meanwhile.
   int acks = 0;

@@ -160,23 +160,21 @@ void measure_links(MpiCommunicator::Impl& impl, CallWaits& waits) {
   auto result = std::make_shared<std::array<double, kResults>>();
   result->fill(0.0);
   waits.keep(result);
+  // One round trip of `bytes` with `peer`: the `first` end sends, then
+  // receives; the other end the reverse.
   auto exchange = [&](int peer, bool first, int64_t bytes) {
-    MPI_Request req;
-    if (first) {
-      check_mpi(MPI_Isend(buffer->data(), static_cast<int>(bytes), MPI_CHAR, peer, kTagCalibrate, comm, &req),
-                "MPI_Isend");
+    auto message = [&](bool send) {
+      MPI_Request req;
+      if (send)
+        check_mpi(MPI_Isend(buffer->data(), static_cast<int>(bytes), MPI_CHAR, peer, kTagCalibrate, comm, &req),
+                  "MPI_Isend");
+      else
+        check_mpi(MPI_Irecv(buffer->data(), static_cast<int>(bytes), MPI_CHAR, peer, kTagCalibrate, comm, &req),
+                  "MPI_Irecv");
       waits.wait(req, str_cat("rank ", peer, " in the link measurement"));
-      check_mpi(MPI_Irecv(buffer->data(), static_cast<int>(bytes), MPI_CHAR, peer, kTagCalibrate, comm, &req),
-                "MPI_Irecv");
-      waits.wait(req, str_cat("rank ", peer, " in the link measurement"));
-    } else {
-      check_mpi(MPI_Irecv(buffer->data(), static_cast<int>(bytes), MPI_CHAR, peer, kTagCalibrate, comm, &req),
-                "MPI_Irecv");
-      waits.wait(req, str_cat("rank ", peer, " in the link measurement"));
-      check_mpi(MPI_Isend(buffer->data(), static_cast<int>(bytes), MPI_CHAR, peer, kTagCalibrate, comm, &req),
-                "MPI_Isend");
-      waits.wait(req, str_cat("rank ", peer, " in the link measurement"));
-    }
+    };
+    message(first);
+    message(!first);
   };
   // The fastest of `count` round trips, one way: the links' own time, not
   // the scheduler's (ranks may share cores with other work).

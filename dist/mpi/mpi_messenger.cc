@@ -18,8 +18,10 @@ namespace spire::dist {
 using mpi_detail::as_int_count;
 using mpi_detail::check_mpi;
 using mpi_detail::Clock;
+using mpi_detail::clock_duration;
 using mpi_detail::duplicate_world;
 using mpi_detail::keep_forever;
+using mpi_detail::pause_between_polls;
 
 namespace {
 
@@ -43,15 +45,7 @@ class MpiMessenger : public Messenger {
     // exited; the process is ending), as is the communicator then.
     const auto deadline = Clock::now() + std::chrono::seconds(1);
     while (!pending_.empty() && Clock::now() < deadline) {
-      for (size_t i = 0; i < pending_.size();) {  // (no check_mpi: nothing may throw here)
-        int done = 0;
-        if (MPI_Test(&pending_[i].req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) {
-          pending_[i] = std::move(pending_.back());
-          pending_.pop_back();
-        } else {
-          ++i;
-        }
-      }
+      complete_sends(/*may_throw=*/false);  // (nothing may throw here)
       if (!pending_.empty()) std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
     // (MPI_Comm_free is collective in the standard, but OpenMPI frees the
@@ -82,8 +76,7 @@ class MpiMessenger : public Messenger {
 
   std::optional<Message> receive(int from, int tag, double timeout_seconds) override {
     const Clock::time_point start = Clock::now();
-    const Clock::time_point deadline =
-        start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds));
+    const Clock::time_point deadline = start + clock_duration(timeout_seconds);
     MPI_Message msg;
     MPI_Status st;
     for (int polls = 0;; ++polls) {
@@ -97,9 +90,7 @@ class MpiMessenger : public Messenger {
       if (now >= deadline) return std::nullopt;
       // A server waits a whole step between requests, and shares the cores
       // with the workers: after a short spin it sleeps between polls.
-      if (now - start < std::chrono::microseconds(20)) continue;
-      if (now - start < std::chrono::milliseconds(2)) std::this_thread::yield();
-      else std::this_thread::sleep_for(std::chrono::microseconds(50));
+      pause_between_polls(now - start, std::chrono::milliseconds(2));
     }
     int len = 0;
     MPI_Get_count(&st, MPI_CHAR, &len);
@@ -125,8 +116,7 @@ class MpiMessenger : public Messenger {
       // The message's data is on its way: its sender is polling too. A
       // sender that dies meanwhile is named by the failure announcements or
       // mpirun; the time limit of the whole wait still holds.
-      if (Clock::now() >= deadline + std::chrono::duration_cast<Clock::duration>(
-                                         std::chrono::duration<double>(timeout_seconds))) {
+      if (Clock::now() >= deadline + clock_duration(timeout_seconds)) {
         keep_forever(std::move(m.data));
         throw_error("MPI messenger: rank ", rank_, " timed out receiving a ", len, "-byte message from rank ",
                     m.source, " (", 2 * timeout_seconds, " s)");
@@ -142,11 +132,14 @@ class MpiMessenger : public Messenger {
     MPI_Request req = MPI_REQUEST_NULL;
     std::unique_ptr<std::vector<char>> buf;
   };
-  void complete_sends() {
+  // Drops the sends MPI is done with. An MPI error throws, unless
+  // !may_throw (the destructor): the send is then kept as pending.
+  void complete_sends(bool may_throw = true) {
     for (size_t i = 0; i < pending_.size();) {
       int done = 0;
-      check_mpi(MPI_Test(&pending_[i].req, &done, MPI_STATUS_IGNORE), "MPI_Test");
-      if (done) {
+      const int rc = MPI_Test(&pending_[i].req, &done, MPI_STATUS_IGNORE);
+      if (may_throw) check_mpi(rc, "MPI_Test");
+      if (rc == MPI_SUCCESS && done) {
         pending_[i] = std::move(pending_.back());
         pending_.pop_back();
       } else {

@@ -30,8 +30,7 @@ MPI_Comm duplicate_world(double timeout_seconds, const std::string& who) {
   } abandon_on_error{storage};
   MPI_Request req;
   check_mpi(MPI_Comm_idup(MPI_COMM_WORLD, comm, &req), "MPI_Comm_idup");
-  const Clock::time_point deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds));
+  const Clock::time_point deadline = Clock::now() + clock_duration(timeout_seconds);
   for (int polls = 0;; ++polls) {
     int done = 0;
     check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
@@ -156,6 +155,14 @@ std::string CallWaits::coordinate(const std::string& mine,
   }
   if (missing) abandon(verdict.substr(1));
   return verdict.empty() ? verdict : verdict.substr(1);
+}
+
+void CallWaits::require_agreement(const std::string& mine,
+                                  const std::function<std::string(const std::vector<std::string>&)>& judge) {
+  const std::string verdict = coordinate(mine, judge);
+  if (verdict.empty()) return;
+  if (impl_.broken.empty()) throw CollectiveMismatch(str_cat(what_, ": ", verdict));
+  throw_error(what_, ": ", verdict);
 }
 
 }  // namespace spire::dist::mpi_detail

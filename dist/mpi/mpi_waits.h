@@ -41,6 +41,16 @@ void keep_forever(std::vector<char>&& b);
 /// with a late rank's, so the job should end, as the error says.
 MPI_Comm duplicate_world(double timeout_seconds, const std::string& who);
 
+/// The pause between two polls of a wait that began `waited` ago: none for
+/// the first 20 us, then a yield of the core until `yield_until`, then
+/// 50 us sleeps. (MPI's TCP transport moves data only inside MPI calls, so
+/// a wait that pauses early adds the pause to a message's latency.)
+inline void pause_between_polls(Clock::duration waited, Clock::duration yield_until) {
+  if (waited < std::chrono::microseconds(20)) return;
+  if (waited < yield_until) std::this_thread::yield();
+  else std::this_thread::sleep_for(std::chrono::microseconds(50));
+}
+
 /// One call's waits: every poll honours the run's cancellation, the call's
 /// time limit and the other ranks' failure announcements; whatever ends a
 /// wait early leaves the communicator broken, keeping the call's buffers
@@ -71,14 +81,12 @@ class CallWaits {
     // Latency matters (a step of recursive doubling is one message), and
     // MPI's TCP transport moves data only inside MPI calls: poll without
     // pause for 20 us, then yielding the core between polls until a second
-    // has passed, then every 50 us. The hard spin is bounded in time, not
-    // in polls: a poll over TCP costs microseconds, so a count of polls
-    // would spin for longer than a small message takes, and ranks sharing
-    // a core need the core back. Yielding from the start, or sleeping
-    // within the first second, slows small messages (every step of a
-    // small allreduce waits out a pause).
-    const Clock::time_point spin_hard_until = start + std::chrono::microseconds(20);
-    const Clock::time_point spin_until = start + std::chrono::milliseconds(1000);
+    // has passed, then every 50 us (pause_between_polls). The hard spin is
+    // bounded in time, not in polls: a poll over TCP costs microseconds, so
+    // a count of polls would spin for longer than a small message takes,
+    // and ranks sharing a core need the core back. Yielding from the start,
+    // or sleeping within the first second, slows small messages (every step
+    // of a small allreduce waits out a pause).
     for (int spins = 0;; ++spins) {
       if (done()) return true;
       if (rc_ && rc_->cancellation && rc_->cancellation->cancelled()) {
@@ -99,9 +107,7 @@ class CallWaits {
         abandon(str_cat(what_, ": ", text));
         throw_error(what_, ": ", text);
       }
-      if (now < spin_hard_until) continue;
-      if (now < spin_until) std::this_thread::yield();
-      else std::this_thread::sleep_for(std::chrono::microseconds(50));
+      pause_between_polls(now - start, std::chrono::seconds(1));
     }
   }
 
@@ -115,6 +121,12 @@ class CallWaits {
   /// every rank that hears it); a rank 0 that does not answer within twice
   /// the limit is named by the others.
   std::string coordinate(const std::string& mine,
+                         const std::function<std::string(const std::vector<std::string>&)>& judge);
+  /// coordinate(), then the verdict thrown on every rank, naming the call,
+  /// when it is not "": CollectiveMismatch when the ranks disagree (the
+  /// communicator stays usable), spire::Error when a rank is missing (the
+  /// communicator is broken).
+  void require_agreement(const std::string& mine,
                          const std::function<std::string(const std::vector<std::string>&)>& judge);
 
  private:
