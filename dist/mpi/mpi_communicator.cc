@@ -117,24 +117,6 @@ MpiAlgorithm MpiCommunicator::last_allreduce_algorithm() const {
 int MpiCommunicator::rank() const { return impl_->rank; }
 int MpiCommunicator::num_ranks() const { return impl_->size; }
 
-void MpiCommunicator::allreduce(const CollectiveCall& call, std::vector<Participant>& parts,
-                                ReduceOp op) {
-  run(CollectiveKind::kAllReduce, call, parts, op, 0);
-}
-void MpiCommunicator::broadcast(const CollectiveCall& call, std::vector<Participant>& parts, int root) {
-  run(CollectiveKind::kBroadcast, call, parts, ReduceOp::kSum, root);
-}
-void MpiCommunicator::allgather(const CollectiveCall& call, std::vector<Participant>& parts) {
-  run(CollectiveKind::kAllGather, call, parts, ReduceOp::kSum, 0);
-}
-void MpiCommunicator::reduce_scatter(const CollectiveCall& call, std::vector<Participant>& parts,
-                                     ReduceOp op) {
-  run(CollectiveKind::kReduceScatter, call, parts, op, 0);
-}
-void MpiCommunicator::barrier(const CollectiveCall& call, std::vector<Participant>& parts) {
-  run(CollectiveKind::kBarrier, call, parts, ReduceOp::kSum, 0);
-}
-
 void MpiCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
                           std::vector<Participant>& parts, ReduceOp op, int root) {
   const std::string what = str_cat(collective_kind_name(kind), " '", call.name, "' on ", name());

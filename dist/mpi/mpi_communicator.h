@@ -51,7 +51,7 @@ namespace spire::dist {
 /// when the call has no run), or when the run is cancelled; the
 /// communicator is unusable afterwards (MPI cannot cancel a collective),
 /// and later calls fail at once.
-class MpiCommunicator : public Communicator {
+class MpiCommunicator : public DispatchingCommunicator {
  public:
   /// The pipelined algorithms (ring, recursive doubling, halving-doubling,
   /// the broadcast chain) move messages of at most `segment_bytes` between
@@ -88,13 +88,6 @@ class MpiCommunicator : public Communicator {
   int rank() const override;
   int num_ranks() const override;
 
-  void allreduce(const CollectiveCall& call, std::vector<Participant>& parts, ReduceOp op) override;
-  void broadcast(const CollectiveCall& call, std::vector<Participant>& parts, int root) override;
-  void allgather(const CollectiveCall& call, std::vector<Participant>& parts) override;
-  void reduce_scatter(const CollectiveCall& call, std::vector<Participant>& parts,
-                      ReduceOp op) override;
-  void barrier(const CollectiveCall& call, std::vector<Participant>& parts) override;
-
   /// Checks that every rank passes the same `items` (e.g. the collectives
   /// a trainer's step will run, "name: kind dtype[shape]"), through rank 0:
   /// a difference throws on EVERY rank a spire::Error naming `what`, the
@@ -107,7 +100,7 @@ class MpiCommunicator : public Communicator {
 
  private:
   void run(CollectiveKind kind, const CollectiveCall& call, std::vector<Participant>& parts,
-           ReduceOp op, int root);
+           ReduceOp op, int root) override;
   std::vector<Device> devices_;
   double timeout_seconds_;
   MpiAlgorithm algorithm_;

@@ -276,21 +276,4 @@ void NcclCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
   if (!failure.empty()) throw Error(failure);
 }
 
-void NcclCommunicator::allreduce(const CollectiveCall& call, std::vector<Participant>& parts, ReduceOp op) {
-  run(CollectiveKind::kAllReduce, call, parts, op, 0);
-}
-void NcclCommunicator::broadcast(const CollectiveCall& call, std::vector<Participant>& parts, int root) {
-  run(CollectiveKind::kBroadcast, call, parts, ReduceOp::kSum, root);
-}
-void NcclCommunicator::allgather(const CollectiveCall& call, std::vector<Participant>& parts) {
-  run(CollectiveKind::kAllGather, call, parts, ReduceOp::kSum, 0);
-}
-void NcclCommunicator::reduce_scatter(const CollectiveCall& call, std::vector<Participant>& parts,
-                                      ReduceOp op) {
-  run(CollectiveKind::kReduceScatter, call, parts, op, 0);
-}
-void NcclCommunicator::barrier(const CollectiveCall& call, std::vector<Participant>& parts) {
-  run(CollectiveKind::kBarrier, call, parts, ReduceOp::kSum, 0);
-}
-
 }  // namespace spire::dist
