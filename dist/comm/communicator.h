@@ -2,9 +2,10 @@
 // own ring between the devices of one process, dist/comm/in_process_ring.h;
 // NCCL between the GPUs of one process or across processes,
 // dist/nccl/nccl_communicator.h; MPI across processes,
-// dist/mpi/mpi_communicator.h), in the spirit of PyTorch's ProcessGroup. A communicator connects `size()` participants: its local
-// participants are `devices()` of this process (rank() of num_ranks()); a
-// participant's global index is rank() * devices().size() + local index.
+// dist/mpi/mpi_communicator.h), in the spirit of PyTorch's ProcessGroup.
+// A communicator connects `size()` participants: its local participants
+// are `devices()` of this process (rank() of num_ranks()); a participant's
+// global index is rank() * devices().size() + local index.
 //
 // A collective is called by every participant with the same CollectiveCall
 // (its key identifies the instance: participants of the same instance meet

@@ -191,7 +191,8 @@ MpiRuntime::~MpiRuntime() {
     const int rank = rank_;
     std::thread([rank] {
       std::this_thread::sleep_for(std::chrono::seconds(10));
-      log_at_exit(logger::Level::kError, "rank ", rank, ": MPI_Abort did not end this process in 10 s; killing it");
+      log_at_exit(logger::Level::kError, "rank ", rank,
+                  ": MPI_Abort did not end this process in 10 s; killing it");
       std::raise(SIGKILL);
     }).detach();
     MPI_Abort(MPI_COMM_WORLD, 1);
