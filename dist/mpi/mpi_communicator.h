@@ -57,13 +57,13 @@ class MpiCommunicator : public DispatchingCommunicator {
   /// the broadcast chain) move messages of at most `segment_bytes` between
   /// ranks of one host (shared memory: large segments, few handshakes) and
   /// of at most `wire_segment_bytes` between hosts, and everywhere when
-  /// MPI's shared-memory transport is left out. A message over TCP larger than
-  /// the eager limit waits for the receiver's reply, and in an exchange
-  /// both ways that reply queues behind the receiver's own data on the
-  /// socket, so the two directions no longer overlap (bench/README.md has
-  /// the measurements). 0 (the default) sizes them to
-  /// travel eagerly: TCP's eager limit (MpiRuntime::tcp_eager_limit(), 64
-  /// KiB unless set) less 1 KiB for the headers. The ring and the broadcast
+  /// MPI's shared-memory transport is left out. A message over TCP larger
+  /// than the eager limit waits for the receiver's reply, and in an
+  /// exchange both ways that reply queues behind the receiver's own data on
+  /// the socket, so the two directions no longer overlap (bench/README.md
+  /// has the measurements). 0 (the default) sizes them to travel eagerly:
+  /// TCP's eager limit (MpiRuntime::tcp_eager_limit(), 64 KiB unless set)
+  /// less 1 KiB for the headers. The ring and the broadcast
   /// chain use one size on all their links: the wire's when any link of
   /// the ring crosses hosts (the slowest link sets their pace).
   /// Construction is collective (every rank makes its communicators in the
@@ -95,7 +95,7 @@ class MpiCommunicator : public DispatchingCommunicator {
   /// a rank that does not arrive within the timeout is named the same way.
   void agree(const std::string& what, const std::vector<std::string>& items) override;
 
- /// (Implementation detail: the communicator's MPI state, in dist/mpi/mpi_internal.h.)
+  /// (Implementation detail: the communicator's MPI state, in dist/mpi/mpi_internal.h.)
   struct Impl;
 
  private:

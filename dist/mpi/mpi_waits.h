@@ -1,17 +1,20 @@
 // Internal to dist/mpi (it includes mpi.h; see mpi_internal.h): the bounded
-// waits of the MPI backend. No wait of Spire's on MPI blocks: each polls its
-// request with a time limit and the other ranks' failure announcements
-// (MpiRuntime::peer_failure, mpi_failures.cc), and a collective's also with
-// the run's cancellation, so a rank that fails, exits or stalls is named on
-// every other rank instead of hanging it. What a wait that ends early leaves
-// behind (a request MPI cannot withdraw, and the buffers it may still
-// write) is kept alive, never freed under MPI's feet.
+// waits of the MPI backend. No wait of a communicator or messenger blocks
+// in MPI: each polls its request with a time limit and the other ranks'
+// failure announcements (MpiRuntime::peer_failure, mpi_failures.cc), and a
+// collective's also with the run's cancellation, so a rank that fails,
+// exits or stalls is named on every other rank instead of hanging it. What
+// a wait that ends early leaves behind (a request MPI cannot withdraw, and
+// the buffers it may still write) is kept alive, never freed under MPI's
+// feet.
 //
 // - duplicate_world: a communicator's or messenger's own duplicate of
 //   MPI_COMM_WORLD, made with a bounded wait;
 // - CallWaits: one collective call's waits, and rank 0's coordination of
 //   the agreement every call starts with (MpiCommunicator::run, agree);
-// - keep_forever: a buffer kept for the rest of the process.
+// - keep_forever: a buffer kept for the rest of the process;
+// - pause_between_polls: how long a wait pauses between its polls (the
+//   collectives' and the messenger's).
 #pragma once
 
 #include <functional>
