@@ -33,7 +33,10 @@
 #include <string>
 #include <vector>
 
+#include "dist/mpi/mpi_algorithms.h"
 #include "dist/mpi/mpi_communicator.h"
+#include "dist/mpi/mpi_link_model.h"
+#include "dist/mpi/mpi_runtime.h"
 
 using namespace spire;
 using namespace spire::dist;

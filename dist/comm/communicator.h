@@ -1,9 +1,11 @@
 // Communicator: the interface every collective backend implements (Spire's
-// own ring between the devices of one process, NCCL for the GPUs of one
-// process, and the MPI backends of later issues), in the spirit of PyTorch's
-// ProcessGroup. A communicator connects `size()` participants: its local
-// participants are `devices()` of this process (rank() of num_ranks()); a
-// participant's global index is rank() * devices().size() + local index.
+// own ring between the devices of one process, dist/comm/in_process_ring.h;
+// NCCL between the GPUs of one process or across processes,
+// dist/nccl/nccl_communicator.h; MPI across processes,
+// dist/mpi/mpi_communicator.h), in the spirit of PyTorch's ProcessGroup.
+// A communicator connects `size()` participants: its local participants
+// are `devices()` of this process (rank() of num_ranks()); a participant's
+// global index is rank() * devices().size() + local index.
 //
 // A collective is called by every participant with the same CollectiveCall
 // (its key identifies the instance: participants of the same instance meet
@@ -156,5 +158,35 @@ CollectiveSignature local_signature(CollectiveKind kind, ReduceOp op, int root, 
 /// "passed f64 where participant 0 passed f32".
 std::string signature_difference(const CollectiveSignature& mine, const CollectiveSignature& first,
                                  int first_participant);
+
+/// A Communicator that serves its five collectives with one function of
+/// their kind, as Spire's backends do (InProcessRing, NcclCommunicator,
+/// MpiCommunicator: they validate, meet and dispatch every kind alike): an
+/// implementation overrides run(), which each collective calls with its
+/// kind, its reduction (kSum where it has none) and its root (0 where it has
+/// none).
+class DispatchingCommunicator : public Communicator {
+ public:
+  void allreduce(const CollectiveCall& call, std::vector<Participant>& parts, ReduceOp op) override {
+    run(CollectiveKind::kAllReduce, call, parts, op, 0);
+  }
+  void broadcast(const CollectiveCall& call, std::vector<Participant>& parts, int root) override {
+    run(CollectiveKind::kBroadcast, call, parts, ReduceOp::kSum, root);
+  }
+  void allgather(const CollectiveCall& call, std::vector<Participant>& parts) override {
+    run(CollectiveKind::kAllGather, call, parts, ReduceOp::kSum, 0);
+  }
+  void reduce_scatter(const CollectiveCall& call, std::vector<Participant>& parts, ReduceOp op) override {
+    run(CollectiveKind::kReduceScatter, call, parts, op, 0);
+  }
+  void barrier(const CollectiveCall& call, std::vector<Participant>& parts) override {
+    run(CollectiveKind::kBarrier, call, parts, ReduceOp::kSum, 0);
+  }
+
+ protected:
+  /// The collective of `kind` (see the five above).
+  virtual void run(CollectiveKind kind, const CollectiveCall& call, std::vector<Participant>& parts,
+                   ReduceOp op, int root) = 0;
+};
 
 }  // namespace spire::dist

@@ -455,21 +455,4 @@ void InProcessRing::run(Kind kind, const CollectiveCall& call, std::vector<Parti
   leave(call, inst, static_cast<int>(parts.size()));
 }
 
-void InProcessRing::allreduce(const CollectiveCall& call, std::vector<Participant>& parts, ReduceOp op) {
-  run(Kind::kAllReduce, call, parts, op, 0);
-}
-void InProcessRing::broadcast(const CollectiveCall& call, std::vector<Participant>& parts, int root) {
-  run(Kind::kBroadcast, call, parts, ReduceOp::kSum, root);
-}
-void InProcessRing::allgather(const CollectiveCall& call, std::vector<Participant>& parts) {
-  run(Kind::kAllGather, call, parts, ReduceOp::kSum, 0);
-}
-void InProcessRing::reduce_scatter(const CollectiveCall& call, std::vector<Participant>& parts,
-                                   ReduceOp op) {
-  run(Kind::kReduceScatter, call, parts, op, 0);
-}
-void InProcessRing::barrier(const CollectiveCall& call, std::vector<Participant>& parts) {
-  run(Kind::kBarrier, call, parts, ReduceOp::kSum, 0);
-}
-
 }  // namespace spire::dist

@@ -39,7 +39,7 @@ struct RingOptions {
   size_t segment_bytes = size_t{256} << 10;
 };
 
-class InProcessRing final : public Communicator {
+class InProcessRing final : public DispatchingCommunicator {
  public:
   /// Throws spire::Error for an empty or repeated device list, or devices of
   /// different types.
@@ -49,13 +49,6 @@ class InProcessRing final : public Communicator {
   std::string name() const override;
   const std::vector<Device>& devices() const override { return devices_; }
 
-  void allreduce(const CollectiveCall& call, std::vector<Participant>& parts, ReduceOp op) override;
-  void broadcast(const CollectiveCall& call, std::vector<Participant>& parts, int root) override;
-  void allgather(const CollectiveCall& call, std::vector<Participant>& parts) override;
-  void reduce_scatter(const CollectiveCall& call, std::vector<Participant>& parts,
-                      ReduceOp op) override;
-  void barrier(const CollectiveCall& call, std::vector<Participant>& parts) override;
-
   /// Collective instances currently open (for tests: 0 between runs).
   size_t open_instances() const;
 
@@ -63,7 +56,7 @@ class InProcessRing final : public Communicator {
   struct Instance;
   using Kind = CollectiveKind;
   void run(Kind kind, const CollectiveCall& call, std::vector<Participant>& parts, ReduceOp op,
-           int root);
+           int root) override;
   std::shared_ptr<Instance> join(const CollectiveCall& call, Kind kind, ReduceOp op, int root,
                                  const std::vector<Participant>& parts);
   void leave(const CollectiveCall& call, const std::shared_ptr<Instance>& inst, int participants);

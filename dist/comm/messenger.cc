@@ -1,5 +1,5 @@
 // Messenger helpers and LocalMessageHub (see messenger.h); the MPI messenger
-// is in mpi_communicator.cc.
+// is in dist/mpi/mpi_messenger.cc (its stub without MPI is here, at the end).
 #include "dist/comm/messenger.h"
 
 #include <chrono>
@@ -80,25 +80,27 @@ class LocalEndpoint : public Messenger {
                               std::chrono::duration<double>(timeout_seconds));
     std::unique_lock<std::mutex> lk(s_->mu);
     auto& box = s_->boxes[static_cast<size_t>(rank_)];
-    for (;;) {
-      if (!s_->failure.empty() && failed_by_ != s_->failure)
-        throw_error("rank ", rank_, ": ", s_->failure);
-      for (auto it = box.begin(); it != box.end(); ++it) {
+    // The first waiting message that matches, taken out of the box.
+    auto take = [&]() -> std::optional<Message> {
+      for (auto it = box.begin(); it != box.end(); ++it)
         if ((from < 0 || it->source == from) && (tag < 0 || it->tag == tag)) {
           Message m = std::move(*it);
           box.erase(it);
           return m;
         }
-      }
+      return std::nullopt;
+    };
+    // Another rank's failure ends the wait (not the one this rank announced).
+    auto check_failure = [&] {
+      if (!s_->failure.empty() && failed_by_ != s_->failure) throw_error("rank ", rank_, ": ", s_->failure);
+    };
+    for (;;) {
+      check_failure();
+      if (std::optional<Message> m = take()) return m;
       if (s_->cv.wait_until(lk, deadline) == std::cv_status::timeout) {
         // One last look (a message or failure may have come with the timeout).
-        for (auto it = box.begin(); it != box.end(); ++it)
-          if ((from < 0 || it->source == from) && (tag < 0 || it->tag == tag)) {
-            Message m = std::move(*it);
-            box.erase(it);
-            return m;
-          }
-        if (!s_->failure.empty() && failed_by_ != s_->failure) throw_error("rank ", rank_, ": ", s_->failure);
+        if (std::optional<Message> m = take()) return m;
+        check_failure();
         return std::nullopt;
       }
     }

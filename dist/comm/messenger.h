@@ -2,7 +2,7 @@
 // transport of Spire's parameter servers (dist/trainers/distributed_trainers.h). A
 // request-reply service needs what collectives do not give: a server
 // answering whichever worker asks, in arrival order. Two implementations:
-// - make_mpi_messenger() (dist/mpi/mpi_communicator.cc): the ranks of the MPI
+// - make_mpi_messenger() (dist/mpi/mpi_messenger.cc): the ranks of the MPI
 //   job, on a duplicate of MPI_COMM_WORLD (its traffic never mixes with
 //   the program's or the collectives'); failures travel by MpiRuntime's
 //   announcements, so a rank that fails ends every other rank's wait.

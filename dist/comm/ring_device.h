@@ -1,7 +1,10 @@
 // The device half of Spire's in-process ring: how one participant combines
 // and copies segments on its device, and how its device work is ordered
 // after a peer's. The ring (dist/comm/in_process_ring.cc) decides what to do and
-// when (host progress counters per participant); a RingDevice does it.
+// when (host progress counters per participant); a RingDevice does it. The
+// MPI backend's algorithms (dist/mpi/mpi_algorithms.cc) reduce with the CPU
+// RingDevice too: Spire's reductions are the same in one process and
+// across processes.
 //
 // - CPU devices: the work runs on the participant's lane thread as it is
 //   issued, so the host counters alone order it (after_peer/published do

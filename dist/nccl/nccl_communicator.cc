@@ -86,6 +86,16 @@ struct GroupGuard {
   }
 };
 
+// Makes stream `later` of context `c` wait for the work queued on its
+// stream `earlier` so far (a pooled event, on c's device).
+void order_after(cuda::CudaContext& c, cudaStream_t earlier, cudaStream_t later) {
+  cuda::DeviceGuard g(c.device());
+  cuda::PooledEvent* e = c.events().acquire();
+  SPIRE_CUDA_CHECK(cudaEventRecord(e->event, earlier));
+  SPIRE_CUDA_CHECK(cudaStreamWaitEvent(later, e->event, 0));
+  c.events().release(e);
+}
+
 }  // namespace
 
 NcclCommunicator::NcclCommunicator(std::vector<Device> devices)
@@ -140,13 +150,10 @@ void NcclCommunicator::issue(const CollectiveSignature& sig, std::vector<Partici
   const ncclDataType_t dtype = sig.kind == CollectiveKind::kBarrier ? ncclFloat32 : nccl_dtype(sig.dtype);
   const ncclRedOp_t op = nccl_op(sig.op);
   // Order each communication stream after its compute stream's work so far.
+  // (comm_stream() sets its device itself when it creates the stream.)
   for (Participant& p : all) {
     auto& c = cuda::context_for(devices_[static_cast<size_t>(p.local)].index);
-    cuda::DeviceGuard g(c.device());
-    cuda::PooledEvent* ready = c.events().acquire();
-    SPIRE_CUDA_CHECK(cudaEventRecord(ready->event, c.stream()));
-    SPIRE_CUDA_CHECK(cudaStreamWaitEvent(c.comm_stream(), ready->event, 0));
-    c.events().release(ready);
+    order_after(c, c.stream(), c.comm_stream());
   }
   std::vector<cudaStream_t> streams;
   for (Participant& p : all) streams.push_back(cuda::context_for(devices_[static_cast<size_t>(p.local)].index).comm_stream());
@@ -184,11 +191,7 @@ void NcclCommunicator::issue(const CollectiveSignature& sig, std::vector<Partici
   // the communication.
   for (Participant& p : all) {
     auto& c = cuda::context_for(devices_[static_cast<size_t>(p.local)].index);
-    cuda::DeviceGuard g(c.device());
-    cuda::PooledEvent* done = c.events().acquire();
-    SPIRE_CUDA_CHECK(cudaEventRecord(done->event, c.comm_stream()));
-    SPIRE_CUDA_CHECK(cudaStreamWaitEvent(c.stream(), done->event, 0));
-    c.events().release(done);
+    order_after(c, c.comm_stream(), c.stream());
   }
 }
 
@@ -274,23 +277,6 @@ void NcclCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
   const std::string failure = pend->failure;
   leave();
   if (!failure.empty()) throw Error(failure);
-}
-
-void NcclCommunicator::allreduce(const CollectiveCall& call, std::vector<Participant>& parts, ReduceOp op) {
-  run(CollectiveKind::kAllReduce, call, parts, op, 0);
-}
-void NcclCommunicator::broadcast(const CollectiveCall& call, std::vector<Participant>& parts, int root) {
-  run(CollectiveKind::kBroadcast, call, parts, ReduceOp::kSum, root);
-}
-void NcclCommunicator::allgather(const CollectiveCall& call, std::vector<Participant>& parts) {
-  run(CollectiveKind::kAllGather, call, parts, ReduceOp::kSum, 0);
-}
-void NcclCommunicator::reduce_scatter(const CollectiveCall& call, std::vector<Participant>& parts,
-                                      ReduceOp op) {
-  run(CollectiveKind::kReduceScatter, call, parts, op, 0);
-}
-void NcclCommunicator::barrier(const CollectiveCall& call, std::vector<Participant>& parts) {
-  run(CollectiveKind::kBarrier, call, parts, ReduceOp::kSum, 0);
 }
 
 }  // namespace spire::dist

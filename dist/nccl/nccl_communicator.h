@@ -33,7 +33,7 @@ using NcclUniqueId = std::array<char, 128>;
 /// A new unique id (ncclGetUniqueId); one process makes it and gives it to the others.
 NcclUniqueId nccl_unique_id();
 
-class NcclCommunicator final : public Communicator {
+class NcclCommunicator final : public DispatchingCommunicator {
  public:
   /// One NCCL communicator per device (all CUDA devices of this process,
   /// each once). Throws spire::Error with NCCL's message on failure.
@@ -49,18 +49,11 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int num_ranks() const override { return nranks_; }
 
-  void allreduce(const CollectiveCall& call, std::vector<Participant>& parts, ReduceOp op) override;
-  void broadcast(const CollectiveCall& call, std::vector<Participant>& parts, int root) override;
-  void allgather(const CollectiveCall& call, std::vector<Participant>& parts) override;
-  void reduce_scatter(const CollectiveCall& call, std::vector<Participant>& parts,
-                      ReduceOp op) override;
-  void barrier(const CollectiveCall& call, std::vector<Participant>& parts) override;
-
  private:
   struct Pending;
   struct Comms;
   void run(CollectiveKind kind, const CollectiveCall& call, std::vector<Participant>& parts,
-           ReduceOp op, int root);
+           ReduceOp op, int root) override;
   void issue(const CollectiveSignature& sig, std::vector<Participant>& all);
 
   std::vector<Device> devices_;

@@ -8,6 +8,7 @@
 #include "core/ops.h"
 #include "dist/ops/collective_ops.h"
 #include "dist/mpi/mpi_communicator.h"
+#include "dist/mpi/mpi_runtime.h"
 #include "dist/trainers/gradient_buckets.h"
 #include "dist/trainers/master_sync.h"
 #include "layers/tower.h"

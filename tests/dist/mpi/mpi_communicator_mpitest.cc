@@ -23,7 +23,10 @@
 #include "core/ops.h"
 #include "core/session.h"
 #include "dist/ops/collective_ops.h"
+#include "dist/mpi/mpi_algorithms.h"
 #include "dist/mpi/mpi_communicator.h"
+#include "dist/mpi/mpi_link_model.h"
+#include "dist/mpi/mpi_runtime.h"
 #include "kernels/functors.h"
 
 namespace spire::dist {

@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "dist/trainers/distributed_trainers.h"
-#include "dist/mpi/mpi_communicator.h"
+#include "dist/mpi/mpi_runtime.h"
 #include "tests/dist/mpi/mpi_test_util.h"
 #include "tests/support/ps_test_models.h"
 #include "tests/support/step_callbacks.h"

@@ -14,7 +14,7 @@
 #include "core/ops.h"
 #include "dist/ops/collective_ops.h"
 #include "dist/trainers/horovod_trainer.h"
-#include "dist/mpi/mpi_communicator.h"
+#include "dist/mpi/mpi_runtime.h"
 #include "layers/layers.h"
 #include "train/callbacks.h"
 #include "train/config.h"

@@ -1,0 +1,105 @@
+// MpiRuntime's failure announcements (see mpi_runtime.h): a rank that fails
+// tells every other rank on the runtime's control communicator, and every
+// bounded wait of dist/mpi (mpi_waits.h, the messenger) polls for such an
+// announcement, so the others end at once naming the failed rank. The
+// runtime's exit (mpi_runtime.cc) reads the same state to end a failed job
+// with MPI_Abort.
+#include "dist/mpi/mpi_runtime.h"
+
+#if defined(SPIRE_WITH_MPI)
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "core/logger.h"
+#include "dist/mpi/mpi_internal.h"
+
+namespace spire::dist {
+
+namespace {
+// Tags on the runtime's control communicator.
+constexpr int kTagFailure = 1;  // "this rank failed: why"
+constexpr int kTagAck = 2;      // "received your failure"
+}  // namespace
+
+// Receives every failure announcement waiting on the control communicator,
+// acknowledges each and marks the runtime failed; returns the first one
+// ever received ("" while none came). The caller holds c.mu.
+std::string MpiRuntime::receive_failure() {
+  Control& c = *control_;
+  for (;;) {
+    int flag = 0;
+    MPI_Message m;
+    MPI_Status st;
+    MPI_Improbe(MPI_ANY_SOURCE, kTagFailure, c.comm, &flag, &m, &st);
+    if (!flag) break;
+    int len = 0;
+    MPI_Get_count(&st, MPI_CHAR, &len);
+    std::string why(static_cast<size_t>(len), '\0');
+    MPI_Mrecv(why.data(), len, MPI_CHAR, &m, MPI_STATUS_IGNORE);
+    if (c.peer_failure.empty()) c.peer_failure = str_cat("rank ", st.MPI_SOURCE, " failed: ", why);
+    c.lowest_announcer = std::min(c.lowest_announcer, st.MPI_SOURCE);
+    c.failed = true;
+    static const char ack = 1;
+    MPI_Request req;
+    MPI_Isend(&ack, 1, MPI_CHAR, st.MPI_SOURCE, kTagAck, c.comm, &req);
+    MPI_Request_free(&req);
+  }
+  return c.peer_failure;
+}
+
+bool MpiRuntime::failed() const {
+  std::lock_guard<std::mutex> lk(control_->mu);
+  return control_->failed;
+}
+
+void MpiRuntime::announce_failure(const std::string& why, double ack_timeout_seconds) {
+  std::lock_guard<std::mutex> lk(control_->mu);
+  control_->failed = true;
+  if (control_->announced || !control_->peer_failure.empty()) return;  // said once; or a reaction to another's
+  control_->announced = true;
+  logger::error("rank ", rank_, " failed, telling the other ranks: ", why);
+  // Leaked on purpose: MPI may still read it when a rank never receives it.
+  const std::string* msg = new std::string(why.substr(0, 4000));
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    MPI_Request req;
+    MPI_Isend(msg->data(), static_cast<int>(msg->size()), MPI_CHAR, r, kTagFailure, control_->comm, &req);
+    MPI_Request_free(&req);
+  }
+  // Wait (bounded) for every rank's acknowledgement: they have then logged
+  // the failure. A dead or stalled rank never answers; the sends to it are
+  // left (the process is ending).
+  using mpi_detail::Clock;
+  const auto deadline = Clock::now() + mpi_detail::clock_duration(ack_timeout_seconds);
+  // Ranks announcing at the same time (several saw the same missing rank)
+  // acknowledge each other's announcements meanwhile.
+  int acks = 0;
+  while (acks < size_ - 1 && Clock::now() < deadline) {
+    receive_failure();
+    int flag = 0;
+    MPI_Message m;
+    MPI_Status st;
+    MPI_Improbe(MPI_ANY_SOURCE, kTagAck, control_->comm, &flag, &m, &st);
+    if (flag) {
+      char c;
+      MPI_Mrecv(&c, 1, MPI_CHAR, &m, MPI_STATUS_IGNORE);
+      ++acks;
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+}
+
+std::string MpiRuntime::peer_failure() {
+  std::lock_guard<std::mutex> lk(control_->mu);
+  const bool known = !control_->peer_failure.empty();
+  const std::string failure = receive_failure();
+  if (!known && !failure.empty()) logger::error("rank ", rank_, ": ", failure);
+  return failure;
+}
+
+}  // namespace spire::dist
+
+#endif  // SPIRE_WITH_MPI

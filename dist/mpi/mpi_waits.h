@@ -1,0 +1,144 @@
+// Internal to dist/mpi (it includes mpi.h; see mpi_internal.h): the bounded
+// waits of the MPI backend. No wait of a communicator or messenger blocks
+// in MPI: each polls its request with a time limit and the other ranks'
+// failure announcements (MpiRuntime::peer_failure, mpi_failures.cc), and a
+// collective's also with the run's cancellation, so a rank that fails,
+// exits or stalls is named on every other rank instead of hanging it. What
+// a wait that ends early leaves behind (a request MPI cannot withdraw, and
+// the buffers it may still write) is kept alive, never freed under MPI's
+// feet.
+//
+// - duplicate_world: a communicator's or messenger's own duplicate of
+//   MPI_COMM_WORLD, made with a bounded wait;
+// - CallWaits: one collective call's waits, and rank 0's coordination of
+//   the agreement every call starts with (MpiCommunicator::run, agree);
+// - keep_forever: a buffer kept for the rest of the process;
+// - pause_between_polls: how long a wait pauses between its polls (the
+//   collectives' and the messenger's).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/run_context.h"
+#include "dist/mpi/mpi_internal.h"
+
+namespace spire::dist::mpi_detail {
+
+/// Keeps a buffer MPI may still write (an abandoned receive or send) alive
+/// for the rest of the process (reachable, so not reported as a leak).
+void keep_forever(std::vector<char>&& b);
+
+/// A duplicate of MPI_COMM_WORLD for `who` (a communicator or messenger of
+/// its own: no message of others can match its calls). The duplicate is
+/// collective, so it is polled: a rank that never comes (it failed before
+/// making its own, stalled, or does not make one) ends the wait after
+/// `timeout_seconds` with an error, and a failure another rank announces
+/// ends it at once, naming that rank; a blocking MPI_Comm_dup would wait
+/// forever. On an error the pending duplicate is left to MPI, with the
+/// handle it may still write kept alive for the rest of the process (MPI
+/// cannot withdraw it); MPI_COMM_WORLD's collectives are then out of step
+/// with a late rank's, so the job should end, as the error says.
+MPI_Comm duplicate_world(double timeout_seconds, const std::string& who);
+
+/// The pause between two polls of a wait that began `waited` ago: none for
+/// the first 20 us, then a yield of the core until `yield_until`, then
+/// 50 us sleeps. (MPI's TCP transport moves data only inside MPI calls, so
+/// a wait that pauses early adds the pause to a message's latency.)
+inline void pause_between_polls(Clock::duration waited, Clock::duration yield_until) {
+  if (waited < std::chrono::microseconds(20)) return;
+  if (waited < yield_until) std::this_thread::yield();
+  else std::this_thread::sleep_for(std::chrono::microseconds(50));
+}
+
+/// One call's waits: every poll honours the run's cancellation, the call's
+/// time limit and the other ranks' failure announcements; whatever ends a
+/// wait early leaves the communicator broken, keeping the call's buffers
+/// alive (MPI cannot withdraw a started operation).
+class CallWaits {
+ public:
+  /// `what` names the call in errors; `rc` (may be null) gives the
+  /// cancellation; `parts` (may be null) are the call's tensors, kept with
+  /// its buffers when the call is abandoned.
+  CallWaits(MpiCommunicator::Impl& impl, std::string what, const RunContext* rc, Clock::duration limit,
+            std::vector<Participant>* parts)
+      : impl_(impl), what_(std::move(what)), rc_(rc), limit_(limit), parts_(parts) {}
+  const std::string& what() const { return what_; }
+  Clock::duration limit() const { return limit_; }
+
+  /// Keeps `b` alive as long as the communicator if the call is abandoned.
+  void keep(std::shared_ptr<void> b) { keep_.push_back(std::move(b)); }
+
+  /// Marks the communicator broken (`why`) and keeps the call's buffers.
+  void abandon(const std::string& why);
+
+  /// Polls done() until it returns true; false when `limit` passed (only
+  /// with throw_on_timeout = false). Throws on cancellation, on another
+  /// rank's failure, and on timeout with timeout_text().
+  template <typename Done, typename Text>
+  bool poll(Done&& done, Clock::duration limit, Text&& timeout_text, bool throw_on_timeout = true) {
+    const Clock::time_point start = Clock::now(), deadline = start + limit;
+    // Latency matters (a step of recursive doubling is one message), and
+    // MPI's TCP transport moves data only inside MPI calls: poll without
+    // pause for 20 us, then yielding the core between polls until a second
+    // has passed, then every 50 us (pause_between_polls). The hard spin is
+    // bounded in time, not in polls: a poll over TCP costs microseconds, so
+    // a count of polls would spin for longer than a small message takes,
+    // and ranks sharing a core need the core back. Yielding from the start,
+    // or sleeping within the first second, slows small messages (every step
+    // of a small allreduce waits out a pause).
+    for (int spins = 0;; ++spins) {
+      if (done()) return true;
+      if (rc_ && rc_->cancellation && rc_->cancellation->cancelled()) {
+        abandon(str_cat(what_, " was abandoned by a cancelled run"));
+        throw Cancelled(str_cat(what_, ": cancelled while waiting for the other ranks"));
+      }
+      if (spins % 64 == 0) {
+        const std::string failure = MpiRuntime::get().peer_failure();
+        if (!failure.empty()) {
+          abandon(failure);
+          throw_error(what_, ": ", failure);
+        }
+      }
+      const Clock::time_point now = Clock::now();
+      if (now >= deadline) {
+        if (!throw_on_timeout) return false;
+        const std::string text = timeout_text();
+        abandon(str_cat(what_, ": ", text));
+        throw_error(what_, ": ", text);
+      }
+      pause_between_polls(now - start, std::chrono::seconds(1));
+    }
+  }
+
+  /// Waits for `req`; `stage` says what for (and whom) in the timeout's error.
+  void wait(MPI_Request& req, const std::string& stage);
+
+  /// Rank 0 coordinates: every rank sends `mine` to rank 0, which calls
+  /// judge(all ranks' strings) for the verdict ("" = agreed) and sends it
+  /// to every rank; every rank returns it. A rank missing at rank 0 after
+  /// the limit makes the verdict name it (and breaks the communicator on
+  /// every rank that hears it); a rank 0 that does not answer within twice
+  /// the limit is named by the others.
+  std::string coordinate(const std::string& mine,
+                         const std::function<std::string(const std::vector<std::string>&)>& judge);
+  /// coordinate(), then the verdict thrown on every rank, naming the call,
+  /// when it is not "": CollectiveMismatch when the ranks disagree (the
+  /// communicator stays usable), spire::Error when a rank is missing (the
+  /// communicator is broken).
+  void require_agreement(const std::string& mine,
+                         const std::function<std::string(const std::vector<std::string>&)>& judge);
+
+ private:
+  MpiCommunicator::Impl& impl_;
+  std::string what_;
+  const RunContext* rc_;
+  Clock::duration limit_;
+  std::vector<Participant>* parts_;
+  std::vector<std::shared_ptr<void>> keep_;
+};
+
+}  // namespace spire::dist::mpi_detail
