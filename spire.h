@@ -23,7 +23,8 @@
 // math, geometry and the CUDA backend), layers/layer_util.h,
 // layers/variable_store.h, core/enum_names.h (the spelling tables behind the
 // parse_* functions), dist/comm/ring_device.h and dist/comm/ring_schedule.h
-// (the ring's own halves), and the trainers' own pieces:
+// (the ring's own halves), the MPI backend's private dist/mpi/mpi_internal.h
+// and mpi_waits.h, and the trainers' own pieces:
 // dist/trainers/gradient_buckets.h, master_sync.h and ps_{protocol,server,worker}.h.
 // tests/scripts/umbrella_header_test.py checks that every other header is here.
 #pragma once

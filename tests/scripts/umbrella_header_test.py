@@ -21,6 +21,8 @@ INTERNAL = {
     "dist/comm/ring_device.h",
     "dist/comm/ring_schedule.h",
     "core/enum_names.h",
+    "dist/mpi/mpi_internal.h",
+    "dist/mpi/mpi_waits.h",
     "dist/trainers/gradient_buckets.h",
     "dist/trainers/master_sync.h",
     "dist/trainers/ps_protocol.h",
