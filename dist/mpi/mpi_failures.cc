@@ -21,6 +21,7 @@ namespace {
 // Tags on the runtime's control communicator.
 constexpr int kTagFailure = 1;  // "this rank failed: why"
 constexpr int kTagAck = 2;      // "received your failure"
+constexpr int kTagExiting = 3;  // "after the failure, this rank reached its exit"
 }  // namespace
 
 // Receives every failure announcement waiting on the control communicator,
@@ -40,6 +41,7 @@ std::string MpiRuntime::receive_failure() {
     MPI_Mrecv(why.data(), len, MPI_CHAR, &m, MPI_STATUS_IGNORE);
     if (c.peer_failure.empty()) c.peer_failure = str_cat("rank ", st.MPI_SOURCE, " failed: ", why);
     c.lowest_announcer = std::min(c.lowest_announcer, st.MPI_SOURCE);
+    c.responsive.insert(st.MPI_SOURCE);
     c.failed = true;
     static const char ack = 1;
     MPI_Request req;
@@ -85,10 +87,49 @@ void MpiRuntime::announce_failure(const std::string& why, double ack_timeout_sec
     if (flag) {
       char c;
       MPI_Mrecv(&c, 1, MPI_CHAR, &m, MPI_STATUS_IGNORE);
+      control_->responsive.insert(st.MPI_SOURCE);
       ++acks;
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
+  }
+}
+
+void MpiRuntime::tell_exiting(int to) {
+  static const char exiting = 1;
+  MPI_Request req;
+  if (MPI_Isend(&exiting, 1, MPI_CHAR, to, kTagExiting, control_->comm, &req) != MPI_SUCCESS) return;
+  // One byte goes out eagerly; a dead receiver must not hold this rank up.
+  const auto deadline = mpi_detail::Clock::now() + std::chrono::seconds(1);
+  int done = 0;
+  while (!done && mpi_detail::Clock::now() < deadline) {
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (!done) MPI_Request_free(&req);
+}
+
+void MpiRuntime::wait_for_responsive_ranks_to_exit(double timeout_seconds) {
+  using mpi_detail::Clock;
+  const auto deadline = Clock::now() + mpi_detail::clock_duration(timeout_seconds);
+  std::set<int> exited;
+  for (;;) {
+    std::lock_guard<std::mutex> lk(control_->mu);
+    receive_failure();  // (a late announcer is alive too)
+    for (;;) {
+      int flag = 0;
+      MPI_Message m;
+      MPI_Status st;
+      MPI_Improbe(MPI_ANY_SOURCE, kTagExiting, control_->comm, &flag, &m, &st);
+      if (!flag) break;
+      char c;
+      MPI_Mrecv(&c, 1, MPI_CHAR, &m, MPI_STATUS_IGNORE);
+      exited.insert(st.MPI_SOURCE);
+    }
+    if (std::includes(exited.begin(), exited.end(), control_->responsive.begin(), control_->responsive.end()) ||
+        Clock::now() >= deadline)
+      return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
 

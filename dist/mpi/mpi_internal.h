@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -43,6 +44,10 @@ struct MpiRuntime::Control {
   bool announced = false;
   std::string peer_failure;  // "rank R failed: why": the first announcement received
   int lowest_announcer = INT_MAX;  // the lowest rank whose announcement was received
+  // Ranks known to be alive after a failure: they acknowledged this rank's
+  // announcement or announced one themselves. The rank that ends the job
+  // waits (bounded) for each of them to reach its exit first.
+  std::set<int> responsive;
 };
 
 /// One communicator's MPI state (MpiCommunicator's mutex guards it).

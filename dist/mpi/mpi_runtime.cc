@@ -176,14 +176,23 @@ MpiRuntime::~MpiRuntime() {
     // hang on) aborts from several ranks at once. A rank that only heard of
     // another's failure, or that announced its own but also heard one from
     // a lower rank (both saw the same missing rank), leaves the ending to
-    // that rank for a while, which is waiting until every rank reported it.
+    // the lowest announcer: it tells that rank it reached its exit (its
+    // error is reported by now) and waits to be ended. The ending rank
+    // first waits, bounded, until every rank it knows to be alive said so.
     bool defer;
+    int ender;
     {
       std::lock_guard<std::mutex> lk(control_->mu);
       receive_failure();
       defer = !control_->announced || control_->lowest_announcer < rank_;
+      ender = control_->lowest_announcer;
     }
-    if (defer) std::this_thread::sleep_for(std::chrono::seconds(6));
+    if (defer) {
+      if (ender >= 0 && ender < size_) tell_exiting(ender);
+      std::this_thread::sleep_for(std::chrono::seconds(6));
+    } else {
+      wait_for_responsive_ranks_to_exit(5.0);
+    }
     log_at_exit(logger::Level::kError, "rank ", rank_, ": the MPI job failed; ending every rank with MPI_Abort");
     // Should MPI_Abort not end this process (a peer stuck in MPI_Finalize
     // has been seen to hold the job up), dying by a signal makes mpirun end

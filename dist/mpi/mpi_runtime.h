@@ -73,6 +73,14 @@ class MpiRuntime {
   /// At exit of a rank that did not fail: a barrier with the other ranks
   /// that listens for their failures; false when one failed meanwhile.
   bool wait_for_peers_at_exit();
+  /// At exit of a failed job, a rank that leaves the ending to rank `to`
+  /// tells it so (this rank has done all it had to: printed its error).
+  void tell_exiting(int to);
+  /// At exit of a failed job, the rank that ends it waits until every rank
+  /// known to be alive said it reached its exit, at most `timeout_seconds`
+  /// (a dead or stalled rank never says so), so MPI_Abort cuts no rank
+  /// short of reporting its error.
+  void wait_for_responsive_ranks_to_exit(double timeout_seconds);
   struct Control;  // the control communicator and what it heard (mpi_internal.h)
   std::unique_ptr<Control> control_;
   bool initialized_here_ = false;

@@ -630,9 +630,21 @@ int run_failure(const std::string& mode) {
       return 1;
     }
   }
+  auto report = [&rt](const Error& e) {
+    std::fprintf(stderr, "rank %d: spire::Error: %s\n", rt.rank(), e.what());
+    rt.announce_failure(e.what(), 2.0);
+    return 1;
+  };
   MpiCommunicator comm(Device::cpu(), 3.0);
   std::vector<Participant> p{{0, input(DType::F32, 1000, rt.rank()), Tensor(DType::F32, Shape{1000})}};
-  comm.allreduce(call("good"), p, ReduceOp::kSum);
+  // Rank 1 may be done with the first allreduce (and fail) while another
+  // rank still waits for its last segment: that rank then hears the failure
+  // there, and reports it the same way.
+  try {
+    comm.allreduce(call("good"), p, ReduceOp::kSum);
+  } catch (const Error& e) {
+    return report(e);
+  }
   std::fprintf(stderr, "rank %d: first allreduce done\n", rt.rank());
   if (rt.rank() == 1) {
     if (mode == "raise") {
@@ -648,9 +660,7 @@ int run_failure(const std::string& mode) {
     std::fprintf(stderr, "rank %d: no error\n", rt.rank());
     return 0;
   } catch (const Error& e) {
-    std::fprintf(stderr, "rank %d: spire::Error: %s\n", rt.rank(), e.what());
-    rt.announce_failure(e.what(), 2.0);
-    return 1;
+    return report(e);
   }
 }
 
