@@ -285,6 +285,8 @@ def main(argv=None):
     ap.add_argument("--work-dir", help="scratch directory (default: <build-dir>/readme_snippets)")
     ap.add_argument("--mpiexec", default="", help="mpirun of the build's MPI; none: MPI snippets skip")
     ap.add_argument("--cxx-flags", default="", help="extra compile and link flags (sanitizers)")
+    ap.add_argument("--cxx-compiler", default="",
+                    help="the C++ compiler Spire was built with (a sanitizer build's runtime must match)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=300, help="seconds per snippet run")
     ap.add_argument("--list", action="store_true", help="list the snippets and exit")
@@ -341,6 +343,8 @@ def main(argv=None):
                  "-DCMAKE_BUILD_TYPE=", "-DCMAKE_CXX_FLAGS=" + args.cxx_flags,
                  # As linkers that drop libraries no symbol is taken from (Ubuntu's default).
                  "-DCMAKE_EXE_LINKER_FLAGS=%s -Wl,--as-needed" % args.cxx_flags]
+    if args.cxx_compiler:
+        configure.append("-DCMAKE_CXX_COMPILER=" + args.cxx_compiler)
     if ninja and not os.path.exists(os.path.join(bdir, "CMakeCache.txt")):
         configure += ["-G", "Ninja"]
     step(configure, "configuring the snippets' project")
