@@ -82,8 +82,8 @@
 #include "dist/trainers/distributed_trainers.h"
 #include "dist/trainers/horovod_trainer.h"
 #include "dist/trainers/multi_device_trainers.h"
-// Declared everywhere, defined only in an MPI build (SPIRE_MPI=ON): without
-// MPI, a use would compile and then fail to link.
+// Only in an MPI build (SPIRE_MPI=ON): these headers compile without MPI, but
+// what they declare is defined only with it, so a use would fail to link.
 #if defined(SPIRE_WITH_MPI)
 #include "dist/mpi/mpi_communicator.h"
 #endif

@@ -6,12 +6,20 @@
 # Spire's can shadow (or be shadowed by) a user's own.
 # Inputs: SPIRE_SOURCE_DIR, SPIRE_INCLUDE_DEST.
 set(_layers core kernels autograd layers train dist)
-set(_root "$ENV{DESTDIR}${CMAKE_INSTALL_PREFIX}/${SPIRE_INCLUDE_DEST}")
+if(IS_ABSOLUTE "${SPIRE_INCLUDE_DEST}")
+  set(_root "$ENV{DESTDIR}${SPIRE_INCLUDE_DEST}")
+else()
+  set(_root "$ENV{DESTDIR}${CMAKE_INSTALL_PREFIX}/${SPIRE_INCLUDE_DEST}")
+endif()
 string(REPLACE ";" "|" _alt "${_layers}")
 
 function(_spire_install_header src dest)
   file(READ "${src}" text)
-  string(REGEX REPLACE "#include \"(${_alt})/" "#include \"spire/\\1/" text "${text}")
+  # (scripts/check_layers.py allows Spire's headers only as #include "layer/...".)
+  string(REGEX REPLACE "#([ \t]*)include([ \t]*)\"(${_alt})/" "#\\1include\\2\"spire/\\3/" text "${text}")
+  # In install_manifest.txt, as install() would list it.
+  list(APPEND CMAKE_INSTALL_MANIFEST_FILES "${dest}")
+  set(CMAKE_INSTALL_MANIFEST_FILES "${CMAKE_INSTALL_MANIFEST_FILES}" PARENT_SCOPE)
   get_filename_component(dir "${dest}" DIRECTORY)
   file(MAKE_DIRECTORY "${dir}")
   # Unchanged headers keep their time stamp (a user's build does not redo its work).

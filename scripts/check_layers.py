@@ -5,8 +5,11 @@ The layers and what each may include are written once, below (LAYERS); a
 layer may include its own headers and those of every layer it reaches
 through DEPS. The libraries in CMakeLists.txt link along the same edges.
 Each file under a layer's folder is checked: every `#include "x/y.h"` of a
-Spire header must name a layer it may use. Programs outside the layers
-(tests/, bench/, examples/, fuzz/, spire.h) may include anything.
+Spire header must name a layer it may use, and Spire's headers are named
+only that way (not `<core/graph.h>`, not `"../core/graph.h"`: the install
+rewrites "layer/..." and nothing else, and the check could not tell the
+layer). Programs outside the layers (tests/, bench/, examples/, fuzz/,
+spire.h) may include anything.
 
   python3 scripts/check_layers.py [--root DIR]
 
@@ -34,8 +37,9 @@ LAYERS = {
     "dist/trainers": ["train", "dist/ops", "dist/mpi"],
 }
 
-SOURCE_EXT = (".h", ".cc", ".cu", ".cuh")
+SOURCE_EXT = (".h", ".hpp", ".cc", ".cpp", ".cu", ".cuh", ".inl", ".inc")
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
+ANGLE_INCLUDE = re.compile(r'^\s*#\s*include\s*<([^>]+)>')
 
 
 def reachable(layer):
@@ -84,10 +88,19 @@ def check(root):
                 allowed = reachable(own)
                 with open(full, encoding="utf-8", errors="replace") as f:
                     for lineno, line in enumerate(f, 1):
+                        a = ANGLE_INCLUDE.match(line)
+                        if a and layer_of(a.group(1)) is not None:
+                            problems.append(f"{rel}:{lineno}: includes <{a.group(1)}>: name Spire's "
+                                            f'headers as "{a.group(1)}"')
+                            continue
                         m = INCLUDE.match(line)
                         if not m:
                             continue
                         header = m.group(1)
+                        if header.startswith(("../", "./")) or "/../" in header:
+                            problems.append(f"{rel}:{lineno}: includes \"{header}\" by a relative path: "
+                                            "name Spire's headers from the repository root")
+                            continue
                         if "/" not in header:
                             continue  # a header beside the file
                         target = layer_of(header)

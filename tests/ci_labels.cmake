@@ -8,12 +8,13 @@
 # - asan-skip: left out under AddressSanitizer + UndefinedBehaviorSanitizer.
 #   Every test touches memory, so only tests that repeat a numeric case
 #   another test already ran under ASan are left out.
-# - tsan-skip: left out under ThreadSanitizer: the single-threaded tests of
-#   numbers, indexing, graph building and file formats. TSan finds data races
-#   and lock-order problems; these start no thread of their own beyond the
-#   executor's lane, which the executor's, session's, collectives' and
-#   trainers' tests exercise. A new test runs under TSan unless a rule
-#   below names it.
+# - tsan-skip: left out under ThreadSanitizer: tests of index arithmetic,
+#   value types, file formats, graph building and gradients that start no
+#   thread of their own beyond the executor's lane and reuse kernels the
+#   forward tests run. TSan finds data races and lock-order problems; the
+#   executor's, session's, kernels', collectives' and trainers' tests
+#   exercise the threads. A new test runs under TSan unless a rule below
+#   names it.
 # - gpu: what the CUDA build runs: the GPU tests (suites named Gpu..., Cuda...
 #   or ...Gpu, the tests' convention) and the tests of what the CUDA kernels'
 #   registration changes (coverage checks, placement, the installed package);
@@ -44,10 +45,11 @@ endfunction()
 # the gradient check already run each of those kernels under ASan.
 spire_label(asan-skip "^ParityCases[.]RunOnTheCpuTwiceWithTheSameResult$")
 
-# ---- TSan: single-threaded tests ----
-spire_label(tsan-skip "^Forward_" EXCEPT "^Forward_(AllReduce|Broadcast|AllGather|ReduceScatter)[.]")
+# ---- TSan: tests that start no thread of their own ----
+# (Not the ops' forward tests: kernels such as the random ones split their
+# work over the session's thread pool, and those tests are where it runs.)
 spire_label(tsan-skip "^(ArrayIndex|BroadcastIndex|ReduceIndex|PoolIndex)[.]")
-spire_label(tsan-skip "^(GradientCheck|ParityCases|ForwardCoverage|GemmTest|GemmDispatch)[.]")
+spire_label(tsan-skip "^(GradientCheck|ParityCases|ForwardCoverage|GemmDispatch)[.]")
 spire_label(tsan-skip "^(Half|Philox|DType|Shape|Tensor|Crc32c|FlatPath|NaN|CudnnLimits|EventEncoding)[.]")
 spire_label(tsan-skip "^(CheckpointCorruption|CheckpointBitFlips|CheckpointForeign|CheckpointIndex)[.]")
 spire_label(tsan-skip "^(MnistIdx|Cifar10|Graph|GraphVarParam|FuzzSeeds|FileUtil)[.]")

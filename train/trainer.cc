@@ -133,11 +133,11 @@ void Trainer::setup_callbacks(const std::vector<CallbackPtr>& callbacks,
 
 void Trainer::initialize(SessionCreator creator, std::shared_ptr<SessionInit> init) {
   SPIRE_CHECK(setup_done_, "Trainer::initialize: call setup_callbacks first");
-  if (!creator) creator = new_session_creator(default_session_options());
-  session_ = std::shared_ptr<Session>(creator(*graph_));
-  SPIRE_CHECK(session_, "Trainer::initialize: the session creator returned null");
   MultiProcessTrainer* mp = multi_process();
   try {
+    if (!creator) creator = new_session_creator(default_session_options());
+    session_ = std::shared_ptr<Session>(creator(*graph_));
+    SPIRE_CHECK(session_, "Trainer::initialize: the session creator returned null");
     on_session_created(*session_);
     if (init) {
       if (is_chief_) {
@@ -147,13 +147,13 @@ void Trainer::initialize(SessionCreator creator, std::shared_ptr<SessionInit> in
       }
     }
     if (mp) mp->after_session_init(*session_);
+    hook_ = std::make_unique<CallbacksHook>(*group_);
+    session_->add_hook(hook_.get());
+    graph_->finalize();
   } catch (const std::exception& e) {
     if (mp) mp->on_failure(e);
     throw;
   }
-  hook_ = std::make_unique<CallbacksHook>(*group_);
-  session_->add_hook(hook_.get());
-  graph_->finalize();
 }
 
 void Trainer::main_loop(int64_t steps_per_epoch, int starting_epoch, int max_epoch) {
@@ -223,7 +223,13 @@ void Trainer::train(const std::vector<CallbackPtr>& callbacks,
                     const std::vector<MonitorPtr>& monitors, SessionCreator creator,
                     std::shared_ptr<SessionInit> init, int64_t steps_per_epoch,
                     int starting_epoch, int max_epoch) {
-  setup_callbacks(callbacks, monitors);
+  try {
+    setup_callbacks(callbacks, monitors);
+  } catch (const std::exception& e) {
+    // (A callback's setup may fail on one process only.)
+    if (MultiProcessTrainer* mp = multi_process()) mp->on_failure(e);
+    throw;
+  }
   initialize(std::move(creator), std::move(init));
   if (MultiProcessTrainer* mp = multi_process()) {
     try {

@@ -109,26 +109,32 @@ void MpiRuntime::tell_exiting(int to) {
   if (!done) MPI_Request_free(&req);
 }
 
-void MpiRuntime::wait_for_responsive_ranks_to_exit(double timeout_seconds) {
+bool MpiRuntime::wait_for_responsive_ranks_to_exit(double timeout_seconds) {
   using mpi_detail::Clock;
   const auto deadline = Clock::now() + mpi_detail::clock_duration(timeout_seconds);
   std::set<int> exited;
   for (;;) {
-    std::lock_guard<std::mutex> lk(control_->mu);
-    receive_failure();  // (a late announcer is alive too)
-    for (;;) {
-      int flag = 0;
-      MPI_Message m;
-      MPI_Status st;
-      MPI_Improbe(MPI_ANY_SOURCE, kTagExiting, control_->comm, &flag, &m, &st);
-      if (!flag) break;
-      char c;
-      MPI_Mrecv(&c, 1, MPI_CHAR, &m, MPI_STATUS_IGNORE);
-      exited.insert(st.MPI_SOURCE);
+    {
+      std::lock_guard<std::mutex> lk(control_->mu);
+      receive_failure();  // (a late announcer is alive too)
+      // A lower rank announced meanwhile (both saw the same missing rank):
+      // the ending is that rank's.
+      if (control_->lowest_announcer < rank_) return false;
+      for (;;) {
+        int flag = 0;
+        MPI_Message m;
+        MPI_Status st;
+        MPI_Improbe(MPI_ANY_SOURCE, kTagExiting, control_->comm, &flag, &m, &st);
+        if (!flag) break;
+        char c;
+        MPI_Mrecv(&c, 1, MPI_CHAR, &m, MPI_STATUS_IGNORE);
+        exited.insert(st.MPI_SOURCE);
+      }
+      if (std::includes(exited.begin(), exited.end(), control_->responsive.begin(),
+                        control_->responsive.end()) ||
+          Clock::now() >= deadline)
+        return true;
     }
-    if (std::includes(exited.begin(), exited.end(), control_->responsive.begin(), control_->responsive.end()) ||
-        Clock::now() >= deadline)
-      return;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }

@@ -187,11 +187,19 @@ MpiRuntime::~MpiRuntime() {
       defer = !control_->announced || control_->lowest_announcer < rank_;
       ender = control_->lowest_announcer;
     }
+    // The ender announced at most kAckTimeoutSeconds before it waits here
+    // for at most kExitWait: a deferring rank outwaits both before it ends
+    // the job itself (the ender died meanwhile).
+    constexpr double kExitWait = 5;
+    if (!defer && !wait_for_responsive_ranks_to_exit(kExitWait)) {
+      std::lock_guard<std::mutex> lk(control_->mu);
+      defer = true;
+      ender = control_->lowest_announcer;
+    }
     if (defer) {
       if (ender >= 0 && ender < size_) tell_exiting(ender);
-      std::this_thread::sleep_for(std::chrono::seconds(6));
-    } else {
-      wait_for_responsive_ranks_to_exit(5.0);
+      std::this_thread::sleep_for(
+          std::chrono::duration<double>(kAckTimeoutSeconds + kExitWait + 5));
     }
     log_at_exit(logger::Level::kError, "rank ", rank_, ": the MPI job failed; ending every rank with MPI_Abort");
     // Should MPI_Abort not end this process (a peer stuck in MPI_Finalize

@@ -50,7 +50,9 @@ class MpiRuntime {
   /// their waits end at once with a spire::Error naming this rank. Waits
   /// (bounded by `ack_timeout_seconds`) for the ranks to acknowledge, so
   /// their errors are reported before the job ends. Marks the runtime failed.
-  void announce_failure(const std::string& why, double ack_timeout_seconds = 5);
+  void announce_failure(const std::string& why, double ack_timeout_seconds = kAckTimeoutSeconds);
+  /// The default bound of announce_failure's wait for acknowledgements.
+  static constexpr double kAckTimeoutSeconds = 5;
   /// "" while no other rank announced a failure; then "rank R failed: why"
   /// (from then on; the runtime is marked failed). Non-blocking: every
   /// communicator wait polls it.
@@ -79,8 +81,9 @@ class MpiRuntime {
   /// At exit of a failed job, the rank that ends it waits until every rank
   /// known to be alive said it reached its exit, at most `timeout_seconds`
   /// (a dead or stalled rank never says so), so MPI_Abort cuts no rank
-  /// short of reporting its error.
-  void wait_for_responsive_ranks_to_exit(double timeout_seconds);
+  /// short of reporting its error. False when a lower rank's announcement
+  /// arrived meanwhile: the ending is then that rank's.
+  bool wait_for_responsive_ranks_to_exit(double timeout_seconds);
   struct Control;  // the control communicator and what it heard (mpi_internal.h)
   std::unique_ptr<Control> control_;
   bool initialized_here_ = false;

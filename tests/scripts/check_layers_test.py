@@ -81,6 +81,30 @@ class CheckLayers(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         self.assertIn(f"layers/layers.cc:{line}: layers includes tests/support/temp_dir.h", r.stderr)
 
+    def test_relative_and_angle_includes_fail(self):
+        # A relative path would hide the layer (and the install would not rewrite it).
+        root, line = self.planted("core/graph.cc", '#include "../train/trainer.h"')
+        r = run(root)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(f'core/graph.cc:{line}: includes "../train/trainer.h" by a relative path', r.stderr)
+        root, line = self.planted("layers/layers.cc", "#include <core/graph.h>")
+        r = run(root)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(f"layers/layers.cc:{line}: includes <core/graph.h>", r.stderr)
+        # System headers in angle brackets stay fine.
+        root, _ = self.planted("layers/layers.cc", "#include <vector>")
+        self.assertEqual(run(root).returncode, 0)
+
+    def test_other_source_extensions_are_checked(self):
+        root = tempfile.mkdtemp(dir=self.tmp.name)
+        shutil.rmtree(root)
+        shutil.copytree(self.clean, root)
+        with open(os.path.join(root, "kernels", "cpu", "planted.inl"), "w") as f:
+            f.write('#include "layers/layers.h"\n')
+        r = run(root)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("kernels/cpu/planted.inl:1: kernels includes layers/layers.h", r.stderr)
+
     def test_downward_includes_pass(self):
         root, _ = self.planted("dist/trainers/horovod_trainer.cc", '#include "kernels/functors.h"')
         self.assertEqual(run(root).returncode, 0)

@@ -271,6 +271,22 @@ TEST(MultiProcessTrainer, FailuresAreAnnouncedBeforeTheyPropagate) {
   EXPECT_EQ(log2.back(), "on_main_loop_finished");
 }
 
+// A failure while making the session (before any step) is announced too:
+// the other processes would otherwise wait for this one until their timeout.
+TEST(MultiProcessTrainer, AFailedSessionIsAnnounced) {
+  std::vector<std::string> log;
+  ProcessTrainer t(&log);
+  SessionCreator broken = [](Graph&) -> std::unique_ptr<Session> { throw Error("no session here"); };
+  expect_error([&] { t.train({}, {}, broken, nullptr, 5, 1, 10); }, {"no session here"});
+  EXPECT_EQ(log, (std::vector<std::string>{"on_failure:no session here"}));
+  std::vector<std::string> log2;
+  ProcessTrainer null_session(&log2);
+  expect_error([&] { null_session.train({}, {}, [](Graph&) { return std::unique_ptr<Session>(); }, nullptr, 5, 1, 10); },
+               {"returned null"});
+  ASSERT_EQ(log2.size(), 1u);
+  EXPECT_NE(log2[0].find("on_failure:"), std::string::npos);
+}
+
 class PutScalars : public Callback {
  protected:
   void _trigger_epoch() override { trainer().monitors().put_scalar("metric", trainer().epoch_num() * 1.5); }
