@@ -35,7 +35,7 @@ ArgMaxAxis argmax_axis(KernelContext& ctx, const Shape& in);
 /// axis attr (rank >= 1).
 ReduceBlock softmax_axis_block(KernelContext& ctx, const Shape& in);
 
-/// SparseSoftmaxCrossEntropyWithLogits: checks logits (input 0) [N, C] and
+/// SparseSoftmaxCrossEntropyWithLogits and InTopK: checks logits (input 0) [N, C] and
 /// labels (input 1) [N], then calls f(L{}) with L the label type (i32 or i64).
 template <typename F>
 void with_sparse_xent_labels(KernelContext& ctx, F&& f) {

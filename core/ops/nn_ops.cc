@@ -1,6 +1,6 @@
 // Registrations of the neural-network ops declared in nn_ops.h, with shape
 // inference and gradients: MatMul, BatchMatMul, Softmax, LogSoftmax,
-// SparseSoftmaxCrossEntropyWithLogits, Conv2D with its two gradient ops
+// SparseSoftmaxCrossEntropyWithLogits, InTopK, Conv2D with its two gradient ops
 // Conv2DBackpropInput/Conv2DBackpropFilter, MaxPool/AvgPool with
 // MaxPoolGrad/AvgPoolGrad and MaxPoolGradGrad (the gradient of MaxPoolGrad).
 // CPU kernels: kernels/cpu/{matmul,softmax,conv,pool}_kernels.cc.
@@ -337,6 +337,25 @@ SPIRE_REGISTER_OP("SparseSoftmaxCrossEntropyWithLogits")
     .doc("Per-row -log softmax(logits)[label]; labels outside [0, C) are a run-time error on "
          "the CPU and give a NaN loss on a GPU (as TensorFlow's GPU kernel).");
 
+SPIRE_REGISTER_OP("InTopK")
+    .input("predictions").input("targets")
+    .required_attr("k")
+    .shape_fn([](InferContext& c) {
+      expect_float_kernel_dtype(c, 0);
+      c.expect_dtype(1, {DType::I32, DType::I64});
+      c.expect_rank(0, 2);
+      c.expect_rank(1, 1);
+      if (c.attr<int64_t>("k") < 0) c.fail("k must be >= 0, got ", c.attr<int64_t>("k"));
+      int64_t n = c.input_shape(0)[0], nt = c.input_shape(1)[0];
+      if (n >= 0 && nt >= 0 && n != nt)
+        c.fail("predictions have ", n, " rows but targets have ", nt, " entries");
+      c.set_output(0, DType::Bool, Shape{n >= 0 ? n : nt});
+    })
+    .no_gradient()
+    .doc("Per row, whether the target's score is among the k largest (TensorFlow's "
+         "in_top_k: ties at the k-th value count as in; a target outside [0, C) or with a "
+         "non-finite score is out).");
+
 // ---- conv2d ---------------------------------------------------------------------------------
 
 SPIRE_REGISTER_OP("Conv2D")
@@ -452,6 +471,10 @@ Output log_softmax(const Output& logits, int64_t axis, const std::string& name) 
 Output sparse_softmax_cross_entropy_with_logits(const Output& logits, const Output& labels,
                                                 const std::string& name) {
   return op1("SparseSoftmaxCrossEntropyWithLogits", {logits, labels}, {}, name);
+}
+Output in_top_k(const Output& predictions, const Output& targets, int64_t k,
+                const std::string& name) {
+  return op1("InTopK", {predictions, targets}, {{"k", k}}, name);
 }
 Output conv2d(const Output& input, const Output& filter, const std::vector<int64_t>& strides,
               const std::string& padding, const std::vector<int64_t>& dilations,

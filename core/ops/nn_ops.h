@@ -1,5 +1,5 @@
 // Graph-building functions for neural-network ops: matmul and batched
-// matmul, softmax, log_softmax, sparse softmax cross-entropy, conv2d (NHWC)
+// matmul, softmax, log_softmax, sparse softmax cross-entropy, in_top_k, conv2d (NHWC)
 // with its two gradient convolutions, max/avg pooling with their gradients.
 // Registered in nn_ops.cc.
 #pragma once
@@ -26,6 +26,12 @@ Output log_softmax(const Output& logits, int64_t axis = -1, const std::string& n
 /// labels outside [0, C) are an error. Returns the loss vector [N].
 Output sparse_softmax_cross_entropy_with_logits(const Output& logits, const Output& labels,
                                                 const std::string& name = "");
+
+/// Per row of predictions [N, C], whether targets[i] (i32 or i64) is among the k largest
+/// scores: bool [N]. TensorFlow's in_top_k (ties at the k-th value count as in; a target
+/// outside [0, C) or with a non-finite score is out). Not differentiable.
+Output in_top_k(const Output& predictions, const Output& targets, int64_t k,
+                const std::string& name = "");
 
 /// 2-D convolution, NHWC input [N, H, W, C], HWIO filter [KH, KW, C, O].
 /// padding is "SAME" or "VALID"; strides and dilations are {h, w}.

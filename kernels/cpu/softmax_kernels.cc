@@ -1,5 +1,5 @@
-// CPU kernels for Softmax, LogSoftmax and SparseSoftmaxCrossEntropyWithLogits (ops
-// registered in core/ops/nn_ops.cc), f32 and f64. All are numerically stable: the maximum
+// CPU kernels for Softmax, LogSoftmax, SparseSoftmaxCrossEntropyWithLogits and InTopK
+// (ops registered in core/ops/nn_ops.cc), f32 and f64. All are numerically stable: the maximum
 // along the axis is subtracted before exponentiating. The tensor is viewed as
 // [outer, axis, inner] so any axis works without transposes. Rows (the outer
 // dimension) are split over the session's thread pool; each row's arithmetic
@@ -11,6 +11,7 @@
 
 #include "core/kernel_registry.h"
 #include "kernels/reduce_attrs.h"
+#include "kernels/top_k.h"
 
 namespace spire::cpu {
 namespace {
@@ -82,6 +83,29 @@ void sparse_xent_kernel(KernelContext& ctx) {
   });
 }
 
+// InTopK: one row test (kernels/top_k.h) per example.
+template <typename T, typename L>
+void in_top_k(KernelContext& ctx, const Tensor& predictions, const Tensor& targets) {
+  const int64_t n = predictions.dim(0), classes = predictions.dim(1);
+  const int64_t k = ctx.attr<int64_t>("k");
+  Tensor& out = ctx.allocate_output(0, Shape{n});
+  const T* px = predictions.data<T>();
+  const L* pt = targets.data<L>();
+  bool* po = out.data<bool>();
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 13) / std::max<int64_t>(classes, 1));
+  ctx.parallel_for(n, grain, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      po[r] = kernels::in_top_k_row(px + r * classes, classes, static_cast<int64_t>(pt[r]), k);
+  });
+}
+
+template <typename T>
+void in_top_k_kernel(KernelContext& ctx) {
+  kernels::with_sparse_xent_labels(ctx, [&](auto target) {
+    in_top_k<T, decltype(target)>(ctx, ctx.input(0), ctx.input(1));
+  });
+}
+
 }  // namespace
 
 SPIRE_REGISTER_KERNEL("Softmax", DeviceType::CPU, (softmax_kernel<float, false>), DType::F32);
@@ -92,5 +116,8 @@ SPIRE_REGISTER_KERNEL("SparseSoftmaxCrossEntropyWithLogits", DeviceType::CPU,
                       sparse_xent_kernel<float>, DType::F32);
 SPIRE_REGISTER_KERNEL("SparseSoftmaxCrossEntropyWithLogits", DeviceType::CPU,
                       sparse_xent_kernel<double>, DType::F64);
+
+SPIRE_REGISTER_KERNEL("InTopK", DeviceType::CPU, in_top_k_kernel<float>, DType::F32);
+SPIRE_REGISTER_KERNEL("InTopK", DeviceType::CPU, in_top_k_kernel<double>, DType::F64);
 
 }  // namespace spire::cpu

@@ -1,4 +1,4 @@
-// CUDA kernels for Softmax, LogSoftmax and SparseSoftmaxCrossEntropyWithLogits
+// CUDA kernels for Softmax, LogSoftmax, SparseSoftmaxCrossEntropyWithLogits and InTopK
 // (ops in core/ops/nn_ops.cc), f32 and f64, with the semantics of the CPU
 // kernels (kernels/cpu/softmax_kernels.cc).
 //
@@ -15,8 +15,9 @@
 // SparseSoftmaxCrossEntropyWithLogits takes one pass per row: the loss is
 // log(s) - (x[label] - m). A label outside [0, classes) cannot raise an
 // error from the GPU: as TensorFlow's GPU kernel, that row's loss is NaN
-// (the CPU kernel raises an error). The axis and input checks are shared
-// with the CPU kernels (kernels/reduce_attrs.h).
+// (the CPU kernel raises an error). InTopK runs one thread per row over the
+// row test the CPU kernel uses (kernels/top_k.h). The axis and input checks
+// are shared with the CPU kernels (kernels/reduce_attrs.h).
 #include <cstdint>
 #include <type_traits>
 
@@ -26,6 +27,7 @@
 #include "kernels/cuda/launch.h"
 #include "kernels/reduce_attrs.h"
 #include "kernels/reduce_index.h"
+#include "kernels/top_k.h"
 
 namespace spire::cuda {
 namespace {
@@ -235,6 +237,33 @@ void sparse_xent_kernel(KernelContext& ctx) {
   });
 }
 
+// ---- in_top_k ----------------------------------------------------------------
+
+template <typename T, typename L>
+__global__ void in_top_k_kernel(const T* __restrict__ predictions, const L* __restrict__ targets,
+                                bool* __restrict__ out, int64_t rows, int64_t classes, int64_t k) {
+  for (int64_t row = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; row < rows;
+       row += int64_t{gridDim.x} * blockDim.x)
+    out[row] = kernels::in_top_k_row(predictions + row * classes, classes,
+                                     static_cast<int64_t>(targets[row]), k);
+}
+
+template <typename T>
+void in_top_k(KernelContext& ctx) {
+  kernels::with_sparse_xent_labels(ctx, [&](auto target) {
+    using L = decltype(target);
+    const Tensor& predictions = ctx.input(0);
+    const int64_t n = predictions.dim(0), classes = predictions.dim(1);
+    Tensor& out = ctx.allocate_output(0, Shape{n});
+    if (n == 0) return;
+    auto& cc = context(ctx);
+    in_top_k_kernel<T, L><<<blocks_for(cc, n, kRowThreads), kRowThreads, 0, cc.stream()>>>(
+        predictions.data<T>(), ctx.input(1).data<L>(), out.data<bool>(), n, classes,
+        ctx.attr<int64_t>("k"));
+    SPIRE_CUDA_LAUNCH_CHECK();
+  });
+}
+
 }  // namespace
 
 SPIRE_STATIC_INIT(cuda_softmax_kernels) {
@@ -247,6 +276,8 @@ SPIRE_STATIC_INIT(cuda_softmax_kernels) {
           sparse_xent_kernel<float>);
   reg.add("SparseSoftmaxCrossEntropyWithLogits", DeviceType::CUDA, DType::F64,
           sparse_xent_kernel<double>);
+  reg.add("InTopK", DeviceType::CUDA, DType::F32, in_top_k<float>);
+  reg.add("InTopK", DeviceType::CUDA, DType::F64, in_top_k<double>);
 }
 
 }  // namespace spire::cuda

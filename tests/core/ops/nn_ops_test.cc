@@ -1,9 +1,10 @@
 // Forward tests of the matmul and softmax families of nn_ops (MatMul, BatchMatMul,
-// Softmax, LogSoftmax, SparseSoftmaxCrossEntropyWithLogits) against hand-computed values:
+// Softmax, LogSoftmax, SparseSoftmaxCrossEntropyWithLogits, InTopK) against hand-computed values:
 // transposition flags, broadcast batch dims, empty dims, unknown batch dims in shape
 // inference, numerically large logits, and the error messages. Conv and pooling tests
 // are in nn_conv_pool_test.cc.
 #include <cmath>
+#include <limits>
 
 #include "core/ops/op_util.h"
 #include "tests/support/op_test_util.h"
@@ -227,6 +228,42 @@ SPIRE_FORWARD_TEST(SparseSoftmaxCrossEntropyWithLogits, BadLabelsThrow) {
   expect_error([&] {
     ops::sparse_softmax_cross_entropy_with_logits(logits, ops::constant(vec({3}, {0, 1, 2}, DType::I32)));
   }, {"2 rows", "3 entries"});
+}
+
+SPIRE_FORWARD_TEST(InTopK, TiesNonFiniteAndBadTargets) {
+  for (DType target_dt : {DType::I32, DType::I64}) {
+    Graph g;
+    DefaultGraphGuard guard(g);
+    const double inf = std::numeric_limits<double>::infinity();
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    Output scores = ops::constant(vec({6, 4}, {1, 3, 3, 2,      // target 1: tied for first
+                                               1, 3, 3, 2,      // target 3: third
+                                               5, nan, 4, 1,    // NaN elsewhere is never greater
+                                               0, inf, 1, 2,    // an infinity is greater
+                                               nan, 1, 2, 3,    // non-finite target: out
+                                               1, 2, 3, 4}));   // target 4: out of range
+    Output targets = ops::constant(vec({6}, {1, 3, 2, 3, 0, 4}, target_dt));
+    expect_tensor(run1(ops::in_top_k(scores, targets, 1)), {6}, {1, 0, 0, 0, 0, 0});
+    expect_tensor(run1(ops::in_top_k(scores, targets, 2)), {6}, {1, 0, 1, 1, 0, 0});
+    expect_tensor(run1(ops::in_top_k(scores, targets, 3)), {6}, {1, 1, 1, 1, 0, 0});
+    expect_tensor(run1(ops::in_top_k(scores, targets, 0)), {6}, {0, 0, 0, 0, 0, 0});
+    expect_tensor(run1(ops::in_top_k(scores, targets, 9)), {6}, {1, 1, 1, 1, 0, 0});
+    EXPECT_EQ(ops::in_top_k(scores, targets, 1).dtype(), DType::Bool);
+  }
+}
+SPIRE_FORWARD_TEST(InTopK, Errors) {
+  Graph g;
+  DefaultGraphGuard guard(g);
+  Output scores = ops::constant(vec({2, 3}, {1, 2, 3, 0, 0, 0}));
+  expect_error([&] { ops::in_top_k(scores, ops::constant(vec({2}, {0, 1})), 1, "top"); },
+               {"InTopK", "top", "f32"});
+  expect_error([&] { ops::in_top_k(scores, ops::constant(vec({3}, {0, 1, 2}, DType::I32)), 1); },
+               {"InTopK", "2 rows", "3 entries"});
+  expect_error([&] { ops::in_top_k(scores, ops::constant(vec({2}, {0, 1}, DType::I32)), -1); },
+               {"InTopK", "k must be >= 0"});
+  expect_error([&] { ops::in_top_k(ops::constant(vec({6}, {1, 2, 3, 0, 0, 0})),
+                                   ops::constant(vec({2}, {0, 1}, DType::I32)), 1); },
+               {"InTopK", "rank"});
 }
 
 }  // namespace

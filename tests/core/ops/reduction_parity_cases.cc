@@ -5,7 +5,8 @@
 // longer than a block, split over blocks), long rows and columns, in
 // f32/f64/i32/i64; ArgMax (i32 and i64 outputs); SumToLike with broadcast
 // shapes; Softmax, LogSoftmax and SparseSoftmaxCrossEntropyWithLogits with
-// rows of 1, 10, 1000 and 5000 classes. Run only where a GPU exists.
+// rows of 1, 10, 1000 and 5000 classes; InTopK with ties and bad targets.
+// Run only where a GPU exists.
 #include <string>
 #include <vector>
 
@@ -153,6 +154,22 @@ const bool kSoftmaxCases [[maybe_unused]] = [] {
             return {ops::sparse_softmax_cross_entropy_with_logits(x[0], x[1])};
           },
           kFloats});
+  }
+  // InTopK: scores cast through i32 so that rows hold ties at the k-th value; targets
+  // include -1 and C (out of range, so false).
+  for (int64_t classes : {10, 1000}) {
+    for (int64_t k : {1, 5}) {
+      const Shape s{257, classes};
+      for (DType lt : {DType::I32, DType::I64})
+        register_parity_case(ParityCase{
+            "InTopK", s.to_string() + " k " + std::to_string(k) + " targets " + dtype_name(lt),
+            {{s, DType::Invalid, -4, 4}, {Shape{s[0]}, lt, -1, static_cast<double>(classes)}},
+            [k](const In& x) -> Outs {
+              Output tied = ops::cast(ops::cast(x[0], DType::I32), x[0].dtype());
+              return {ops::in_top_k(tied, x[1], k), ops::in_top_k(x[0], x[1], k)};
+            },
+            kFloats});
+    }
   }
   // Non-last axes (one thread per position, walking the axis).
   register_parity_case(ParityCase{"Softmax", "axis 0 of {1000, 33}", {{Shape{1000, 33}}},
