@@ -7,7 +7,7 @@
 //              errors, the logger
 //   autograd/  gradient / gradients
 //   layers/    variables and variable scopes, initializers, tower contexts
-//              and tower functions, layers, optimizers
+//              and tower functions, layers, losses and top-k errors, optimizers
 //   train/     ModelDesc, the trainers, TrainConfig and
 //              launch_train_with_config, callbacks and monitors, DataFlow
 //              and the dataset readers, input sources, checkpoints and
@@ -54,6 +54,7 @@
 // ---- layers ----
 #include "layers/initializers.h"
 #include "layers/layers.h"
+#include "layers/losses.h"
 #include "layers/optimizers.h"
 #include "layers/tower.h"
 #include "layers/variables.h"
