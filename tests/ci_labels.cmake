@@ -44,6 +44,10 @@ endfunction()
 # Every CPU/GPU parity case again, to compare two runs: the forward tests and
 # the gradient check already run each of those kernels under ASan.
 spire_label(asan-skip "^ParityCases[.]RunOnTheCpuTwiceWithTheSameResult$")
+# The models' PyTorch parity: the ops' kernels again at model scale (a minute in
+# Release, tens under a sanitizer); their tests ran them under ASan and TSan.
+spire_label(asan-skip "^ResNetParity[.]")
+spire_label(tsan-skip "^ResNetParity[.]")
 
 # ---- TSan: tests that start no thread of their own ----
 # (Not the ops' forward tests: kernels such as the random ones split their
