@@ -77,7 +77,7 @@
 
 #include <spire.h>
 
-#include "device_flag.h"
+#include "trainer_flags.h"
 #include "mnist_model.h"
 
 using namespace spire;
@@ -128,22 +128,13 @@ struct Flags {
   std::string logdir = "train_log/mnist_convnet";
   int max_epoch = kDefaultMaxEpoch;
   int64_t steps_per_epoch = 0;
-  int threads = -1;  // -1: 2, or under mpirun the cores / the ranks on this host
-  std::string device = "cpu";
-  std::string trainer = "simple";
-  std::string devices;
-  int num_ps = 1;  // dist-ps / dist-replicated: the parameter-server ranks
-  // The trainers' modes, parsed where they are read (tensorpack's spellings).
-  std::optional<ReplicatedMode> mode;             // replicated
-  std::optional<PsDevice> ps_device;              // ps
-  std::optional<HorovodCompression> compression;  // horovod
-  std::optional<HorovodBackend> backend;          // horovod
+  spire_examples::TrainerFlags t;
 };
 
 void usage(const char* argv0) {
   std::printf(
-      "Usage: %s [--data DIR] [--logdir DIR] [--max-epoch N] [--steps-per-epoch N] [--threads N]\n"
-      "          [--device D]\n"
+      "Usage: %s [--data DIR] [--logdir DIR] [--max-epoch N] [--steps-per-epoch N]\n"
+      "          [trainer flags]\n"
       "Trains tensorpack's MNIST convnet; checkpoints, stats.json and TensorBoard events go to\n"
       "--logdir. Run the same command again to resume an interrupted run.\n"
       "  --data DIR           MNIST directory (default ../shared/data/mnist, relative to the\n"
@@ -151,21 +142,8 @@ void usage(const char* argv0) {
       "  --logdir DIR         log directory (default train_log/mnist_convnet)\n"
       "  --max-epoch N        last epoch to train (default %d)\n"
       "  --steps-per-epoch N  training steps per epoch (default: one pass, 468 batches of 128)\n"
-      "  --threads N          CPU threads of the session's kernels (default 2; 0 = all cores)\n"
-      "  --device D           %s: where the graph runs (simple trainer)\n"
-      "  --trainer T          simple (default), replicated, ps, async, or under mpirun horovod,\n"
-      "                       dist-ps or dist-replicated\n"
-      "  --ps K               dist-*: the first K ranks are parameter servers (default 1)\n"
-      "  --devices LIST       the towers' devices, e.g. cpu:0,cpu:1 or gpu:0,gpu:1 (default\n"
-      "                       cpu:0,cpu:1 for the multi-device trainers)\n"
-      "  --gpus N             shorthand for --devices gpu:0,...,gpu:N-1\n"
-      "  --mode M             replicated: ring (default; also collective), nccl, cpu, gpu or\n"
-      "                       hierarchical\n"
-      "  --ps-device D        ps: cpu, gpu (also devices) or auto (default: gpu up to 2 towers)\n"
-      "  --compression C      horovod: none (default) or fp16\n"
-      "  --backend B          horovod: default (SPIRE_MPI_ALGORITHM's), auto, ring,\n"
-      "                       recursive-doubling, halving-doubling, mpi or nccl\n",
-      argv0, kDefaultMaxEpoch, spire_examples::device_flag_spellings());
+      "%s",
+      argv0, kDefaultMaxEpoch, spire_examples::trainer_flags_usage());
 }
 
 bool is_file(const std::string& p) {
@@ -202,14 +180,6 @@ std::string resolve_data_dir(const std::string& given) {
               tried[1], "'; pass --data DIR, a directory with ", kMnistFiles);
 }
 
-int64_t parse_int(const std::string& flag, const std::string& v, int64_t min) {
-  char* end = nullptr;
-  long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || x < min)
-    throw_error(flag, ": expected an integer >= ", min, ", got '", v, "'");
-  return x;
-}
-
 // Returns false when --help was given.
 bool parse_flags(int argc, char** argv, Flags* f) {
   for (int i = 1; i < argc; ++i) {
@@ -227,111 +197,32 @@ bool parse_flags(int argc, char** argv, Flags* f) {
     }
     if (key == "--data") f->data = val;
     else if (key == "--logdir") f->logdir = val;
-    else if (key == "--max-epoch") f->max_epoch = static_cast<int>(parse_int(key, val, 1));
-    else if (key == "--steps-per-epoch") f->steps_per_epoch = parse_int(key, val, 1);
-    else if (key == "--threads") f->threads = static_cast<int>(parse_int(key, val, 0));
-    else if (key == "--device") f->device = val;
-    else if (key == "--trainer") f->trainer = val;
-    else if (key == "--devices") f->devices = val;
-    else if (key == "--ps") f->num_ps = static_cast<int>(parse_int(key, val, 1));
-    else if (key == "--mode") f->mode = parse_replicated_mode(val);
-    else if (key == "--ps-device") f->ps_device = parse_ps_device(val);
-    else if (key == "--compression") f->compression = parse_horovod_compression(val);
-    else if (key == "--backend") f->backend = parse_horovod_backend(val);
-    else if (key == "--gpus") {
-      const int64_t n = parse_int(key, val, 1);
-      f->devices.clear();
-      for (int64_t i = 0; i < n; ++i) f->devices += (i ? ",gpu:" : "gpu:") + std::to_string(i);
-    }
-    else throw_error("unknown argument '", key, "' (see --help)");
+    else if (key == "--max-epoch") f->max_epoch = static_cast<int>(spire_examples::parse_int_flag(key, val, 1));
+    else if (key == "--steps-per-epoch") f->steps_per_epoch = spire_examples::parse_int_flag(key, val, 1);
+    else if (!spire_examples::parse_trainer_flag(key, val, &f->t))
+      throw_error("unknown argument '", key, "' (see --help)");
   }
   if (f->logdir.empty()) throw_error("--logdir must not be empty");
-  const bool dist = f->trainer == "dist-ps" || f->trainer == "dist-replicated";
-  if (f->trainer != "simple" && f->trainer != "replicated" && f->trainer != "ps" &&
-      f->trainer != "async" && f->trainer != "horovod" && !dist)
-    throw_error("--trainer: expected simple, replicated, ps, async, horovod, dist-ps or dist-replicated, got '",
-                f->trainer, "'");
-  if ((f->trainer == "simple" || f->trainer == "horovod") && !f->devices.empty())
-    throw_error("--devices/--gpus need a multi-device --trainer (replicated, ps or async); the ",
-                f->trainer, " trainer runs on --device");
-  auto only_for = [&](bool given, const char* flag, const char* trainer) {
-    if (given && f->trainer != trainer)
-      throw_error(flag, " is the ", trainer, " trainer's; --trainer is ", f->trainer);
-  };
-  only_for(f->mode.has_value(), "--mode", "replicated");
-  only_for(f->ps_device.has_value(), "--ps-device", "ps");
-  only_for(f->compression.has_value(), "--compression", "horovod");
-  only_for(f->backend.has_value(), "--backend", "horovod");
-  if (dist && f->devices.empty()) f->devices = "cpu:0";
-  if (f->trainer != "simple" && f->trainer != "horovod" && f->devices.empty()) f->devices = "cpu:0,cpu:1";
+  spire_examples::finish_trainer_flags(&f->t);
   return true;
-}
-
-// FNV-1a over the bytes of every global variable, in name order: equal on
-// every rank of a horovod run (and between runs that train alike).
-uint64_t variables_checksum(Trainer& trainer) {
-  std::vector<Output> vars = global_variables("", &trainer.graph());
-  std::sort(vars.begin(), vars.end(), [](const Output& a, const Output& b) { return a.name() < b.name(); });
-  std::vector<Tensor> values = trainer.sess().run(vars);
-  uint64_t h = 1469598103934665603ull;
-  for (const Tensor& t : values) {
-    const auto* p = static_cast<const unsigned char*>(t.raw_data());
-    for (size_t i = 0; i < t.nbytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
-  }
-  return h;
-}
-
-// The validation accuracy of the last epoch that recorded one: from this
-// run's monitors, else from stats.json (e.g. when nothing was left to train).
-bool final_stat(const Trainer& trainer, const std::string& logdir, const std::string& name,
-                double* value, int* epoch) {
-  // A horovod rank other than 0 writes no stats.json: its own monitors hold
-  // the (distributed) validation of this run.
-  if (trainer.logdir().empty() && trainer.monitors().has(name)) {
-    *value = trainer.monitors().get_latest(name);
-    *epoch = trainer.epoch_num();
-    return true;
-  }
-  auto stats = JSONWriter::load_existing_json(logdir);
-  for (auto it = stats.rbegin(); it != stats.rend(); ++it) {
-    auto v = it->find(name);
-    if (v == it->end()) continue;
-    *value = v->second;
-    auto e = it->find("epoch_num");
-    *epoch = e == it->end() ? -1 : static_cast<int>(e->second);
-    return true;
-  }
-  if (trainer.monitors().has(name)) {
-    *value = trainer.monitors().get_latest(name);
-    *epoch = trainer.epoch_num();
-    return true;
-  }
-  return false;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  using namespace spire_examples;
   try {
     Flags flags;
     if (!parse_flags(argc, argv, &flags)) {
       usage(argv[0]);
       return 0;
     }
-    Device device = spire_examples::parse_device_flag(flags.device);
-    const bool horovod = flags.trainer == "horovod";
-    const bool dist = flags.trainer.rfind("dist-", 0) == 0;
-    if (flags.threads < 0)
-      flags.threads = horovod || dist ? std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / hvd::local_size())
-                              : 2;
-    if (horovod && device.is_cuda()) device = Device::cuda(hvd::local_rank());  // one GPU per rank
-    const std::vector<Device> towers =
-        flags.devices.empty() ? std::vector<Device>{} : parse_device_list(flags.devices);
+    const TrainerFlags& t = flags.t;
     const std::string data_dir = resolve_data_dir(flags.data);
     make_dirs(flags.logdir);
-    logger::info("MNIST from ", data_dir, "; logs and checkpoints in ", flags.logdir, "; ",
-                 flags.threads, " kernel thread(s); trainer ", flags.trainer, " on ",
-                 towers.empty() ? device.to_string() : flags.devices);
+    logger::info("MNIST from ", data_dir, "; logs and checkpoints in ", flags.logdir, "; ", t.threads,
+                 " kernel thread(s); trainer ", t.trainer, " on ",
+                 t.devices.empty() ? main_device(t).to_string() : t.devices);
 
     // Data: 468 shuffled batches of 128 per epoch; the test set in 40 batches
     // of 250 (tensorpack uses 256 with a remainder; 250 divides 10000, so
@@ -341,86 +232,29 @@ int main(int argc, char** argv) {
     auto test_df = std::make_shared<BatchData>(std::make_shared<Mnist>("test", data_dir, false), 250,
                                                /*remainder=*/true);
 
-    std::vector<InferencerPtr> inferencers = {
-        std::make_shared<ScalarStats>(std::vector<std::string>{"cross_entropy_loss", "accuracy"}),
-        std::make_shared<ClassificationError>("incorrect_vector")};
-    CallbackPtr validation =
-        horovod ? CallbackPtr(std::make_shared<DistributedInferenceRunner>(test_df, inferencers, hvd::rank(),
-                                                                           hvd::size()))
-        : towers.size() > 1
-            ? CallbackPtr(std::make_shared<DataParallelInferenceRunner>(test_df, inferencers, towers))
-            : CallbackPtr(std::make_shared<InferenceRunner>(test_df, inferencers));
-
     TrainConfig config;
     config.model = std::make_shared<MnistConvNet>();
     config.dataflow = train_df;  // fed through a QueueInput
     config.callbacks = {
         std::make_shared<ModelSaver>(),
-        validation,
+        make_validation(t, test_df,
+                        {std::make_shared<ScalarStats>(std::vector<std::string>{"cross_entropy_loss", "accuracy"}),
+                         std::make_shared<ClassificationError>("incorrect_vector")}),
         std::make_shared<MaxSaver>("validation_accuracy"),
         std::make_shared<ScheduledHyperParamSetter>(
             "learning_rate", ScheduledHyperParamSetter::Schedule{{0, 1e-3}, {3, 3e-4}, {6, 1e-4}, {9, 3e-5}}),
         std::make_shared<EstimatedTimeLeft>(),
     };
-    SessionOptions session_options;
-    session_options.num_threads = flags.threads;
-    for (const Device& d : towers)  // the CPU devices the towers use share --threads
-      if (d.is_cpu()) session_options.num_cpu_devices = std::max(session_options.num_cpu_devices, d.index + 1);
-    config.session_creator = new_session_creator(session_options);
+    config.session_creator = new_session_creator(session_options(t));
     config.steps_per_epoch = flags.steps_per_epoch;
     config.max_epoch = flags.max_epoch;
     config.logdir = flags.logdir;
 
-    std::unique_ptr<SingleCostTrainer> trainer;
-    if (flags.trainer == "simple") trainer = std::make_unique<SimpleTrainer>();
-    else if (flags.trainer == "replicated")
-      trainer = std::make_unique<SyncMultiGPUTrainerReplicated>(towers, /*average=*/true,
-                                                                flags.mode.value_or(ReplicatedMode::kRing));
-    else if (flags.trainer == "ps")
-      trainer = std::make_unique<SyncMultiGPUTrainerParameterServer>(towers,
-                                                                     flags.ps_device.value_or(PsDevice::kAuto));
-    else if (flags.trainer == "async") trainer = std::make_unique<AsyncMultiGPUTrainer>(towers);
-    else if (dist) {
-      DistributedOptions options;
-      options.num_ps = flags.num_ps;
-      options.timeout_seconds = 300;  // the servers wait while the chief validates and saves
-      if (flags.trainer == "dist-ps") trainer = std::make_unique<DistributedTrainerParameterServer>(towers, options);
-      else trainer = std::make_unique<DistributedTrainerReplicated>(towers, options);
-    } else {
-      HorovodOptions options;
-      options.device = device;
-      if (flags.compression) options.compression = *flags.compression;
-      if (flags.backend) options.backend = *flags.backend;
-      trainer = std::make_unique<HorovodTrainer>(options);
-    }
-
-    config = AutoResumeTrainConfig(config);
-    if (auto* h = dynamic_cast<HorovodTrainer*>(trainer.get())) {
-      // Rank 0 decides where to resume (the trainer makes every rank run its
-      // loop); the data order follows its starting epoch on every rank.
-      config.starting_epoch = h->broadcast_from_chief(config.starting_epoch, "starting_epoch");
-    }
-    if (config.starting_epoch > 1) {
-      logger::info("Resuming from epoch ", config.starting_epoch, " of ", flags.logdir);
-      // Continue the shuffling sequence where the interrupted run was.
-      mnist_train->set_next_epoch(config.starting_epoch - 1);
-    }
-
-    {
-      DeviceScope on_device(trainer->graph(), flags.trainer == "simple" || horovod ? device : Device::cpu(0));
-      launch_train_with_config(config, *trainer);
-    }
-
-    const auto* dt = dynamic_cast<const DistributedTrainerBase*>(trainer.get());
-    if (dt && dt->is_ps()) {
-      std::printf("parameter server rank %d: served %d worker(s) until they finished\n", dt->rank(),
-                  dt->num_workers());
+    std::unique_ptr<SingleCostTrainer> trainer = make_trainer(t);
+    // On resume, continue the shuffling sequence where the interrupted run was.
+    if (!launch_example_training(t, config, *trainer,
+                                 [&](int epoch) { mnist_train->set_next_epoch(epoch - 1); }))
       return 0;
-    }
-    if (dt && !dt->is_chief()) {
-      std::printf("worker %d (rank %d): trained; the chief validates and saves\n", dt->worker_index(), dt->rank());
-      return 0;
-    }
     double acc = 0, err = 0;
     int epoch = 0, err_epoch = 0;
     if (!final_stat(*trainer, flags.logdir, "validation_accuracy", &acc, &epoch)) {
@@ -432,7 +266,7 @@ int main(int argc, char** argv) {
     if (final_stat(*trainer, flags.logdir, "validation_error", &err, &err_epoch) && err_epoch == epoch)
       std::printf(" (validation_error %.4f)", err);
     std::printf("\n");
-    std::printf("variables checksum%s: %016llx\n", horovod ? str_cat(" (rank ", hvd::rank(), ")").c_str() : "",
+    std::printf("variables checksum%s: %016llx\n", t.horovod() ? str_cat(" (rank ", hvd::rank(), ")").c_str() : "",
                 static_cast<unsigned long long>(variables_checksum(*trainer)));
     return 0;
   } catch (const Error& e) {
