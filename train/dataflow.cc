@@ -253,6 +253,32 @@ bool ShardData::next_impl(Datapoint& dp) {
   }
 }
 
+// ---- FixedSizeData ----------------------------------------------------------------------------
+
+FixedSizeData::FixedSizeData(std::shared_ptr<DataFlow> ds, int64_t size, bool keep_state)
+    : ProxyDataFlow(std::move(ds)), size_(size), keep_state_(keep_state) {
+  SPIRE_CHECK(size_ >= 0, "FixedSizeData: size must be >= 0, got ", size_);
+}
+
+void FixedSizeData::begin_epoch_impl() {
+  pos_ = 0;
+  if (!keep_state_ || !upstream_started_) {
+    ds_->begin_epoch();
+    upstream_started_ = true;
+  }
+}
+
+bool FixedSizeData::next_impl(Datapoint& dp) {
+  if (pos_ >= size_) return false;
+  if (!ds_->next(dp)) {
+    ds_->begin_epoch();
+    SPIRE_CHECK(ds_->next(dp), "FixedSizeData: upstream ", ds_->name(),
+                " yielded an empty epoch; it cannot fill ", size_, " datapoints");
+  }
+  ++pos_;
+  return true;
+}
+
 // ---- MapData / MapDataComponent --------------------------------------------------------------
 
 MapData::MapData(std::shared_ptr<DataFlow> ds, Func func)

@@ -246,6 +246,30 @@ class ShardData : public ProxyDataFlow {
   int64_t pos_ = 0, limit_ = -1;
 };
 
+/// Exactly `size` datapoints per epoch from the upstream (tensorpack's
+/// FixedSizeData): when the upstream's epoch ends first, its next epoch
+/// continues. With keep_state (tensorpack's default) an epoch continues the
+/// upstream where the previous one stopped; without, every epoch starts a new
+/// upstream epoch (e.g. the same first `size` test images each time). An
+/// upstream that yields an empty epoch is an error, not an endless wait.
+class FixedSizeData : public ProxyDataFlow {
+ public:
+  FixedSizeData(std::shared_ptr<DataFlow> ds, int64_t size, bool keep_state = true);
+  bool has_size() const override { return true; }
+  int64_t size() const override { return size_; }
+  std::string name() const override { return "FixedSizeData"; }
+
+ protected:
+  void begin_epoch_impl() override;
+  bool next_impl(Datapoint& dp) override;
+
+ private:
+  int64_t size_;
+  bool keep_state_;
+  bool upstream_started_ = false;
+  int64_t pos_ = 0;
+};
+
 /// Applies `func` to each datapoint; when func returns std::nullopt the
 /// datapoint is skipped. size() is the upstream's (an upper bound when func
 /// skips, as in tensorpack).

@@ -230,7 +230,29 @@ TEST(DataFlow, BatchDataRejectsMismatchedComponents) {
                {"batch_size must be positive"});
 }
 
-// ---- RepeatedData / MapData ----------------------------------------------------------------
+// ---- FixedSizeData / RepeatedData / MapData ----------------------------------------------------------------
+
+TEST(DataFlow, FixedSizeDataKeepsOrRestartsTheUpstream) {
+  // keep_state: epochs continue the upstream (0 1 2 | 3 4 0 | 1 2 3).
+  FixedSizeData keep(std::make_shared<DataFromList>(int_list(5), false), 3);
+  EXPECT_EQ(keep.size(), 3);
+  keep.reset_state();
+  EXPECT_EQ(one_epoch(keep), (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(one_epoch(keep), (std::vector<int64_t>{3, 4, 0}));
+  EXPECT_EQ(one_epoch(keep), (std::vector<int64_t>{1, 2, 3}));
+  // Without: the same first datapoints every epoch; a size past the upstream's wraps.
+  FixedSizeData fresh(std::make_shared<DataFromList>(int_list(5), false), 7, false);
+  fresh.reset_state();
+  EXPECT_EQ(one_epoch(fresh), (std::vector<int64_t>{0, 1, 2, 3, 4, 0, 1}));
+  EXPECT_EQ(one_epoch(fresh), (std::vector<int64_t>{0, 1, 2, 3, 4, 0, 1}));
+  FixedSizeData empty(std::make_shared<DataFromList>(std::vector<Datapoint>{}), 2);
+  empty.reset_state();
+  empty.begin_epoch();
+  Datapoint dp;
+  expect_error([&] { empty.next(dp); }, {"FixedSizeData", "empty epoch"});
+  expect_error([&] { FixedSizeData(std::make_shared<DataFromList>(int_list(2)), -1); },
+               {"FixedSizeData", "size must be >= 0"});
+}
 
 TEST(DataFlow, RepeatedDataFiniteAndInfinite) {
   RepeatedData r(std::make_shared<DataFromList>(int_list(4), false), 3);
