@@ -1,0 +1,407 @@
+// tensorpack's ResNet examples (examples/ResNet: cifar10-resnet.py, imagenet-resnet.py)
+// in one program: the ResNets of examples/resnet/resnet_model.h trained by any of
+// tensorpack's trainers (examples/trainer_flags.h), with SGD + momentum, tensorpack's
+// weight decay on the '.*/W' weights, top-1 / top-5 errors as training summaries and
+// validation metrics, checkpoints, resume, stats.json and TensorBoard events.
+//
+//   ./build/examples/resnet --dataset mnist            # ResNet-20 on MNIST padded to 32x32
+//   ./build/examples/resnet --dataset cifar10 --data DIR --depth 56
+//   ./build/examples/resnet --dataset fake --depth 50 --batch 32 --max-epoch 1
+//   mpirun -np 2 ./build/examples/resnet --dataset mnist --trainer horovod
+//
+// Datasets: mnist (28x28 padded with zeros to 32x32, 1 channel), cifar10 (the binary
+// release), fake (random images and labels: 32x32 for depths 6n+2, 224x224 for 18..152,
+// for throughput runs as tensorpack's --fake). Input normalization happens in the graph
+// (per-channel mean and standard deviation of the dataset). The 32x32 models train with
+// random crops of the zero-padded image (4 pixels) and horizontal flips on CIFAR (not on
+// MNIST, whose digits are not mirror-symmetric), as cifar10-resnet.py.
+//
+// Learning rate (tensorpack's ScheduledHyperParamSetter, linear interpolation, set every
+// step): --lr is the peak (default 0.1); --scale-lr applies Goyal et al.'s linear
+// scaling rule (peak = lr x total batch / 256, the total batch summed over towers and
+// ranks); --warmup-epochs N ramps linearly to the peak over N epochs, from --lr with
+// --scale-lr (Goyal et al.'s gradual warmup) or from peak / 10 without; then
+// --schedule piecewise (x0.1 at 50% and 75% of --max-epoch, as cifar10-resnet.py's
+// 32 and 48 of 64 epochs) or cosine (sampled every 1% of the steps and interpolated).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <spire.h>
+
+#include "resnet/resnet_model.h"
+#include "trainer_flags.h"
+
+namespace {
+
+using namespace spire;
+using namespace spire_examples;
+
+enum class Dataset { kMnist, kCifar10, kFake };
+
+struct Flags {
+  Dataset dataset = Dataset::kMnist;
+  std::string data;
+  std::string logdir;
+  int depth = 20;
+  CifarResNetMode mode = CifarResNetMode::kPreact;
+  int64_t batch = 128;
+  int max_epoch = 8;
+  int64_t steps_per_epoch = 0;
+  double lr = 0.1;
+  bool scale_lr = false;
+  double warmup_epochs = 0;
+  bool cosine = false;
+  double weight_decay = -1;  // -1: 2e-4 for the 32x32 models, 1e-4 for the 224x224 ones
+  double label_smoothing = 0;
+  int64_t fake_images = 0;
+  int64_t val_images = 0;  // 0: the whole test set
+  TrainerFlags t;
+};
+
+void usage(const char* argv0) {
+  std::printf(
+      "Usage: %s [--dataset D] [--data DIR] [--depth N] [--batch N] [trainer flags] ...\n"
+      "Trains tensorpack's ResNets; checkpoints, stats.json and TensorBoard events go to\n"
+      "--logdir. Run the same command again to resume an interrupted run.\n"
+      "  --dataset D          mnist (default), cifar10 or fake\n"
+      "  --data DIR           the dataset's directory (mnist: default ../shared/data/mnist)\n"
+      "  --depth N            20, 32, 56, 110 (32x32 ResNets; default 20) or 18, 34, 50, 101,\n"
+      "                       152 (224x224 ResNets; fake data only here)\n"
+      "  --arch A             32x32 models: preact (default, cifar10-resnet.py) or resnet\n"
+      "  --batch N            images per tower and step (default 128)\n"
+      "  --max-epoch N        last epoch (default 8)\n"
+      "  --steps-per-epoch N  steps per epoch (default: one pass over the training set)\n"
+      "  --lr X               peak learning rate (default 0.1)\n"
+      "  --scale-lr           linear scaling rule: peak = lr x total batch / 256\n"
+      "  --warmup-epochs N    linear warmup to the peak over N epochs (default 0)\n"
+      "  --schedule S         piecewise (default) or cosine\n"
+      "  --weight-decay X     L2 on the '.*/W' weights (default 2e-4 for 32x32, 1e-4 for 224x224)\n"
+      "  --label-smoothing X  (default 0)\n"
+      "  --fake-images N      fake: distinct random images (default 1024 for 32x32, 128 for 224)\n"
+      "  --val-images N       validate on the first N test images (default: all)\n"
+      "  --logdir DIR         log directory (default train_log/resnet<depth>-<dataset>)\n"
+      "%s",
+      argv0, trainer_flags_usage());
+}
+
+Dataset parse_dataset(const std::string& v) {
+  if (v == "mnist") return Dataset::kMnist;
+  if (v == "cifar10") return Dataset::kCifar10;
+  if (v == "fake") return Dataset::kFake;
+  throw_error("--dataset: expected mnist, cifar10 or fake, got '", v, "'");
+}
+
+const char* dataset_name(Dataset d) {
+  switch (d) {
+    case Dataset::kMnist: return "mnist";
+    case Dataset::kCifar10: return "cifar10";
+    case Dataset::kFake: return "fake";
+  }
+  return "?";
+}
+
+double parse_double(const std::string& flag, const std::string& v, double min) {
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !(x >= min) || !std::isfinite(x))
+    throw_error(flag, ": expected a number >= ", min, ", got '", v, "'");
+  return x;
+}
+
+// Returns false when --help was given.
+bool parse_flags(int argc, char** argv, Flags* f) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") return false;
+    if (a == "--scale-lr") {
+      f->scale_lr = true;
+      continue;
+    }
+    std::string key = a, val;
+    const size_t eq = a.find('=');
+    if (a.rfind("--", 0) == 0 && eq != std::string::npos) {
+      key = a.substr(0, eq);
+      val = a.substr(eq + 1);
+    } else if (a.rfind("--", 0) == 0 && i + 1 < argc) {
+      val = argv[++i];
+    } else {
+      throw_error("unknown or incomplete argument '", a, "' (see --help)");
+    }
+    if (key == "--dataset") f->dataset = parse_dataset(val);
+    else if (key == "--data") f->data = val;
+    else if (key == "--logdir") f->logdir = val;
+    else if (key == "--depth") f->depth = static_cast<int>(parse_int_flag(key, val, 1));
+    else if (key == "--arch") {
+      if (val == "preact") f->mode = CifarResNetMode::kPreact;
+      else if (val == "resnet") f->mode = CifarResNetMode::kResNet;
+      else throw_error("--arch: expected preact or resnet, got '", val, "'");
+    } else if (key == "--batch") f->batch = parse_int_flag(key, val, 1);
+    else if (key == "--max-epoch") f->max_epoch = static_cast<int>(parse_int_flag(key, val, 1));
+    else if (key == "--steps-per-epoch") f->steps_per_epoch = parse_int_flag(key, val, 1);
+    else if (key == "--lr") f->lr = parse_double(key, val, 0);
+    else if (key == "--warmup-epochs") f->warmup_epochs = parse_double(key, val, 0);
+    else if (key == "--schedule") {
+      if (val != "piecewise" && val != "cosine")
+        throw_error("--schedule: expected piecewise or cosine, got '", val, "'");
+      f->cosine = val == "cosine";
+    } else if (key == "--weight-decay") f->weight_decay = parse_double(key, val, 0);
+    else if (key == "--label-smoothing") f->label_smoothing = parse_double(key, val, 0);
+    else if (key == "--fake-images") f->fake_images = parse_int_flag(key, val, 1);
+    else if (key == "--val-images") f->val_images = parse_int_flag(key, val, 1);
+    else if (!parse_trainer_flag(key, val, &f->t))
+      throw_error("unknown argument '", key, "' (see --help)");
+  }
+  const bool small = is_cifar_resnet_depth(f->depth);
+  if (!small && !is_imagenet_resnet_depth(f->depth))
+    throw_error("--depth ", f->depth, ": expected 6n+2 (20, 32, 56, 110) or 18, 34, 50, 101, 152");
+  if (!small && f->dataset != Dataset::kFake)
+    throw_error("--depth ", f->depth, " is a 224x224 ResNet: use --dataset fake (", dataset_name(f->dataset),
+                " images are 32x32; use depth 20, 32, 56 or 110)");
+  if (f->label_smoothing > 1) throw_error("--label-smoothing must lie in [0, 1]");
+  if (f->weight_decay < 0) f->weight_decay = small ? 2e-4 : 1e-4;
+  if (f->fake_images == 0) f->fake_images = small ? 1024 : 128;
+  if (f->logdir.empty())
+    f->logdir = "train_log/resnet" + std::to_string(f->depth) + "-" + dataset_name(f->dataset);
+  finish_trainer_flags(&f->t);
+  return true;
+}
+
+// ---- data -----------------------------------------------------------------------------------
+
+struct ImageSpec {
+  int64_t size, channels, classes;
+  std::vector<double> mean, stddev;  // per channel, in 0..255 units
+};
+
+ImageSpec image_spec(const Flags& f) {
+  switch (f.dataset) {
+    case Dataset::kMnist: return {32, 1, 10, {33.32}, {78.57}};
+    case Dataset::kCifar10: return {32, 3, 10, {125.31, 122.95, 113.87}, {62.99, 62.09, 66.70}};
+    case Dataset::kFake:
+      return {is_cifar_resnet_depth(f.depth) ? 32 : 224, 3, is_cifar_resnet_depth(f.depth) ? 10 : 1000,
+              {0, 0, 0}, {1, 1, 1}};
+  }
+  return {};
+}
+
+std::string default_mnist_dir() {
+  for (const std::string d : {std::string("../shared/data/mnist"),
+                              std::string(SPIRE_EXAMPLES_SOURCE_DIR) + "/../../shared/data/mnist"})
+    if (std::ifstream(d + "/train-labels-idx1-ubyte.gz") || std::ifstream(d + "/train-labels-idx1-ubyte"))
+      return d;
+  throw_error("MNIST not found in ../shared/data/mnist (relative to the current directory or to the "
+              "repository); pass --data DIR");
+}
+
+// Random crop of a zero-padded image (tensorpack's CenterPaste + RandomCrop, padding 4)
+// and a horizontal flip with probability 0.5, on an HWC image; its own seeded stream.
+class PadCropFlip {
+ public:
+  PadCropFlip(int64_t pad, bool flip, uint64_t seed) : pad_(pad), flip_(flip), rng_(seed) {}
+  Tensor operator()(const Tensor& in) {
+    const int64_t h = in.dim(0), w = in.dim(1), c = in.dim(2);
+    std::uniform_int_distribution<int64_t> offset(0, 2 * pad_);
+    const int64_t dy = offset(rng_) - pad_, dx = offset(rng_) - pad_;
+    const bool mirror = flip_ && std::bernoulli_distribution(0.5)(rng_);
+    Tensor out(DType::F32, in.shape());
+    const float* src = in.data<float>();
+    float* dst = out.data<float>();
+    for (int64_t y = 0; y < h; ++y)
+      for (int64_t x = 0; x < w; ++x) {
+        const int64_t sy = y + dy, sx0 = x + dx, sx = mirror ? w - 1 - sx0 : sx0;
+        for (int64_t k = 0; k < c; ++k)
+          dst[(y * w + x) * c + k] = (sy < 0 || sy >= h || sx0 < 0 || sx0 >= w) ? 0.0f : src[(sy * w + sx) * c + k];
+      }
+    return out;
+  }
+
+ private:
+  int64_t pad_;
+  bool flip_;
+  std::mt19937_64 rng_;
+};
+
+std::vector<Datapoint> fake_datapoints(const ImageSpec& spec, int64_t n) {
+  std::mt19937_64 rng(1234);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int64_t> label(0, spec.classes - 1);
+  std::vector<Datapoint> list;
+  for (int64_t i = 0; i < n; ++i) {
+    Tensor image(DType::F32, Shape{spec.size, spec.size, spec.channels});
+    for (int64_t j = 0; j < image.num_elements(); ++j) image.data<float>()[j] = normal(rng);
+    list.push_back({image, Tensor::scalar<int64_t>(label(rng))});
+  }
+  return list;
+}
+
+struct Data {
+  std::shared_ptr<DataFromList> train_source;
+  std::shared_ptr<DataFlow> train, test;
+};
+
+Data make_data(const Flags& f, const ImageSpec& spec) {
+  Data d;
+  if (f.dataset == Dataset::kFake) {
+    d.train_source = std::make_shared<DataFromList>(fake_datapoints(spec, f.fake_images));
+    d.train = std::make_shared<BatchData>(d.train_source, f.batch, false);
+    d.test = std::make_shared<BatchData>(
+        std::make_shared<DataFromList>(fake_datapoints(spec, std::min<int64_t>(f.fake_images, 256)), false),
+        f.batch, true);
+    return d;
+  }
+  std::shared_ptr<DataFromList> train, test;
+  if (f.dataset == Dataset::kMnist) {
+    const std::string dir = f.data.empty() ? default_mnist_dir() : f.data;
+    train = std::make_shared<Mnist>("train", dir);
+    test = std::make_shared<Mnist>("test", dir, false);
+  } else {
+    if (f.data.empty()) throw_error("--dataset cifar10 needs --data DIR (the CIFAR-10 binary release)");
+    train = std::make_shared<Cifar10>("train", f.data);
+    test = std::make_shared<Cifar10>("test", f.data, false);
+  }
+  d.train_source = train;
+  // MNIST comes as [28, 28]: make it HWC before the augmentors; the graph pads to 32x32.
+  std::shared_ptr<DataFlow> tr = train, te = test;
+  if (f.dataset == Dataset::kCifar10) {
+    auto aug = std::make_shared<PadCropFlip>(4, true, 7);
+    tr = std::make_shared<MapDataComponent>(tr, [aug](Tensor im) -> std::optional<Tensor> { return (*aug)(im); });
+  }
+  if (f.val_images > 0) te = std::make_shared<FixedSizeData>(te, std::min(f.val_images, te->size()), false);
+  d.train = std::make_shared<BatchData>(tr, f.batch, false);
+  d.test = std::make_shared<BatchData>(te, 250, true);
+  return d;
+}
+
+// ---- the model ------------------------------------------------------------------------------
+
+class ResNetModel : public ModelDesc {
+ public:
+  ResNetModel(const Flags& f, ImageSpec spec) : f_(f), spec_(std::move(spec)) {}
+
+  std::vector<InputDesc> inputs() const override {
+    if (f_.dataset == Dataset::kMnist) return {{"input", DType::F32, {-1, 28, 28}}, {"label", DType::I64, {-1}}};
+    return {{"input", DType::F32, {-1, spec_.size, spec_.size, spec_.channels}}, {"label", DType::I64, {-1}}};
+  }
+
+  Output build_graph(const std::vector<Output>& in) override {
+    Output image = in[0];
+    if (f_.dataset == Dataset::kMnist)
+      image = ops::pad(ops::expand_dims(image, 3), {{0, 0}, {2, 2}, {2, 2}, {0, 0}});
+    // Per-channel normalization, in the graph as tensorpack's models do.
+    Tensor mean(DType::F32, Shape{spec_.channels}), inv_std(DType::F32, Shape{spec_.channels});
+    for (int64_t c = 0; c < spec_.channels; ++c) {
+      mean.data<float>()[c] = static_cast<float>(spec_.mean[static_cast<size_t>(c)]);
+      inv_std.data<float>()[c] = static_cast<float>(1.0 / spec_.stddev[static_cast<size_t>(c)]);
+    }
+    image = ops::mul(ops::sub(image, ops::constant(mean)), ops::constant(inv_std), "normalized");
+    Output logits = is_cifar_resnet_depth(f_.depth) ? cifar_resnet(image, f_.depth, spec_.classes, f_.mode)
+                                                    : imagenet_resnet(image, f_.depth, spec_.classes);
+    return classification_cost(logits, in[1], f_.weight_decay, f_.label_smoothing);
+  }
+
+  std::shared_ptr<Optimizer> optimizer() override {
+    // The "learning_rate" variable the schedule sets; tensorpack's imagenet recipe uses
+    // Nesterov momentum, its CIFAR one plain momentum.
+    return std::make_shared<MomentumOptimizer>(f_.lr, 0.9, !is_cifar_resnet_depth(f_.depth));
+  }
+
+ private:
+  Flags f_;
+  ImageSpec spec_;
+};
+
+// ---- the learning-rate schedule ------------------------------------------------------------
+
+ScheduledHyperParamSetter::Schedule lr_schedule(const Flags& f, int64_t steps_per_epoch, int64_t total_batch) {
+  const double peak = f.scale_lr ? f.lr * static_cast<double>(total_batch) / 256.0 : f.lr;
+  const int64_t total = steps_per_epoch * f.max_epoch;
+  const auto warm = static_cast<int64_t>(std::llround(f.warmup_epochs * static_cast<double>(steps_per_epoch)));
+  ScheduledHyperParamSetter::Schedule s;
+  if (warm > 0) s.push_back({0, f.scale_lr ? f.lr : peak / 10});
+  s.push_back({std::min(warm, total), peak});
+  if (f.cosine) {
+    const int64_t span = std::max<int64_t>(total - warm, 1);
+    for (int k = 1; k <= 100; ++k) {
+      const int64_t step = warm + span * k / 100;
+      if (step <= s.back().first) continue;
+      s.push_back({step, 0.5 * peak * (1 + std::cos(M_PI * static_cast<double>(step - warm) / span))});
+    }
+  } else {
+    for (auto [frac, factor] : {std::pair{0.5, 0.1}, std::pair{0.75, 0.01}}) {
+      const auto at = static_cast<int64_t>(frac * static_cast<double>(total));
+      if (at <= s.back().first) continue;
+      s.push_back({at - 1, s.back().second});
+      s.push_back({at, peak * factor});
+    }
+  }
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    Flags flags;
+    if (!parse_flags(argc, argv, &flags)) {
+      usage(argv[0]);
+      return 0;
+    }
+    const TrainerFlags& t = flags.t;
+    const ImageSpec spec = image_spec(flags);
+    Data data = make_data(flags, spec);
+    make_dirs(flags.logdir);
+
+    // Every tower takes its own batch, every process of a multi-process trainer its own
+    // shard of the data: an epoch passes over the data once.
+    std::unique_ptr<SingleCostTrainer> trainer = make_trainer(t);
+    const int64_t towers = std::max<int64_t>(1, static_cast<int64_t>(tower_devices(t).size()));
+    const int64_t shards = trainer->data_shard().second;
+    const int64_t total_batch = flags.batch * towers * shards;
+    const int64_t steps = flags.steps_per_epoch > 0 ? flags.steps_per_epoch
+                                                    : std::max<int64_t>(1, data.train->size() / shards / towers);
+    logger::info("ResNet-", flags.depth, " on ", dataset_name(flags.dataset), " (", spec.size, "x", spec.size, "x",
+                 spec.channels, ", ", spec.classes, " classes); ", total_batch, " images per step, ", steps,
+                 " steps per epoch; trainer ", t.trainer, "; logs in ", flags.logdir);
+
+    TrainConfig config;
+    config.model = std::make_shared<ResNetModel>(flags, spec);
+    config.dataflow = data.train;
+    config.callbacks = {
+        std::make_shared<ModelSaver>(),
+        make_validation(t, data.test,
+                        {std::make_shared<ScalarStats>(std::vector<std::string>{"xentropy-loss"}),
+                         std::make_shared<ClassificationError>("wrong-top1", "val-error-top1"),
+                         std::make_shared<ClassificationError>("wrong-top5", "val-error-top5")}),
+        std::make_shared<MinSaver>("val-error-top1"),
+        std::make_shared<ScheduledHyperParamSetter>("learning_rate", lr_schedule(flags, steps, total_batch),
+                                                    "linear", /*step_based=*/true),
+        std::make_shared<EstimatedTimeLeft>(),
+    };
+    config.session_creator = new_session_creator(session_options(t));
+    config.steps_per_epoch = steps;
+    config.max_epoch = flags.max_epoch;
+    config.logdir = flags.logdir;
+
+    if (!launch_example_training(t, config, *trainer,
+                                 [&](int epoch) { data.train_source->set_next_epoch(epoch - 1); }))
+      return 0;
+    double err = 0;
+    int epoch = 0;
+    if (final_stat(*trainer, flags.logdir, "val-error-top1", &err, &epoch))
+      std::printf("final val-error-top1 (epoch %d, %s/stats.json): %.4f (accuracy %.4f)\n", epoch,
+                  flags.logdir.c_str(), err, 1 - err);
+    else
+      std::printf("no validation error was recorded\n");
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
