@@ -62,6 +62,7 @@ struct Flags {
   double label_smoothing = 0;
   int64_t fake_images = 0;
   int64_t val_images = 0;  // 0: the whole test set
+  SyncStatistics sync_bn = SyncStatistics::kNone;
   TrainerFlags t;
 };
 
@@ -86,6 +87,8 @@ void usage(const char* argv0) {
       "  --label-smoothing X  (default 0)\n"
       "  --fake-images N      fake: distinct random images (default 1024 for 32x32, 128 for 224)\n"
       "  --val-images N       validate on the first N test images (default: all)\n"
+      "  --sync-bn S          BatchNorm statistics: none (default: each tower's own) or towers\n"
+      "                       (averaged over every tower and rank; also nccl, horovod)\n"
       "  --logdir DIR         log directory (default train_log/resnet<depth>-<dataset>)\n"
       "%s",
       argv0, trainer_flags_usage());
@@ -155,6 +158,7 @@ bool parse_flags(int argc, char** argv, Flags* f) {
     else if (key == "--label-smoothing") f->label_smoothing = parse_double(key, val, 0);
     else if (key == "--fake-images") f->fake_images = parse_int_flag(key, val, 1);
     else if (key == "--val-images") f->val_images = parse_int_flag(key, val, 1);
+    else if (key == "--sync-bn") f->sync_bn = parse_sync_statistics(val);
     else if (!parse_trainer_flag(key, val, &f->t))
       throw_error("unknown argument '", key, "' (see --help)");
   }
@@ -301,6 +305,8 @@ class ResNetModel : public ModelDesc {
       inv_std.data<float>()[c] = static_cast<float>(1.0 / spec_.stddev[static_cast<size_t>(c)]);
     }
     image = ops::mul(ops::sub(image, ops::constant(mean)), ops::constant(inv_std), "normalized");
+    // tensorpack's BatchNorm(sync_statistics=...) for every BatchNorm of the model.
+    ArgScope bn_scope(BatchNormOptions().sync_statistics(f_.sync_bn));
     Output logits = is_cifar_resnet_depth(f_.depth) ? cifar_resnet(image, f_.depth, spec_.classes, f_.mode)
                                                     : imagenet_resnet(image, f_.depth, spec_.classes);
     return classification_cost(logits, in[1], f_.weight_decay, f_.label_smoothing);
