@@ -62,9 +62,6 @@
 // "learning_rate" variable: 1e-3 (epochs 1-3), 3e-4 (4-6), 1e-4 (7-9),
 // 3e-5 (10+). The variable is checkpointed and the setter re-applies the
 // schedule on resume.
-#include <limits.h>
-#include <sys/stat.h>
-
 #include <cstdio>
 #include <algorithm>
 #include <cstdlib>
@@ -77,7 +74,7 @@
 
 #include <spire.h>
 
-#include "trainer_flags.h"
+#include "example_flags.h"
 #include "mnist_model.h"
 
 using namespace spire;
@@ -146,55 +143,13 @@ void usage(const char* argv0) {
       argv0, kDefaultMaxEpoch, spire_examples::trainer_flags_usage());
 }
 
-bool is_file(const std::string& p) {
-  struct stat st;
-  return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-bool has_mnist(const std::string& dir) {
-  for (const char* f : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
-                        "t10k-labels-idx1-ubyte"})
-    if (!is_file(dir + "/" + f + ".gz") && !is_file(dir + "/" + f)) return false;
-  return true;
-}
-
-const char* kMnistFiles =
-    "train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz, "
-    "t10k-labels-idx1-ubyte.gz (or uncompressed)";
-
-// --data as given, or the default looked up relative to the current
-// directory, then relative to the repository (this file's parent directory).
-std::string resolve_data_dir(const std::string& given) {
-  if (!given.empty()) {
-    if (!has_mnist(given)) throw_error("--data ", given, ": the MNIST files are not all there (", kMnistFiles, ")");
-    return given;
-  }
-  const std::vector<std::string> tried = {
-      "../shared/data/mnist", std::string(SPIRE_EXAMPLES_SOURCE_DIR) + "/../../shared/data/mnist"};
-  for (const auto& d : tried) {
-    if (!has_mnist(d)) continue;
-    char resolved[PATH_MAX];
-    return realpath(d.c_str(), resolved) ? std::string(resolved) : d;
-  }
-  throw_error("MNIST data not found in '", tried[0], "' (relative to the current directory) nor in '",
-              tried[1], "'; pass --data DIR, a directory with ", kMnistFiles);
-}
-
 // Returns false when --help was given.
 bool parse_flags(int argc, char** argv, Flags* f) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") return false;
-    std::string key = a, val;
-    size_t eq = a.find('=');
-    if (a.rfind("--", 0) == 0 && eq != std::string::npos) {
-      key = a.substr(0, eq);
-      val = a.substr(eq + 1);
-    } else if (a.rfind("--", 0) == 0 && i + 1 < argc) {
-      val = argv[++i];
-    } else {
-      throw_error("unknown or incomplete argument '", a, "' (see --help)");
-    }
+    std::string key, val;
+    spire_examples::split_flag(argc, argv, &i, &key, &val);
     if (key == "--data") f->data = val;
     else if (key == "--logdir") f->logdir = val;
     else if (key == "--max-epoch") f->max_epoch = static_cast<int>(spire_examples::parse_int_flag(key, val, 1));
@@ -218,7 +173,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     const TrainerFlags& t = flags.t;
-    const std::string data_dir = resolve_data_dir(flags.data);
+    const std::string data_dir = find_mnist_dir(flags.data);
     make_dirs(flags.logdir);
     logger::info("MNIST from ", data_dir, "; logs and checkpoints in ", flags.logdir, "; ", t.threads,
                  " kernel thread(s); trainer ", t.trainer, " on ",

@@ -26,6 +26,8 @@
 
 #include <spire.h>
 
+#include "example_flags.h"
+
 #include "device_flag.h"
 #include "image_util.h"
 
@@ -235,45 +237,6 @@ void usage(const char* argv0) {
       argv0, spire_examples::device_flag_spellings());
 }
 
-bool is_dir(const std::string& p) {
-  struct stat st;
-  return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-bool is_file(const std::string& p) {
-  struct stat st;
-  return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-bool has_mnist(const std::string& dir) {
-  return is_file(dir + "/train-images-idx3-ubyte.gz") || is_file(dir + "/train-images-idx3-ubyte");
-}
-
-// --data as given, or the default looked up relative to the current
-// directory and to the repository (this source file's parent directory).
-std::string resolve_data_dir(const std::string& given) {
-  if (!given.empty()) {
-    if (!has_mnist(given))
-      throw_error("--data ", given, ": no MNIST files there (expected train-images-idx3-ubyte.gz, ",
-                  "train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz)");
-    return given;
-  }
-  std::vector<std::string> tried = {"../shared/data/mnist",
-                                    std::string(SPIRE_EXAMPLES_SOURCE_DIR) + "/../../shared/data/mnist"};
-  for (const auto& d : tried)
-    if (has_mnist(d)) return d;
-  throw_error("MNIST data not found in ", tried[0], " (relative to the current directory) or ",
-              tried[1], "; pass --data DIR with train-images-idx3-ubyte.gz, ",
-              "train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz");
-}
-
-int64_t parse_int(const std::string& flag, const std::string& v, int64_t min) {
-  char* end = nullptr;
-  long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || x < min)
-    throw_error(flag, ": expected an integer >= ", min, ", got '", v, "'");
-  return x;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -285,26 +248,18 @@ int main(int argc, char** argv) {
         usage(argv[0]);
         return 0;
       }
-      std::string key = a, val;
-      size_t eq = a.find('=');
-      if (a.rfind("--", 0) == 0 && eq != std::string::npos) {
-        key = a.substr(0, eq);
-        val = a.substr(eq + 1);
-      } else if (i + 1 < argc) {
-        val = argv[++i];
-      } else {
-        throw_error("unknown or incomplete argument '", a, "' (see --help)");
-      }
+      std::string key, val;
+      spire_examples::split_flag(argc, argv, &i, &key, &val);
       if (key == "--data") f.data = val;
       else if (key == "--logdir") f.logdir = val;
-      else if (key == "--max-epoch") f.max_epoch = static_cast<int>(parse_int(key, val, 1));
-      else if (key == "--steps-per-epoch") f.steps_per_epoch = parse_int(key, val, 1);
-      else if (key == "--threads") f.threads = static_cast<int>(parse_int(key, val, 0));
+      else if (key == "--max-epoch") f.max_epoch = static_cast<int>(spire_examples::parse_int_flag(key, val, 1));
+      else if (key == "--steps-per-epoch") f.steps_per_epoch = spire_examples::parse_int_flag(key, val, 1);
+      else if (key == "--threads") f.threads = static_cast<int>(spire_examples::parse_int_flag(key, val, 0));
       else if (key == "--device") f.device = val;
       else throw_error("unknown argument '", key, "' (see --help)");
     }
     const Device device = spire_examples::parse_device_flag(f.device);
-    std::string data = resolve_data_dir(f.data);
+    std::string data = spire_examples::find_mnist_dir(f.data);
     if (f.logdir.empty()) throw_error("--logdir must not be empty");
     make_dirs(f.logdir);
 

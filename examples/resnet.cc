@@ -1,6 +1,6 @@
 // tensorpack's ResNet examples (examples/ResNet: cifar10-resnet.py, imagenet-resnet.py)
 // in one program: the ResNets of examples/resnet/resnet_model.h trained by any of
-// tensorpack's trainers (examples/trainer_flags.h), with SGD + momentum, tensorpack's
+// tensorpack's trainers (examples/example_flags.h), with SGD + momentum, tensorpack's
 // weight decay on the '.*/W' weights, top-1 / top-5 errors as training summaries and
 // validation metrics, checkpoints, resume, stats.json and TensorBoard events.
 //
@@ -10,8 +10,8 @@
 //   mpirun -np 2 ./build/examples/resnet --dataset mnist --trainer horovod
 //
 // Datasets: mnist (28x28 padded with zeros to 32x32, 1 channel), cifar10 (the binary
-// release), fake (random images and labels: 32x32 for depths 6n+2, 224x224 for 18..152,
-// for throughput runs as tensorpack's --fake). Input normalization happens in the graph
+// release), fake (random images and labels, for throughput runs as tensorpack's --fake:
+// 224x224 for the depths of resnet_model.py, 18, 34, 50, 101, 152, else 32x32). Input normalization happens in the graph
 // (per-channel mean and standard deviation of the dataset). The 32x32 models train with
 // random crops of the zero-padded image (4 pixels) and horizontal flips on CIFAR (not on
 // MNIST, whose digits are not mirror-symmetric), as cifar10-resnet.py.
@@ -36,7 +36,7 @@
 #include <spire.h>
 
 #include "resnet/resnet_model.h"
-#include "trainer_flags.h"
+#include "example_flags.h"
 
 namespace {
 
@@ -63,6 +63,7 @@ struct Flags {
   int64_t fake_images = 0;
   int64_t val_images = 0;  // 0: the whole test set
   SyncStatistics sync_bn = SyncStatistics::kNone;
+  bool imagenet = false;  // the 224x224 family (resnet_model.py), else the 32x32 one
   TrainerFlags t;
 };
 
@@ -73,8 +74,8 @@ void usage(const char* argv0) {
       "--logdir. Run the same command again to resume an interrupted run.\n"
       "  --dataset D          mnist (default), cifar10 or fake\n"
       "  --data DIR           the dataset's directory (mnist: default ../shared/data/mnist)\n"
-      "  --depth N            20, 32, 56, 110 (32x32 ResNets; default 20) or 18, 34, 50, 101,\n"
-      "                       152 (224x224 ResNets; fake data only here)\n"
+      "  --depth N            6n+2: 20 (default), 32, 56, 110 (32x32 ResNets), or with fake data\n"
+      "                       18, 34, 50, 101, 152 (224x224 ResNets)\n"
       "  --arch A             32x32 models: preact (default, cifar10-resnet.py) or resnet\n"
       "  --batch N            images per tower and step (default 128)\n"
       "  --max-epoch N        last epoch (default 8)\n"
@@ -127,16 +128,8 @@ bool parse_flags(int argc, char** argv, Flags* f) {
       f->scale_lr = true;
       continue;
     }
-    std::string key = a, val;
-    const size_t eq = a.find('=');
-    if (a.rfind("--", 0) == 0 && eq != std::string::npos) {
-      key = a.substr(0, eq);
-      val = a.substr(eq + 1);
-    } else if (a.rfind("--", 0) == 0 && i + 1 < argc) {
-      val = argv[++i];
-    } else {
-      throw_error("unknown or incomplete argument '", a, "' (see --help)");
-    }
+    std::string key, val;
+    split_flag(argc, argv, &i, &key, &val);
     if (key == "--dataset") f->dataset = parse_dataset(val);
     else if (key == "--data") f->data = val;
     else if (key == "--logdir") f->logdir = val;
@@ -162,12 +155,12 @@ bool parse_flags(int argc, char** argv, Flags* f) {
     else if (!parse_trainer_flag(key, val, &f->t))
       throw_error("unknown argument '", key, "' (see --help)");
   }
-  const bool small = is_cifar_resnet_depth(f->depth);
-  if (!small && !is_imagenet_resnet_depth(f->depth))
-    throw_error("--depth ", f->depth, ": expected 6n+2 (20, 32, 56, 110) or 18, 34, 50, 101, 152");
-  if (!small && f->dataset != Dataset::kFake)
-    throw_error("--depth ", f->depth, " is a 224x224 ResNet: use --dataset fake (", dataset_name(f->dataset),
-                " images are 32x32; use depth 20, 32, 56 or 110)");
+  // Fake data takes the 224x224 family for its depths (50 and 152 are also 6n+2).
+  f->imagenet = f->dataset == Dataset::kFake && is_imagenet_resnet_depth(f->depth);
+  const bool small = !f->imagenet;
+  if (small && !is_cifar_resnet_depth(f->depth))
+    throw_error("--depth ", f->depth, ": the ", dataset_name(f->dataset), " images are 32x32, so a depth 6n+2 ",
+                "(20, 32, 56, 110)", f->dataset == Dataset::kFake ? " or a 224x224 ResNet's (18, 34, 50, 101, 152)" : "");
   if (f->label_smoothing > 1) throw_error("--label-smoothing must lie in [0, 1]");
   if (f->weight_decay < 0) f->weight_decay = small ? 2e-4 : 1e-4;
   if (f->fake_images == 0) f->fake_images = small ? 1024 : 128;
@@ -189,19 +182,10 @@ ImageSpec image_spec(const Flags& f) {
     case Dataset::kMnist: return {32, 1, 10, {33.32}, {78.57}};
     case Dataset::kCifar10: return {32, 3, 10, {125.31, 122.95, 113.87}, {62.99, 62.09, 66.70}};
     case Dataset::kFake:
-      return {is_cifar_resnet_depth(f.depth) ? 32 : 224, 3, is_cifar_resnet_depth(f.depth) ? 10 : 1000,
+      return {f.imagenet ? 224 : 32, 3, f.imagenet ? 1000 : 10,
               {0, 0, 0}, {1, 1, 1}};
   }
   return {};
-}
-
-std::string default_mnist_dir() {
-  for (const std::string d : {std::string("../shared/data/mnist"),
-                              std::string(SPIRE_EXAMPLES_SOURCE_DIR) + "/../../shared/data/mnist"})
-    if (std::ifstream(d + "/train-labels-idx1-ubyte.gz") || std::ifstream(d + "/train-labels-idx1-ubyte"))
-      return d;
-  throw_error("MNIST not found in ../shared/data/mnist (relative to the current directory or to the "
-              "repository); pass --data DIR");
 }
 
 // Random crop of a zero-padded image (tensorpack's CenterPaste + RandomCrop, padding 4)
@@ -232,8 +216,8 @@ class PadCropFlip {
   std::mt19937_64 rng_;
 };
 
-std::vector<Datapoint> fake_datapoints(const ImageSpec& spec, int64_t n) {
-  std::mt19937_64 rng(1234);
+std::vector<Datapoint> fake_datapoints(const ImageSpec& spec, int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_int_distribution<int64_t> label(0, spec.classes - 1);
   std::vector<Datapoint> list;
@@ -253,16 +237,16 @@ struct Data {
 Data make_data(const Flags& f, const ImageSpec& spec) {
   Data d;
   if (f.dataset == Dataset::kFake) {
-    d.train_source = std::make_shared<DataFromList>(fake_datapoints(spec, f.fake_images));
+    d.train_source = std::make_shared<DataFromList>(fake_datapoints(spec, f.fake_images, 1));
     d.train = std::make_shared<BatchData>(d.train_source, f.batch, false);
     d.test = std::make_shared<BatchData>(
-        std::make_shared<DataFromList>(fake_datapoints(spec, std::min<int64_t>(f.fake_images, 256)), false),
+        std::make_shared<DataFromList>(fake_datapoints(spec, std::min<int64_t>(f.fake_images, 256), 2), false),
         f.batch, true);
     return d;
   }
   std::shared_ptr<DataFromList> train, test;
   if (f.dataset == Dataset::kMnist) {
-    const std::string dir = f.data.empty() ? default_mnist_dir() : f.data;
+    const std::string dir = find_mnist_dir(f.data);
     train = std::make_shared<Mnist>("train", dir);
     test = std::make_shared<Mnist>("test", dir, false);
   } else {
@@ -307,15 +291,15 @@ class ResNetModel : public ModelDesc {
     image = ops::mul(ops::sub(image, ops::constant(mean)), ops::constant(inv_std), "normalized");
     // tensorpack's BatchNorm(sync_statistics=...) for every BatchNorm of the model.
     ArgScope bn_scope(BatchNormOptions().sync_statistics(f_.sync_bn));
-    Output logits = is_cifar_resnet_depth(f_.depth) ? cifar_resnet(image, f_.depth, spec_.classes, f_.mode)
-                                                    : imagenet_resnet(image, f_.depth, spec_.classes);
+    Output logits = f_.imagenet ? imagenet_resnet(image, f_.depth, spec_.classes)
+                                : cifar_resnet(image, f_.depth, spec_.classes, f_.mode);
     return classification_cost(logits, in[1], f_.weight_decay, f_.label_smoothing);
   }
 
   std::shared_ptr<Optimizer> optimizer() override {
     // The "learning_rate" variable the schedule sets; tensorpack's imagenet recipe uses
     // Nesterov momentum, its CIFAR one plain momentum.
-    return std::make_shared<MomentumOptimizer>(f_.lr, 0.9, !is_cifar_resnet_depth(f_.depth));
+    return std::make_shared<MomentumOptimizer>(f_.lr, 0.9, /*use_nesterov=*/f_.imagenet);
   }
 
  private:

@@ -1,4 +1,6 @@
-// The examples' trainer flags (mnist_convnet, resnet): --trainer picks one of
+// The examples' command-line flags (mnist_convnet, mnist_gan, resnet): reading
+// "--key value" / "--key=value", integer values, finding the MNIST files, and the
+// trainer flags: --trainer picks one of
 // tensorpack's trainers by name, with --devices/--gpus, --ps, --mode, --ps-device,
 // --compression, --backend, --device and --threads; make_trainer builds it,
 // make_validation the inference callback that fits it (DataParallelInferenceRunner
@@ -31,6 +33,15 @@ struct TrainerFlags {
   bool horovod() const { return trainer == "horovod"; }
   bool distributed() const { return trainer == "dist-ps" || trainer == "dist-replicated"; }
 };
+
+/// Reads the flag at argv[*i] into key and value ("--key=value", or "--key value",
+/// advancing *i); throws spire::Error for anything else.
+void split_flag(int argc, char** argv, int* i, std::string* key, std::string* value);
+
+/// The MNIST directory: `given` (checked), else ../shared/data/mnist relative to the
+/// current directory or to the repository. Throws spire::Error naming the places tried
+/// and the four files needed.
+std::string find_mnist_dir(const std::string& given);
 
 /// Usage lines of the trainer flags, for an example's --help.
 const char* trainer_flags_usage();

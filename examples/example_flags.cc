@@ -1,5 +1,9 @@
-// The examples' trainer flags (examples/trainer_flags.h).
-#include "trainer_flags.h"
+// The examples' command-line flags (examples/example_flags.h).
+#include "example_flags.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -11,6 +15,56 @@
 namespace spire_examples {
 
 using namespace spire;
+
+void split_flag(int argc, char** argv, int* i, std::string* key, std::string* value) {
+  const std::string a = argv[*i];
+  const size_t eq = a.find('=');
+  if (a.rfind("--", 0) == 0 && eq != std::string::npos) {
+    *key = a.substr(0, eq);
+    *value = a.substr(eq + 1);
+  } else if (a.rfind("--", 0) == 0 && *i + 1 < argc) {
+    *key = a;
+    *value = argv[++*i];
+  } else {
+    throw_error("unknown or incomplete argument '", a, "' (see --help)");
+  }
+}
+
+namespace {
+
+bool is_file(const std::string& p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+bool has_mnist(const std::string& dir) {
+  for (const char* f : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                        "t10k-labels-idx1-ubyte"})
+    if (!is_file(dir + "/" + f + ".gz") && !is_file(dir + "/" + f)) return false;
+  return true;
+}
+
+const char* kMnistFiles =
+    "train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz, "
+    "t10k-labels-idx1-ubyte.gz (or uncompressed)";
+
+}  // namespace
+
+std::string find_mnist_dir(const std::string& given) {
+  if (!given.empty()) {
+    if (!has_mnist(given)) throw_error("--data ", given, ": the MNIST files are not all there (", kMnistFiles, ")");
+    return given;
+  }
+  const std::vector<std::string> tried = {
+      "../shared/data/mnist", std::string(SPIRE_EXAMPLES_SOURCE_DIR) + "/../../shared/data/mnist"};
+  for (const auto& d : tried) {
+    if (!has_mnist(d)) continue;
+    char resolved[PATH_MAX];
+    return realpath(d.c_str(), resolved) ? std::string(resolved) : d;
+  }
+  throw_error("MNIST data not found in '", tried[0], "' (relative to the current directory) nor in '",
+              tried[1], "'; pass --data DIR, a directory with ", kMnistFiles);
+}
 
 const char* trainer_flags_usage() {
   return "  --device D           cpu (default), gpu, gpu:N, cuda or cuda:N: where the graph runs\n"
