@@ -104,7 +104,8 @@ TEST(FuzzSeeds, WriteSeedCorpora) {
     EXPECT_TRUE(read_checkpoint_index(tmp.path()).has_value());
     write_bytes(corpus("checkpoint_index") + "/checkpoint", read_bytes(tmp.path() + "/" + kCheckpointIndexName));
   }
-  // dataset: [even byte][2-byte split][IDX images][IDX labels] (plain and gzip), [odd byte][CIFAR batch].
+  // dataset: [even byte][2-byte split][IDX images][IDX labels] (plain and gzip), [1][CIFAR-10
+  // batch], [3][CIFAR-100 file].
   {
     const uint32_t n = 3, rows = 4, cols = 5;
     std::string images = be32(0x00000803) + be32(n) + be32(rows) + be32(cols);
@@ -126,6 +127,16 @@ TEST(FuzzSeeds, WriteSeedCorpora) {
     write_bytes(corpus("dataset") + "/cifar", std::string(1, 1) + cifar);
     write_bytes(tmp.path() + "/c", cifar);
     EXPECT_EQ(load_cifar10_bin({tmp.path() + "/c"}).labels.num_elements(), 2);
+    std::string cifar100;
+    for (int r = 0; r < 2; ++r) {
+      cifar100 += static_cast<char>(r + 3);
+      cifar100 += static_cast<char>(r + 40);
+      for (int p = 0; p < 3072; ++p) cifar100 += static_cast<char>(p * (r + 1));
+    }
+    write_bytes(corpus("dataset") + "/cifar100", std::string(1, 3) + cifar100);
+    write_bytes(tmp.path() + "/c100", cifar100);
+    EXPECT_EQ(load_cifar100_bin({tmp.path() + "/c100"}).labels.to_vector<int64_t>(),
+              (std::vector<int64_t>{40, 41}));
   }
 }
 
