@@ -71,6 +71,7 @@
 #include "train/file_util.h"
 #include "train/image_io.h"
 #include "train/imagenet_folder.h"
+#include "train/imgaug.h"
 #include "train/input_source.h"
 #include "train/model_desc.h"
 #include "train/multi_process_trainer.h"
