@@ -19,8 +19,8 @@
 // paths never exit or abort the process, and nothing leaks. JPEG warnings
 // that mean lost image data (premature end of file, premature end of a data
 // segment, a bad Huffman code, a lost restart marker) are errors too; the
-// others (e.g. extraneous bytes between segments, which some ImageNet files
-// have and cv2 accepts) are ignored.
+// others (e.g. extraneous bytes between segments, which cv2 accepts with a
+// warning) are ignored.
 #pragma once
 
 #include <cstddef>
