@@ -10,7 +10,8 @@
 //              and tower functions, layers, losses and top-k errors, optimizers
 //   train/     ModelDesc, the trainers, TrainConfig and
 //              launch_train_with_config, callbacks and monitors, DataFlow
-//              and the dataset readers, input sources, checkpoints and
+//              and the dataset readers, JPEG/PNG decoding, ImageNet-style
+//              folders and image augmentors, input sources, checkpoints and
 //              session initializers, TensorBoard event files, file helpers
 //   dist/      communicators (Spire's in-process ring, LocalMessageHub),
 //              the collective graph ops, the multi-device, Horovod and
@@ -68,6 +69,9 @@
 #include "train/datasets.h"
 #include "train/event_writer.h"
 #include "train/file_util.h"
+#include "train/image_io.h"
+#include "train/imagenet_folder.h"
+#include "train/imgaug.h"
 #include "train/input_source.h"
 #include "train/model_desc.h"
 #include "train/multi_process_trainer.h"

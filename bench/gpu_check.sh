@@ -30,7 +30,7 @@
 #
 # Dependencies a bare GPU machine may lack (see bench/README.md, "On a GPU machine without network
 # access"): when <repo>/.gpu_deps exists (made by scripts/pack_gpu_deps.sh: GoogleTest, nlohmann_json,
-# zlib), the configure is pointed at it. When the CUDA toolkit has no cuDNN (cudnn.h and
+# zlib, libjpeg, libpng), the configure is pointed at it. When the CUDA toolkit has no cuDNN (cudnn.h and
 # libcudnn.so), the pip package nvidia-cudnn-cu13 of $PYTHON, python3 or /opt/torch/.venv is used
 # (SPIRE_CUDNN_INCLUDE_DIR/SPIRE_CUDNN_LIBRARY), and its lib/ (and the toolkit's, and the pip
 # cuBLAS's where the toolkit has no libcublas) goes on LD_LIBRARY_PATH for the build (gtest
@@ -244,6 +244,13 @@ setup_deps() {
         break
       fi
     done
+    # The image decoders' libjpeg and libpng, packed the same way (shared libraries).
+    if [[ -f "$deps/lib/libjpeg.so" && -f "$deps/include/jpeglib.h" ]]; then
+      DEPS_ARGS+=(-DJPEG_INCLUDE_DIR="$deps/include" -DJPEG_LIBRARY="$deps/lib/libjpeg.so")
+    fi
+    if [[ -f "$deps/lib/libpng.so" && -f "$deps/include/png.h" ]]; then
+      DEPS_ARGS+=(-DPNG_PNG_INCLUDE_DIR="$deps/include" -DPNG_LIBRARY="$deps/lib/libpng.so")
+    fi
     DEPS_NOTES+=("packed dependencies: $deps ($(du -sh "$deps" 2>/dev/null | cut -f1))")
   else
     DEPS_NOTES+=("packed dependencies: none ($deps absent; scripts/pack_gpu_deps.sh makes it)")

@@ -1,7 +1,8 @@
 // libFuzzer target: the dataset readers. The first byte picks the reader:
 // even: MNIST IDX (the rest is split into an image file and a label file at
-// the position given by the next two bytes; gzip or plain), odd: CIFAR-10
-// binary batch.
+// the position given by the next two bytes; gzip or plain), 1 mod 4: CIFAR-10
+// binary batch, 3 mod 4: CIFAR-100 binary file (fine labels, or coarse when
+// bit 2 is set).
 #include "fuzz/fuzz_util.h"
 #include "train/datasets.h"
 
@@ -15,9 +16,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const std::string labels = spire::fuzz::write_file("labels.idx", data + 3 + split, rest - split);
       spire::ImageLabelData d = spire::load_mnist_idx(images, labels);
       (void)spire::image_label_datapoints(d);
-    } else {
+    } else if (data[0] % 4 == 1) {
       const std::string batch = spire::fuzz::write_file("data_batch.bin", data + 1, size - 1);
       spire::ImageLabelData d = spire::load_cifar10_bin({batch});
+      (void)spire::image_label_datapoints(d);
+    } else {
+      const std::string file = spire::fuzz::write_file("train.bin", data + 1, size - 1);
+      spire::ImageLabelData d = spire::load_cifar100_bin(
+          {file}, data[0] & 4 ? spire::Cifar100Label::kCoarse : spire::Cifar100Label::kFine);
       (void)spire::image_label_datapoints(d);
     }
   } catch (const spire::Error&) {

@@ -32,7 +32,7 @@ elif ! grep -q '^SPIRE_BUILD_FUZZERS:BOOL=ON' "$fb/CMakeCache.txt" 2>/dev/null; 
   echo "fuzz: $fb is not configured with -DSPIRE_BUILD_FUZZERS=ON"
   exit 1
 fi
-cmake --build "$fb" -j2 --target graph_json_fuzzer safetensors_fuzzer checkpoint_index_fuzzer dataset_fuzzer
+cmake --build "$fb" -j2 --target graph_json_fuzzer safetensors_fuzzer checkpoint_index_fuzzer dataset_fuzzer image_fuzzer
 mkdir -p "$fb/findings"
 status=0
 # Two targets at a time, one per core (libFuzzer runs one process): each
@@ -55,18 +55,20 @@ report() {
     echo
   fi
 }
-for pair in "graph_json safetensors" "checkpoint_index dataset"; do
+for pair in "graph_json safetensors" "checkpoint_index dataset" "image"; do
   set -- $pair
-  for target in "$1" "$2"; do
+  for target in "$@"; do
     rm -rf "$fb/corpus/$target" && mkdir -p "$fb/corpus/$target"
     cp "$seeds/$target"/* "$fb/corpus/$target"/
     echo "== fuzz $target for ${seconds}s from $(ls "$fb/corpus/$target" | wc -l) seeds"
   done
   run_target "$1" & first=$!
-  run_target "$2" & second=$!
+  if [ $# -ge 2 ]; then run_target "$2" & second=$!; fi
   rc1=0; wait "$first" || rc1=$?
-  rc2=0; wait "$second" || rc2=$?
   report "$1" "$rc1"
-  report "$2" "$rc2"
+  if [ $# -ge 2 ]; then
+    rc2=0; wait "$second" || rc2=$?
+    report "$2" "$rc2"
+  fi
 done
 exit $status

@@ -3,7 +3,7 @@
 # (skips the install when everything is already present).
 set -euo pipefail
 pkgs=(build-essential cmake ccache nlohmann-json3-dev libgtest-dev libgmock-dev
-      libbenchmark-dev libopenblas-dev libopenblas0-pthread zlib1g-dev openmpi-bin libopenmpi-dev python3)
+      libbenchmark-dev libopenblas-dev libopenblas0-pthread zlib1g-dev libjpeg-dev libpng-dev openmpi-bin libopenmpi-dev python3)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

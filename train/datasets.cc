@@ -1,4 +1,4 @@
-// Implementation of the MNIST IDX and CIFAR-10 binary readers declared in
+// Implementation of the MNIST IDX and CIFAR-10/100 binary readers declared in
 // train/datasets.h (zlib reads the gzip-compressed files).
 #include "train/datasets.h"
 
@@ -188,21 +188,39 @@ ImageLabelData load_mnist_idx(const std::string& images_path, const std::string&
   return out;
 }
 
-ImageLabelData load_cifar10_bin(const std::vector<std::string>& paths) {
-  constexpr uint64_t kRecord = 3073, kPixels = 3072, kSide = 32;
-  SPIRE_CHECK(!paths.empty(), "load_cifar10_bin: no files given");
+namespace {
+
+// The CIFAR binary record layout shared by CIFAR-10 and CIFAR-100: `label_bytes`
+// label bytes (CIFAR-10: the class; CIFAR-100: coarse, fine), then 3072 pixel
+// bytes, channel-major R, G, B planes of 32x32. `label_index` picks the label
+// byte that becomes the label, which must be below `num_classes`.
+struct CifarLayout {
+  const char* dataset;     // "CIFAR-10", "CIFAR-100"
+  uint64_t label_bytes;    // 1 or 2
+  uint64_t label_index;    // which label byte is the label
+  int num_classes;         // 10, 100 or 20
+  const char* label_desc;  // "1 label byte", "2 label bytes (coarse, fine)"
+  const char* label_name;  // "label", "fine label", "coarse label"
+};
+
+ImageLabelData load_cifar_records(const std::vector<std::string>& paths, const CifarLayout& layout,
+                                  const char* who) {
+  constexpr uint64_t kPixels = 3072, kSide = 32;
+  const uint64_t record = layout.label_bytes + kPixels;
+  SPIRE_CHECK(!paths.empty(), who, ": no files given");
   std::vector<RawFile> files;
   int64_t n = 0;
   for (const std::string& p : paths) {
     RawFile f = read_raw(p);
     SPIRE_CHECK(f.stream_error.empty(), p, ": corrupt or truncated gzip stream: ", f.stream_error);
     const uint64_t size = f.bytes.size();
-    SPIRE_CHECK(size > 0, p, ": empty file, expected CIFAR-10 records of ", kRecord, " bytes");
-    SPIRE_CHECK(size % kRecord == 0, p, ": size ", size, " bytes is not a multiple of ", kRecord,
-                " (1 label byte + 3072 pixel bytes per CIFAR-10 record); truncated or not a "
-                "CIFAR-10 binary batch (",
-                size / kRecord, " whole records + ", size % kRecord, " bytes)");
-    n += static_cast<int64_t>(size / kRecord);
+    SPIRE_CHECK(size > 0, p, ": empty file, expected ", layout.dataset, " records of ", record,
+                " bytes");
+    SPIRE_CHECK(size % record == 0, p, ": size ", size, " bytes is not a multiple of ", record,
+                " (", layout.label_desc, " + 3072 pixel bytes per ", layout.dataset,
+                " record); truncated or not a ", layout.dataset, " binary batch (", size / record,
+                " whole records + ", size % record, " bytes)");
+    n += static_cast<int64_t>(size / record);
     files.push_back(std::move(f));
   }
   ImageLabelData out;
@@ -213,21 +231,39 @@ ImageLabelData load_cifar10_bin(const std::vector<std::string>& paths) {
   int64_t i = 0;
   for (size_t fi = 0; fi < files.size(); ++fi) {
     const std::vector<uint8_t>& b = files[fi].bytes;
-    const uint64_t records = b.size() / kRecord;
+    const uint64_t records = b.size() / record;
     for (uint64_t r = 0; r < records; ++r, ++i) {
-      const uint8_t* rec = b.data() + r * kRecord;
-      SPIRE_CHECK(rec[0] <= 9, paths[fi], ": record ", r, " has label ", int{rec[0]},
-                  ", expected 0..9 (not a CIFAR-10 binary batch?)");
-      lab[i] = rec[0];
+      const uint8_t* rec = b.data() + r * record;
+      const int label = rec[layout.label_index];
+      SPIRE_CHECK(label < layout.num_classes, paths[fi], ": record ", r, " has ",
+                  layout.label_name, " ", label, ", expected 0..", layout.num_classes - 1,
+                  " (not a ", layout.dataset, " binary batch?)");
+      lab[i] = label;
+      const uint8_t* px = rec + layout.label_bytes;
       float* dst = img + static_cast<uint64_t>(i) * kPixels;
       for (uint64_t c = 0; c < 3; ++c)
         for (uint64_t y = 0; y < kSide; ++y)
           for (uint64_t x = 0; x < kSide; ++x)
-            dst[(y * kSide + x) * 3 + c] =
-                static_cast<float>(rec[1 + c * kSide * kSide + y * kSide + x]);
+            dst[(y * kSide + x) * 3 + c] = static_cast<float>(px[c * kSide * kSide + y * kSide + x]);
     }
   }
   return out;
+}
+
+}  // namespace
+
+ImageLabelData load_cifar10_bin(const std::vector<std::string>& paths) {
+  static const CifarLayout kLayout{"CIFAR-10", 1, 0, 10, "1 label byte", "label"};
+  return load_cifar_records(paths, kLayout, "load_cifar10_bin");
+}
+
+ImageLabelData load_cifar100_bin(const std::vector<std::string>& paths, Cifar100Label label_mode) {
+  static const CifarLayout kFine{"CIFAR-100", 2, 1, 100, "2 label bytes (coarse, fine)",
+                                 "fine label"};
+  static const CifarLayout kCoarse{"CIFAR-100", 2, 0, 20, "2 label bytes (coarse, fine)",
+                                   "coarse label"};
+  return load_cifar_records(paths, label_mode == Cifar100Label::kCoarse ? kCoarse : kFine,
+                            "load_cifar100_bin");
 }
 
 std::vector<Datapoint> image_label_datapoints(const ImageLabelData& data) {
@@ -261,6 +297,17 @@ std::vector<Datapoint> load_mnist_split(const std::string& train_or_test, const 
   return image_label_datapoints(load_mnist_idx(images, labels));
 }
 
+// Finds `names` in `dir`, or in `dir`/`subdir` (the extracted archive's folder).
+std::vector<std::string> find_cifar_files(const std::string& dir, const std::string& subdir,
+                                          const std::vector<std::string>& names, const char* who) {
+  std::string base = dir;
+  if (!file_exists(dir + "/" + names[0]) && file_exists(dir + "/" + subdir + "/" + names[0]))
+    base = dir + "/" + subdir;
+  std::vector<std::string> paths;
+  for (const std::string& nm : names) paths.push_back(find_file(base, nm, who, false));
+  return paths;
+}
+
 std::vector<Datapoint> load_cifar_split(const std::string& train_or_test, const std::string& dir) {
   std::vector<std::string> names;
   if (check_split(train_or_test, "Cifar10") == "train") {
@@ -268,12 +315,15 @@ std::vector<Datapoint> load_cifar_split(const std::string& train_or_test, const 
   } else {
     names.push_back("test_batch.bin");
   }
-  std::string base = dir;
-  if (!file_exists(dir + "/" + names[0]) && file_exists(dir + "/cifar-10-batches-bin/" + names[0]))
-    base = dir + "/cifar-10-batches-bin";
-  std::vector<std::string> paths;
-  for (const std::string& nm : names) paths.push_back(find_file(base, nm, "Cifar10", false));
-  return image_label_datapoints(load_cifar10_bin(paths));
+  return image_label_datapoints(
+      load_cifar10_bin(find_cifar_files(dir, "cifar-10-batches-bin", names, "Cifar10")));
+}
+
+std::vector<Datapoint> load_cifar100_split(const std::string& train_or_test, const std::string& dir,
+                                           Cifar100Label label_mode) {
+  const std::string name = check_split(train_or_test, "Cifar100") + ".bin";
+  return image_label_datapoints(
+      load_cifar100_bin(find_cifar_files(dir, "cifar-100-binary", {name}, "Cifar100"), label_mode));
 }
 
 }  // namespace
@@ -285,5 +335,9 @@ Mnist::Mnist(const std::string& train_or_test, const std::string& dir, bool shuf
 Cifar10::Cifar10(const std::string& train_or_test, const std::string& dir, bool shuffle,
                  uint64_t seed)
     : DataFromList(load_cifar_split(train_or_test, dir), shuffle, seed) {}
+
+Cifar100::Cifar100(const std::string& train_or_test, const std::string& dir,
+                   Cifar100Label label_mode, bool shuffle, uint64_t seed)
+    : DataFromList(load_cifar100_split(train_or_test, dir, label_mode), shuffle, seed) {}
 
 }  // namespace spire

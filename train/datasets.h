@@ -1,7 +1,9 @@
-// Dataset readers (tensorpack's dataset.Mnist / dataset.Cifar10): loaders
-// for the MNIST IDX format (gzip-compressed or not; Fashion-MNIST uses the
-// same format) and the CIFAR-10 binary format, and DataFlows yielding their
-// datapoints for the input pipeline in train/dataflow.h.
+// Dataset readers (tensorpack's dataset.Mnist / dataset.Cifar10 /
+// dataset.Cifar100): loaders for the MNIST IDX format (gzip-compressed or
+// not; Fashion-MNIST uses the same format) and the CIFAR-10 and CIFAR-100
+// binary formats, and DataFlows yielding their datapoints for the input
+// pipeline in train/dataflow.h. ImageNet-style folders of JPEG/PNG files are
+// read by train/imagenet_folder.h.
 //
 // Spire has no uint8 dtype, so images are f32 holding the raw pixel values
 // 0..255 (normalize with MapDataComponent or in the graph) and labels are
@@ -20,7 +22,7 @@ namespace spire {
 
 /// Images and labels of a dataset split.
 struct ImageLabelData {
-  Tensor images;  // f32: [N, rows, cols] for MNIST, [N, 32, 32, 3] (HWC) for CIFAR-10
+  Tensor images;  // f32: [N, rows, cols] for MNIST, [N, 32, 32, 3] (HWC, RGB) for CIFAR
   Tensor labels;  // i64 [N]
 };
 
@@ -40,6 +42,19 @@ ImageLabelData load_mnist_idx(const std::string& images_path, const std::string&
 /// images: f32 [N, 32, 32, 3] (HWC, values 0..255); labels: i64 [N] (0..9).
 ImageLabelData load_cifar10_bin(const std::vector<std::string>& paths);
 
+/// Which CIFAR-100 label becomes the datapoint's label.
+enum class Cifar100Label {
+  kFine,    // the 100 classes (0..99), tensorpack's default
+  kCoarse,  // the 20 superclasses (0..19)
+};
+
+/// Reads CIFAR-100 binary files (records of 2 label bytes, coarse then fine,
+/// + 3072 pixel bytes laid out as in CIFAR-10) and concatenates them; the same
+/// record reader as load_cifar10_bin. images: f32 [N, 32, 32, 3] (HWC, RGB,
+/// values 0..255); labels: i64 [N], the fine (0..99) or coarse (0..19) label.
+ImageLabelData load_cifar100_bin(const std::vector<std::string>& paths,
+                                 Cifar100Label label_mode = Cifar100Label::kFine);
+
 /// Splits images [N, ...] and labels [N] into N datapoints {image, label}
 /// (image: the per-example slice, label: i64 scalar).
 std::vector<Datapoint> image_label_datapoints(const ImageLabelData& data);
@@ -57,8 +72,8 @@ class Mnist : public DataFromList {
   std::string name() const override { return "Mnist"; }
 };
 
-/// CIFAR-10 split as a DataFlow: datapoints {image f32 [32, 32, 3] HWC in
-/// 0..255, label i64 scalar}. "train" reads data_batch_1.bin ..
+/// CIFAR-10 split as a DataFlow: datapoints {image f32 [32, 32, 3] HWC (RGB)
+/// in 0..255, label i64 scalar}. "train" reads data_batch_1.bin ..
 /// data_batch_5.bin, "test" reads test_batch.bin, from `dir` or from
 /// `dir`/cifar-10-batches-bin (the extracted binary-version archive).
 class Cifar10 : public DataFromList {
@@ -66,6 +81,19 @@ class Cifar10 : public DataFromList {
   Cifar10(const std::string& train_or_test, const std::string& dir, bool shuffle = true,
           uint64_t seed = 0);
   std::string name() const override { return "Cifar10"; }
+};
+
+/// CIFAR-100 split as a DataFlow: datapoints {image f32 [32, 32, 3] HWC (RGB)
+/// in 0..255, label i64 scalar}, the label fine (100 classes) or coarse (20)
+/// per `label_mode`. "train" reads train.bin (50000 images), "test" test.bin
+/// (10000), from `dir` or from `dir`/cifar-100-binary (the extracted
+/// binary-version archive).
+class Cifar100 : public DataFromList {
+ public:
+  Cifar100(const std::string& train_or_test, const std::string& dir,
+           Cifar100Label label_mode = Cifar100Label::kFine, bool shuffle = true,
+           uint64_t seed = 0);
+  std::string name() const override { return "Cifar100"; }
 };
 
 }  // namespace spire

@@ -6,10 +6,12 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/support/image_writer.h"
 #include "tests/support/op_test_util.h"
 #include "tests/support/temp_dir.h"
 #include "train/checkpoint.h"
 #include "train/datasets.h"
+#include "train/image_io.h"
 
 namespace spire::testing {
 namespace {
@@ -104,7 +106,8 @@ TEST(FuzzSeeds, WriteSeedCorpora) {
     EXPECT_TRUE(read_checkpoint_index(tmp.path()).has_value());
     write_bytes(corpus("checkpoint_index") + "/checkpoint", read_bytes(tmp.path() + "/" + kCheckpointIndexName));
   }
-  // dataset: [even byte][2-byte split][IDX images][IDX labels] (plain and gzip), [odd byte][CIFAR batch].
+  // dataset: [even byte][2-byte split][IDX images][IDX labels] (plain and gzip), [1][CIFAR-10
+  // batch], [3][CIFAR-100 file].
   {
     const uint32_t n = 3, rows = 4, cols = 5;
     std::string images = be32(0x00000803) + be32(n) + be32(rows) + be32(cols);
@@ -126,6 +129,59 @@ TEST(FuzzSeeds, WriteSeedCorpora) {
     write_bytes(corpus("dataset") + "/cifar", std::string(1, 1) + cifar);
     write_bytes(tmp.path() + "/c", cifar);
     EXPECT_EQ(load_cifar10_bin({tmp.path() + "/c"}).labels.num_elements(), 2);
+    std::string cifar100;
+    for (int r = 0; r < 2; ++r) {
+      cifar100 += static_cast<char>(r + 3);
+      cifar100 += static_cast<char>(r + 40);
+      for (int p = 0; p < 3072; ++p) cifar100 += static_cast<char>(p * (r + 1));
+    }
+    write_bytes(corpus("dataset") + "/cifar100", std::string(1, 3) + cifar100);
+    write_bytes(tmp.path() + "/c100", cifar100);
+    EXPECT_EQ(load_cifar100_bin({tmp.path() + "/c100"}).labels.to_vector<int64_t>(),
+              (std::vector<int64_t>{40, 41}));
+  }
+  // image: [options byte][a JPEG or PNG]: JPEGs gray, RGB (progressive-free, 4:2:0) and CMYK;
+  // PNGs RGB, interlaced RGBA, 16-bit gray, palette.
+  {
+    std::vector<uint8_t> rgb, gray, cmyk;
+    for (int i = 0; i < 20 * 12; ++i) {
+      rgb.insert(rgb.end(), {static_cast<uint8_t>(i), static_cast<uint8_t>(3 * i), static_cast<uint8_t>(250 - i)});
+      gray.push_back(static_cast<uint8_t>(i * 5));
+      cmyk.insert(cmyk.end(), {static_cast<uint8_t>(i), 40, static_cast<uint8_t>(2 * i), 200});
+    }
+    PngSpec rgba;
+    rgba.width = 5;
+    rgba.height = 7;
+    rgba.color = PngColor::kRGBA;
+    rgba.interlaced = true;
+    for (int i = 0; i < 5 * 7 * 4; ++i) rgba.samples.push_back(static_cast<uint16_t>(i * 9 % 256));
+    PngSpec gray16;
+    gray16.width = 4;
+    gray16.height = 3;
+    gray16.color = PngColor::kGray;
+    gray16.bit_depth = 16;
+    for (int i = 0; i < 12; ++i) gray16.samples.push_back(static_cast<uint16_t>(i * 5000));
+    PngSpec pal;
+    pal.width = 3;
+    pal.height = 2;
+    pal.color = PngColor::kPalette;
+    pal.palette = {255, 0, 0, 0, 255, 0};
+    pal.samples = {0, 1, 1, 0, 0, 1};
+    PngSpec plain = rgba;
+    plain.color = PngColor::kRGB;
+    plain.interlaced = false;
+    plain.samples.resize(5 * 7 * 3);
+    const std::vector<std::pair<std::string, ImageBytes>> images = {
+        {"rgb.jpg", encode_jpeg(20, 12, 3, rgb, 80)},  {"gray.jpg", encode_jpeg(20, 12, 1, gray, 90)},
+        {"cmyk.jpg", encode_jpeg(20, 12, 4, cmyk, 90)}, {"rgb.png", encode_png(plain)},
+        {"rgba_interlaced.png", encode_png(rgba)},     {"gray16.png", encode_png(gray16)},
+        {"palette.png", encode_png(pal)}};
+    for (const auto& [name, bytes] : images) {
+      EXPECT_NO_THROW(decode_image(bytes.data(), bytes.size(), name)) << name;
+      std::string framed(1, '\x04');  // BGR, 2^18-pixel limit
+      framed.append(bytes.begin(), bytes.end());
+      write_bytes(corpus("image") + "/" + name, framed);
+    }
   }
 }
 

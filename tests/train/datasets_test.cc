@@ -272,6 +272,106 @@ TEST(Cifar10, RejectsBadFiles) {
   expect_error([&] { Cifar10("test", dir.str()); }, {"test_batch.bin", "empty"});
 }
 
+// ---- CIFAR-100 -----------------------------------------------------------------------
+
+// Record r: coarse label (r * 3) % 20, fine label (r * 7) % 100, then the pixels.
+Bytes cifar100_records(int n, int first) {
+  Bytes b;
+  for (int r = first; r < first + n; ++r) {
+    b.push_back(static_cast<uint8_t>((r * 3) % 20));
+    b.push_back(static_cast<uint8_t>((r * 7) % 100));
+    for (int c = 0; c < 3; ++c)
+      for (int y = 0; y < 32; ++y)
+        for (int x = 0; x < 32; ++x) b.push_back(cifar_px(r, c, y, x));
+  }
+  return b;
+}
+
+void check_cifar100(DataFlow& df, int n, int first, bool coarse) {
+  df.reset_state();
+  int r = first;
+  for (Datapoint& dp : df.epoch()) {
+    ASSERT_EQ(dp[0].type_string(), "f32[32, 32, 3]");
+    EXPECT_EQ(dp[1].item<int64_t>(), coarse ? (r * 3) % 20 : (r * 7) % 100) << r;
+    std::vector<float> px = dp[0].to_vector<float>();
+    for (int y : {0, 9, 31})
+      for (int x : {0, 13, 31})
+        for (int c = 0; c < 3; ++c)
+          ASSERT_EQ(px[static_cast<size_t>((y * 32 + x) * 3 + c)], cifar_px(r, c, y, x))
+              << r << " " << y << " " << x << " " << c;
+    ++r;
+  }
+  EXPECT_EQ(r, first + n);
+}
+
+TEST(Cifar100, ReadsFineAndCoarseLabels) {
+  TempDir dir;
+  // 17 records: the fine labels reach 98 (r = 14), above any coarse label.
+  write_plain(dir.file("train.bin"), cifar100_records(17, 0));
+  write_plain(dir.file("test.bin"), cifar100_records(4, 30));
+  Cifar100 fine("train", dir.str(), Cifar100Label::kFine, /*shuffle=*/false);
+  EXPECT_EQ(fine.name(), "Cifar100");
+  EXPECT_EQ(fine.size(), 17);
+  check_cifar100(fine, 17, 0, false);
+  Cifar100 coarse("train", dir.str(), Cifar100Label::kCoarse, /*shuffle=*/false);
+  check_cifar100(coarse, 17, 0, true);
+  Cifar100 test("test", dir.str(), Cifar100Label::kFine, /*shuffle=*/false);
+  check_cifar100(test, 4, 30, false);
+  // The default is the fine label.
+  EXPECT_EQ(load_cifar100_bin({dir.file("test.bin")}).labels.to_vector<int64_t>(),
+            (std::vector<int64_t>{10, 17, 24, 31}));
+  EXPECT_EQ(load_cifar100_bin({dir.file("test.bin")}, Cifar100Label::kCoarse)
+                .labels.to_vector<int64_t>(),
+            (std::vector<int64_t>{10, 13, 16, 19}));
+  // Several files concatenate; shuffling visits every record once.
+  EXPECT_EQ(load_cifar100_bin({dir.file("train.bin"), dir.file("test.bin")}).images.type_string(),
+            "f32[21, 32, 32, 3]");
+  Cifar100 shuffled("train", dir.str(), Cifar100Label::kFine, /*shuffle=*/true, /*seed=*/5);
+  shuffled.reset_state();
+  std::vector<int64_t> seen;
+  for (Datapoint& dp : shuffled.epoch()) seen.push_back(dp[1].item<int64_t>());
+  std::vector<int64_t> expected;
+  for (int r = 0; r < 17; ++r) expected.push_back((r * 7) % 100);
+  EXPECT_NE(seen, expected);
+  std::sort(seen.begin(), seen.end());
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(seen, expected);
+
+  // The extracted archive's folder.
+  TempDir nested;
+  fs::create_directories(nested.file("cifar-100-binary"));
+  write_plain(nested.file("cifar-100-binary/test.bin"), cifar100_records(2, 0));
+  EXPECT_EQ(Cifar100("test", nested.str()).size(), 2);
+}
+
+TEST(Cifar100, RejectsBadFiles) {
+  TempDir dir;
+  Bytes cut = cifar100_records(3, 0);
+  cut.resize(cut.size() - 1000);  // truncated inside the third record
+  write_plain(dir.file("train.bin"), cut);
+  expect_error([&] { Cifar100("train", dir.str()); },
+               {"train.bin", "size 8222 bytes", "not a multiple of 3074",
+                "2 label bytes (coarse, fine)", "CIFAR-100", "2 whole records + 2074 bytes"});
+  // A CIFAR-10 batch is not a CIFAR-100 file (3 * 3073 is no multiple of 3074).
+  write_plain(dir.file("train.bin"), cifar_records(3, 0));
+  expect_error([&] { Cifar100("train", dir.str()); }, {"train.bin", "not a multiple of 3074"});
+  expect_error([&] { Cifar100("test", dir.str()); }, {"Cifar100", "cannot find test.bin"});
+  expect_error([&] { Cifar100("val", dir.str()); }, {"Cifar100", "\"train\" or \"test\"", "val"});
+  Bytes bad = cifar100_records(2, 0);
+  bad[3074 + 1] = 100;  // the second record's fine label
+  write_plain(dir.file("test.bin"), bad);
+  expect_error([&] { Cifar100("test", dir.str()); },
+               {"test.bin", "record 1 has fine label 100", "0..99"});
+  bad = cifar100_records(2, 0);
+  bad[0] = 20;
+  write_plain(dir.file("test.bin"), bad);
+  expect_error([&] { Cifar100("test", dir.str(), Cifar100Label::kCoarse); },
+               {"test.bin", "record 0 has coarse label 20", "0..19"});
+  write_plain(dir.file("test.bin"), Bytes{});
+  expect_error([&] { Cifar100("test", dir.str()); },
+               {"test.bin", "empty", "CIFAR-100 records of 3074 bytes"});
+}
+
 // ---- real MNIST --------------------------------------------------------------------------
 
 TEST(MnistReal, SharedDataset) {
