@@ -9,12 +9,15 @@
 //   ./build/examples/resnet --dataset fake --depth 50 --batch 32 --max-epoch 1
 //   mpirun -np 2 ./build/examples/resnet --dataset mnist --trainer horovod
 //
-// Datasets: mnist (28x28 padded with zeros to 32x32, 1 channel), cifar10 (the binary
-// release), fake (random images and labels, for throughput runs as tensorpack's --fake:
-// 224x224 for the depths of resnet_model.py, 18, 34, 50, 101, 152, else 32x32). Input normalization happens in the graph
-// (per-channel mean and standard deviation of the dataset). The 32x32 models train with
-// random crops of the zero-padded image (4 pixels) and horizontal flips on CIFAR (not on
-// MNIST, whose digits are not mirror-symmetric), as cifar10-resnet.py.
+// Datasets: mnist (28x28 padded with zeros to 32x32, 1 channel), cifar10 and cifar100
+// (the binary releases), imagenet (tensorpack's ILSVRC12 folder layout: JPEG or PNG
+// files decoded and augmented with fbresnet_augmentor on --data-threads threads), fake
+// (random images and labels, for throughput runs as tensorpack's --fake: 224x224 for
+// the depths of resnet_model.py, 18, 34, 50, 101, 152, else 32x32). Input
+// normalization happens in the graph (per-channel mean and standard deviation of the
+// dataset). The 32x32 models train on CIFAR with cifar10-resnet.py's augmentation
+// (random 32x32 crops of the image pasted on 40x40 zeros, horizontal flips); MNIST has
+// none (its digits are not mirror-symmetric).
 //
 // Learning rate (tensorpack's ScheduledHyperParamSetter, linear interpolation, set every
 // step): --lr is the peak (default 0.1); --scale-lr applies Goyal et al.'s linear
@@ -26,7 +29,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
@@ -43,7 +46,7 @@ namespace {
 using namespace spire;
 using namespace spire_examples;
 
-enum class Dataset { kMnist, kCifar10, kFake };
+enum class Dataset { kMnist, kCifar10, kCifar100, kImagenet, kFake };
 
 struct Flags {
   Dataset dataset = Dataset::kMnist;
@@ -63,6 +66,8 @@ struct Flags {
   int64_t fake_images = 0;
   int64_t val_images = 0;  // 0: the whole test set
   SyncStatistics sync_bn = SyncStatistics::kNone;
+  bool depth_given = false;
+  int threads_data = 4;   // imagenet: decoding and augmenting threads
   bool imagenet = false;  // the 224x224 family (resnet_model.py), else the 32x32 one
   TrainerFlags t;
 };
@@ -72,8 +77,10 @@ void usage(const char* argv0) {
       "Usage: %s [--dataset D] [--data DIR] [--depth N] [--batch N] [trainer flags] ...\n"
       "Trains tensorpack's ResNets; checkpoints, stats.json and TensorBoard events go to\n"
       "--logdir. Run the same command again to resume an interrupted run.\n"
-      "  --dataset D          mnist (default), cifar10 or fake\n"
-      "  --data DIR           the dataset's directory (mnist: default ../shared/data/mnist)\n"
+      "  --dataset D          mnist (default), cifar10, cifar100, imagenet or fake\n"
+      "  --data DIR           the dataset's directory (mnist: default ../shared/data/mnist;\n"
+      "                       cifar: the binary release; imagenet: train/<wnid>/*.JPEG, val/)\n"
+      "  --data-threads N     imagenet: threads decoding and augmenting (default 4)\n"
       "  --depth N            6n+2: 20 (default), 32, 56, 110 (32x32 ResNets), or with fake data\n"
       "                       18, 34, 50, 101, 152 (224x224 ResNets)\n"
       "  --arch A             32x32 models: preact (default, cifar10-resnet.py) or resnet\n"
@@ -98,14 +105,18 @@ void usage(const char* argv0) {
 Dataset parse_dataset(const std::string& v) {
   if (v == "mnist") return Dataset::kMnist;
   if (v == "cifar10") return Dataset::kCifar10;
+  if (v == "cifar100") return Dataset::kCifar100;
+  if (v == "imagenet") return Dataset::kImagenet;
   if (v == "fake") return Dataset::kFake;
-  throw_error("--dataset: expected mnist, cifar10 or fake, got '", v, "'");
+  throw_error("--dataset: expected mnist, cifar10, cifar100, imagenet or fake, got '", v, "'");
 }
 
 const char* dataset_name(Dataset d) {
   switch (d) {
     case Dataset::kMnist: return "mnist";
     case Dataset::kCifar10: return "cifar10";
+    case Dataset::kCifar100: return "cifar100";
+    case Dataset::kImagenet: return "imagenet";
     case Dataset::kFake: return "fake";
   }
   return "?";
@@ -133,7 +144,10 @@ bool parse_flags(int argc, char** argv, Flags* f) {
     if (key == "--dataset") f->dataset = parse_dataset(val);
     else if (key == "--data") f->data = val;
     else if (key == "--logdir") f->logdir = val;
-    else if (key == "--depth") f->depth = static_cast<int>(parse_int_flag(key, val, 1));
+    else if (key == "--depth") {
+      f->depth = static_cast<int>(parse_int_flag(key, val, 1));
+      f->depth_given = true;
+    }
     else if (key == "--arch") {
       if (val == "preact") f->mode = CifarResNetMode::kPreact;
       else if (val == "resnet") f->mode = CifarResNetMode::kResNet;
@@ -151,16 +165,25 @@ bool parse_flags(int argc, char** argv, Flags* f) {
     else if (key == "--label-smoothing") f->label_smoothing = parse_double(key, val, 0);
     else if (key == "--fake-images") f->fake_images = parse_int_flag(key, val, 1);
     else if (key == "--val-images") f->val_images = parse_int_flag(key, val, 1);
+    else if (key == "--data-threads") f->threads_data = static_cast<int>(parse_int_flag(key, val, 1));
     else if (key == "--sync-bn") f->sync_bn = parse_sync_statistics(val);
     else if (!parse_trainer_flag(key, val, &f->t))
       throw_error("unknown argument '", key, "' (see --help)");
   }
   // Fake data takes the 224x224 family for its depths (50 and 152 are also 6n+2).
-  f->imagenet = f->dataset == Dataset::kFake && is_imagenet_resnet_depth(f->depth);
+  if (f->dataset == Dataset::kImagenet && !f->depth_given) f->depth = 50;
+  f->imagenet = f->dataset == Dataset::kImagenet ||
+                (f->dataset == Dataset::kFake && is_imagenet_resnet_depth(f->depth));
   const bool small = !f->imagenet;
+  if (f->imagenet && !is_imagenet_resnet_depth(f->depth))
+    throw_error("--depth ", f->depth, ": ImageNet ResNets have depth 18, 34, 50 (default), 101 or 152");
   if (small && !is_cifar_resnet_depth(f->depth))
     throw_error("--depth ", f->depth, ": the ", dataset_name(f->dataset), " images are 32x32, so a depth 6n+2 ",
                 "(20, 32, 56, 110)", f->dataset == Dataset::kFake ? " or a 224x224 ResNet's (18, 34, 50, 101, 152)" : "");
+  if (f->dataset != Dataset::kMnist && f->dataset != Dataset::kFake && f->data.empty())
+    throw_error("--dataset ", dataset_name(f->dataset), " needs --data DIR (",
+                f->dataset == Dataset::kImagenet ? "with train/<wnid>/*.JPEG and val/"
+                                                 : "the binary release", ")");
   if (f->label_smoothing > 1) throw_error("--label-smoothing must lie in [0, 1]");
   if (f->weight_decay < 0) f->weight_decay = small ? 2e-4 : 1e-4;
   if (f->fake_images == 0) f->fake_images = small ? 1024 : 128;
@@ -180,41 +203,17 @@ struct ImageSpec {
 ImageSpec image_spec(const Flags& f) {
   switch (f.dataset) {
     case Dataset::kMnist: return {32, 1, 10, {33.32}, {78.57}};
+    // CIFAR's images are RGB; ImageNet's decoded BGR (cv2.imread's order, as tensorpack).
     case Dataset::kCifar10: return {32, 3, 10, {125.31, 122.95, 113.87}, {62.99, 62.09, 66.70}};
+    case Dataset::kCifar100: return {32, 3, 100, {129.30, 124.07, 112.43}, {68.17, 65.39, 70.42}};
+    case Dataset::kImagenet:
+      return {224, 3, 1000, {0.406 * 255, 0.456 * 255, 0.485 * 255}, {0.225 * 255, 0.224 * 255, 0.229 * 255}};
     case Dataset::kFake:
       return {f.imagenet ? 224 : 32, 3, f.imagenet ? 1000 : 10,
               {0, 0, 0}, {1, 1, 1}};
   }
   return {};
 }
-
-// Random crop of a zero-padded image (tensorpack's CenterPaste + RandomCrop, padding 4)
-// and a horizontal flip with probability 0.5, on an HWC image; its own seeded stream.
-class PadCropFlip {
- public:
-  PadCropFlip(int64_t pad, bool flip, uint64_t seed) : pad_(pad), flip_(flip), rng_(seed) {}
-  Tensor operator()(const Tensor& in) {
-    const int64_t h = in.dim(0), w = in.dim(1), c = in.dim(2);
-    std::uniform_int_distribution<int64_t> offset(0, 2 * pad_);
-    const int64_t dy = offset(rng_) - pad_, dx = offset(rng_) - pad_;
-    const bool mirror = flip_ && std::bernoulli_distribution(0.5)(rng_);
-    Tensor out(DType::F32, in.shape());
-    const float* src = in.data<float>();
-    float* dst = out.data<float>();
-    for (int64_t y = 0; y < h; ++y)
-      for (int64_t x = 0; x < w; ++x) {
-        const int64_t sy = y + dy, sx0 = x + dx, sx = mirror ? w - 1 - sx0 : sx0;
-        for (int64_t k = 0; k < c; ++k)
-          dst[(y * w + x) * c + k] = (sy < 0 || sy >= h || sx0 < 0 || sx0 >= w) ? 0.0f : src[(sy * w + sx) * c + k];
-      }
-    return out;
-  }
-
- private:
-  int64_t pad_;
-  bool flip_;
-  std::mt19937_64 rng_;
-};
 
 std::vector<Datapoint> fake_datapoints(const ImageSpec& spec, int64_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -230,40 +229,57 @@ std::vector<Datapoint> fake_datapoints(const ImageSpec& spec, int64_t n, uint64_
 }
 
 struct Data {
-  std::shared_ptr<DataFromList> train_source;
+  std::function<void(int64_t)> set_next_epoch;  // to continue the training order on resume
   std::shared_ptr<DataFlow> train, test;
 };
 
 Data make_data(const Flags& f, const ImageSpec& spec) {
   Data d;
+  std::shared_ptr<DataFlow> train, test;
   if (f.dataset == Dataset::kFake) {
-    d.train_source = std::make_shared<DataFromList>(fake_datapoints(spec, f.fake_images, 1));
-    d.train = std::make_shared<BatchData>(d.train_source, f.batch, false);
-    d.test = std::make_shared<BatchData>(
-        std::make_shared<DataFromList>(fake_datapoints(spec, std::min<int64_t>(f.fake_images, 256), 2), false),
-        f.batch, true);
-    return d;
-  }
-  std::shared_ptr<DataFromList> train, test;
-  if (f.dataset == Dataset::kMnist) {
-    const std::string dir = find_mnist_dir(f.data);
-    train = std::make_shared<Mnist>("train", dir);
-    test = std::make_shared<Mnist>("test", dir, false);
+    auto list = std::make_shared<DataFromList>(fake_datapoints(spec, f.fake_images, 1));
+    d.set_next_epoch = [list](int64_t e) { list->set_next_epoch(e); };
+    train = list;
+    test = std::make_shared<DataFromList>(fake_datapoints(spec, std::min<int64_t>(f.fake_images, 256), 2), false);
+  } else if (f.dataset == Dataset::kImagenet) {
+    // tensorpack's ImageNet pipeline: files -> decode + fbresnet_augmentor on a pool of
+    // threads -> batches. Bad images are counted and skipped in training.
+    ILSVRC12Options options;
+    auto files = std::make_shared<ILSVRC12Files>(f.data, "train", options);
+    d.set_next_epoch = [files](int64_t e) { files->set_next_epoch(e); };
+    auto decode = std::make_shared<ImageFileDecoder>(0, /*skip_bad_images=*/true);
+    auto augment = fbresnet_augmentor(true, 11);
+    train = std::make_shared<MultiThreadMapData>(
+        files, f.threads_data, [decode, augment](Datapoint dp) -> std::optional<Datapoint> {
+          std::optional<Datapoint> img = (*decode)(std::move(dp));
+          if (!img) return std::nullopt;
+          return augment_component_func(augment)(std::move(*img));
+        });
+    test = std::make_shared<ILSVRC12>(f.data, "val", options);
+    test = std::make_shared<AugmentImageComponent>(test, std::vector<AugmentorPtr>{fbresnet_augmentor(false)});
   } else {
-    if (f.data.empty()) throw_error("--dataset cifar10 needs --data DIR (the CIFAR-10 binary release)");
-    train = std::make_shared<Cifar10>("train", f.data);
-    test = std::make_shared<Cifar10>("test", f.data, false);
+    std::shared_ptr<DataFromList> list;
+    if (f.dataset == Dataset::kMnist) {
+      const std::string dir = find_mnist_dir(f.data);
+      list = std::make_shared<Mnist>("train", dir);
+      test = std::make_shared<Mnist>("test", dir, false);
+    } else if (f.dataset == Dataset::kCifar10) {
+      list = std::make_shared<Cifar10>("train", f.data);
+      test = std::make_shared<Cifar10>("test", f.data, false);
+    } else {
+      list = std::make_shared<Cifar100>("train", f.data);
+      test = std::make_shared<Cifar100>("test", f.data, Cifar100Label::kFine, false);
+    }
+    d.set_next_epoch = [list](int64_t e) { list->set_next_epoch(e); };
+    train = list;
+    // cifar10-resnet.py: paste on 40x40 zeros, random 32x32 crop, flip (not on MNIST,
+    // whose digits are not mirror-symmetric; its 28x28 images are padded in the graph).
+    if (f.dataset != Dataset::kMnist)
+      train = std::make_shared<AugmentImageComponent>(train, std::vector<AugmentorPtr>{cifar_augmentor(true, 7)});
   }
-  d.train_source = train;
-  // MNIST comes as [28, 28]: make it HWC before the augmentors; the graph pads to 32x32.
-  std::shared_ptr<DataFlow> tr = train, te = test;
-  if (f.dataset == Dataset::kCifar10) {
-    auto aug = std::make_shared<PadCropFlip>(4, true, 7);
-    tr = std::make_shared<MapDataComponent>(tr, [aug](Tensor im) -> std::optional<Tensor> { return (*aug)(im); });
-  }
-  if (f.val_images > 0) te = std::make_shared<FixedSizeData>(te, std::min(f.val_images, te->size()), false);
-  d.train = std::make_shared<BatchData>(tr, f.batch, false);
-  d.test = std::make_shared<BatchData>(te, 250, true);
+  if (f.val_images > 0) test = std::make_shared<FixedSizeData>(test, std::min(f.val_images, test->size()), false);
+  d.train = std::make_shared<BatchData>(train, f.batch, false);
+  d.test = std::make_shared<BatchData>(test, f.dataset == Dataset::kFake || f.imagenet ? f.batch : 250, true);
   return d;
 }
 
@@ -380,7 +396,7 @@ int main(int argc, char** argv) {
     config.logdir = flags.logdir;
 
     if (!launch_example_training(t, config, *trainer,
-                                 [&](int epoch) { data.train_source->set_next_epoch(epoch - 1); }))
+                                 [&](int epoch) { data.set_next_epoch(epoch - 1); }))
       return 0;
     double err = 0;
     int epoch = 0;
