@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The training curve of any Spire run: loss and validation accuracy per
-epoch from LOGDIR/stats.json (written by the trainer's monitors), as a PNG
+"""The training curve of any Spire run: losses and accuracies or error rates
+per epoch from LOGDIR/stats.json (written by the trainer's monitors), as a PNG
 (LOGDIR/training_curve.png unless --out) and a table on stdout.
 
 usage: scripts/plot_stats.py LOGDIR [--out FILE] [--title TEXT]
@@ -12,8 +12,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-LOSSES = ("total_cost", "cross_entropy_loss", "validation_cross_entropy_loss")
-ACCURACIES = ("accuracy", "validation_accuracy")
+# The main job's names, then the ResNet example's (tensorpack's ImageNetModel).
+LOSSES = ("total_cost", "cross_entropy_loss", "validation_cross_entropy_loss",
+          "cost", "xentropy-loss", "validation_xentropy-loss")
+ACCURACIES = ("accuracy", "validation_accuracy",
+              "train-error-top1", "val-error-top1")
 
 
 def read_stats(logdir):
@@ -57,7 +60,9 @@ def plot(s, out, title):
         if k in s:
             right.plot(*zip(*s[k]), marker="o", label=k)
     right.set_xlabel("epoch")
-    right.set_ylabel("accuracy")
+    right.set_ylabel("error" if all("error" in k for k in ACCURACIES if k in s) else "accuracy")
+    if all("error" in k for k in ACCURACIES if k in s):
+        right.set_yscale("log")
     right.grid(True, alpha=0.3)
     right.legend()
     fig.suptitle(title)
@@ -74,7 +79,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     s = series(read_stats(args.logdir))
     if not s:
-        raise SystemExit(f"plot_stats: {args.logdir}/stats.json has no losses or accuracies per epoch")
+        raise SystemExit(f"plot_stats: {args.logdir}/stats.json has no losses, accuracies or errors per epoch")
     epochs = sorted({ep for v in s.values() for ep, _ in v})
     names = [k for k in LOSSES + ACCURACIES if k in s]
     print("epoch " + " ".join(f"{k:>30}" for k in names))

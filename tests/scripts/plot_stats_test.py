@@ -41,6 +41,17 @@ class PlotStats(unittest.TestCase):
         self.assertEqual(s["accuracy"], [(2, 0.88)])
         self.assertNotIn("learning_rate", s)
 
+    def test_resnet_example_names(self):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "stats.json"), "w") as f:
+                json.dump([{"epoch_num": 1, "xentropy-loss": 0.06, "val-error-top1": 0.14,
+                            "learning_rate": 0.1},
+                           {"epoch_num": 2, "xentropy-loss": 0.05, "val-error-top1": 0.02}], f)
+            s = plot_stats.series(plot_stats.read_stats(d))
+            self.assertEqual(s["xentropy-loss"], [(1, 0.06), (2, 0.05)])
+            self.assertEqual(s["val-error-top1"], [(1, 0.14), (2, 0.02)])
+            self.assertNotIn("learning_rate", s)
+
     def test_missing_and_broken_files_are_clear_errors(self):
         with tempfile.TemporaryDirectory() as empty:
             with self.assertRaises(SystemExit) as e:
