@@ -11,12 +11,14 @@
 // uniform labels) with SessionOptions::num_threads = --threads.
 //
 // After --warmup untimed steps it times --windows windows of --steps steps; images/s is
-// batch / the median window's seconds per step. Peak resident memory is VmHWM of
-// /proc/self/status at the end (the whole process: libraries, graph, variables,
-// activations). The last line is machine-readable:
+// batch / the median window's seconds per step; cpu_ms_per_step is the process's CPU
+// time (all threads) over the timed steps, a check on a shared machine. Peak resident
+// memory is VmHWM of /proc/self/status at the end (the whole process: libraries, graph,
+// variables, activations). The last line is machine-readable:
 //
 //   RESULT engine=spire model=M batch=B threads=T images_per_s=X ms_per_step=X
-//          ms_best=X peak_rss_mib=X start_rss_mib=X loss_first=X loss_last=X part=P
+//          ms_best=X cpu_ms_per_step=X peak_rss_mib=X start_rss_mib=X loss_first=X
+//          loss_last=X part=P
 //
 // (one line; start_rss_mib is VmRSS before the graph is built). --part forward|backward
 // times less than a step, to see where a step's time goes: forward = the training-mode
@@ -29,6 +31,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <random>
 #include <string>
@@ -113,6 +116,13 @@ bool parse(int argc, char** argv, Options& o) {
   return true;
 }
 
+// Seconds of CPU time of the whole process (all its threads) so far.
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 // A "Vm...:   123 kB" field of /proc/self/status in MiB (-1 where it cannot be read).
 double proc_status_mib(const char* field) {
   std::ifstream f("/proc/self/status");
@@ -177,6 +187,7 @@ int run(const Options& o) {
     if (i == 0) loss_first = loss_last;
   }
   std::vector<double> per_step;
+  const double cpu0 = process_cpu_seconds();
   for (int w = 0; w < o.windows; ++w) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < o.steps; ++i) {
@@ -188,14 +199,15 @@ int run(const Options& o) {
     std::fprintf(stderr, "resnet_step: window %d: %.1f ms/step, loss %.4f\n", w,
                  per_step.back() * 1e3, loss_last);
   }
+  const double cpu_per_step = (process_cpu_seconds() - cpu0) / (o.windows * o.steps);
   std::sort(per_step.begin(), per_step.end());
   const double median = per_step[per_step.size() / 2];
   std::printf("RESULT engine=spire model=%s batch=%lld threads=%d images_per_s=%.2f "
-              "ms_per_step=%.2f ms_best=%.2f peak_rss_mib=%.1f start_rss_mib=%.1f "
+              "ms_per_step=%.2f ms_best=%.2f cpu_ms_per_step=%.2f peak_rss_mib=%.1f start_rss_mib=%.1f "
               "loss_first=%.4f loss_last=%.4f part=%s\n",
               o.model.c_str(), static_cast<long long>(o.batch), o.threads,
               static_cast<double>(o.batch) / median, median * 1e3, per_step.front() * 1e3,
-              proc_status_mib("VmHWM"), start_rss, loss_first, loss_last, o.part.c_str());
+              cpu_per_step * 1e3,              proc_status_mib("VmHWM"), start_rss, loss_first, loss_last, o.part.c_str());
   return 0;
 }
 

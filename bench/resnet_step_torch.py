@@ -27,12 +27,13 @@ must agree).
 Fake data as tensorflow/benchmarks: one batch of N(0, 1) images and uniform labels made
 once and used by every step. torch.set_num_threads(--threads). After --warmup untimed
 steps, --windows windows of --steps steps; images/s = batch / the median window's
-seconds per step. Peak resident memory: VmHWM of /proc/self/status at the end (the
+seconds per step; cpu_ms_per_step is the process's CPU time (all threads) over the timed
+steps. Peak resident memory: VmHWM of /proc/self/status at the end (the
 whole process, the Python interpreter and torch's libraries included; start_rss_mib is
 VmRSS after importing torch, before the model is built). Last line:
 
   RESULT engine=torch model=M batch=B threads=T images_per_s=X ms_per_step=X ms_best=X
-         peak_rss_mib=X start_rss_mib=X loss_first=X loss_last=X part=P
+         cpu_ms_per_step=X peak_rss_mib=X start_rss_mib=X loss_first=X loss_last=X part=P
 
 --part forward|backward times less than a step (the forward pass and cost; that and
 backward, without the update), as resnet_step's --part.
@@ -206,6 +207,7 @@ def main():
         if i == 0:
             loss_first = loss_last
     ms = []
+    cpu0 = time.process_time()
     for w in range(args.windows):
         t0 = time.perf_counter()
         for _ in range(args.steps):
@@ -215,11 +217,12 @@ def main():
         ms.append((time.perf_counter() - t0) * 1e3 / args.steps)
         print(f"resnet_step_torch: window {w}: {ms[-1]:.1f} ms/step, loss {loss_last:.4f}",
               file=sys.stderr, flush=True)
+    cpu_ms = (time.process_time() - cpu0) * 1e3 / (args.windows * args.steps)
     ms_sorted = sorted(ms)
     median = ms_sorted[len(ms_sorted) // 2]  # the upper median, as resnet_step.cc
     print(f"RESULT engine=torch model={args.model} batch={args.batch} threads={args.threads} "
           f"images_per_s={1e3 * args.batch / median:.2f} ms_per_step={median:.2f} "
-          f"ms_best={ms_sorted[0]:.2f} peak_rss_mib={proc_status_mib('VmHWM'):.1f} "
+          f"ms_best={ms_sorted[0]:.2f} cpu_ms_per_step={cpu_ms:.2f} peak_rss_mib={proc_status_mib('VmHWM'):.1f} "
           f"start_rss_mib={start_rss:.1f} loss_first={loss_first:.4f} "
           f"loss_last={loss_last:.4f} part={args.part}", flush=True)
     return 0

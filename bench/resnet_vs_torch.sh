@@ -23,7 +23,9 @@
 # 2 warm-up steps and 3 windows of 1 step (images/s from the median window). On the
 # 2-vCPU development VM the full run takes about 20 minutes.
 #
-# Prints each run, a table, each engine's best thread count per configuration, and
+# Prints each run, a table (with each best run's CPU ms per step, all threads: on a shared
+# machine a check that a slow run was slow for want of a core), each engine's best thread
+# count per configuration, and
 # ends with one line per configuration and thread count:
 #   RATIO <model> <batch> <threads> <Spire images/s / PyTorch images/s> <Spire peak MiB / PyTorch peak MiB>
 # Exit status 1 when a run failed; a missing PyTorch is reported and its ratios are nan.
@@ -88,7 +90,8 @@ field() { tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p"; }
 FAILED=0
 # [engine model batch threads] -> best images/s, largest peak MiB, largest peak MiB above
 # the process's resident memory at its start (PyTorch's import alone is hundreds of MiB).
-declare -A IPS RSS GROW
+# CPU: the process's CPU ms per step (all threads) in the run with the best images/s.
+declare -A IPS RSS GROW CPU
 # run ENGINE MODEL BATCH THREADS: one process; folds its RESULT into IPS and RSS.
 run() {
   local engine=$1 model=$2 batch=$3 t=$4 out line
@@ -114,13 +117,16 @@ run() {
     return
   fi
   echo "$line  (load $(cut -d' ' -f1-3 /proc/loadavg))"
-  local ips rss rss0 loss key="$engine $model $batch $t"
+  local ips rss rss0 loss cpu key="$engine $model $batch $t"
   ips=$(field "$line" images_per_s)
+  cpu=$(field "$line" cpu_ms_per_step)
   rss=$(field "$line" peak_rss_mib)
   rss0=$(field "$line" start_rss_mib)
   loss=$(field "$line" loss_last)
   [[ $loss =~ ^-?[0-9] ]] || echo "resnet_vs_torch: warning: $engine $model's loss is $loss (lr too high for fake data?)" >&2
-  IPS[$key]=$(awk -v a="${IPS[$key]:-0}" -v b="$ips" 'BEGIN { print (b > a ? b : a) }')
+  if awk -v a="${IPS[$key]:-0}" -v b="$ips" 'BEGIN { exit !(b > a) }'; then
+    IPS[$key]=$ips CPU[$key]=$cpu
+  fi
   RSS[$key]=$(awk -v a="${RSS[$key]:-0}" -v b="$rss" 'BEGIN { print (b > a ? b : a) }')
   GROW[$key]=$(awk -v a="${GROW[$key]:-0}" -v b="$rss" -v c="$rss0" 'BEGIN { print (b - c > a ? b - c : a) }')
 }
@@ -143,10 +149,10 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || b + 0 == 0)
 echo
 # ("above start": peak minus the resident memory when the program started, PyTorch's
 # after importing torch; the RATIO lines compare the whole peaks.)
-FMT='%-9s %5s %7s %12s %14s %6s %11s %13s %6s %12s %13s %6s\n'
-printf "$FMT" model batch threads "Spire img/s" "PyTorch img/s" ratio "Spire peak" "PyTorch peak" ratio \
-  "Spire above" "PyTorch above" ratio
-printf "$FMT" "" "" "" "" "" "" MiB MiB "" "start MiB" "start MiB" ""
+FMT='%-9s %5s %7s %12s %14s %6s %10s %12s %11s %13s %6s %12s %13s %6s\n'
+printf "$FMT" model batch threads "Spire img/s" "PyTorch img/s" ratio "Spire CPU" "PyTorch CPU" \
+  "Spire peak" "PyTorch peak" ratio "Spire above" "PyTorch above" ratio
+printf "$FMT" "" "" "" "" "" "" ms/step ms/step MiB MiB "" "start MiB" "start MiB" ""
 RATIOS=()
 BESTS=()
 for c in ${CONFIGS//,/ }; do
@@ -155,7 +161,7 @@ for c in ${CONFIGS//,/ }; do
   for t in ${THREADS//,/ }; do
     s="spire $model $batch $t" p="torch $model $batch $t"
     si=${IPS[$s]:-} ti=${IPS[$p]:-} sr=${RSS[$s]:-} tr=${RSS[$p]:-} sg=${GROW[$s]:-} tg=${GROW[$p]:-}
-    printf "$FMT" "$model" "$batch" "$t" "${si:--}" "${ti:--}" "$(ratio "$si" "$ti")" "${sr:--}" \
+    printf "$FMT" "$model" "$batch" "$t" "${si:--}" "${ti:--}" "$(ratio "$si" "$ti")" "${CPU[$s]:--}" "${CPU[$p]:--}" "${sr:--}" \
       "${tr:--}" "$(ratio "$sr" "$tr")" "${sg:--}" "${tg:--}" "$(ratio "$sg" "$tg")"
     RATIOS+=("RATIO $model $batch $t $(ratio "$si" "$ti") $(ratio "$sr" "$tr")")
     if [[ -n $si ]] && awk -v a="$si" -v b="${best_s:-0}" 'BEGIN { exit !(a > b) }'; then best_s=$si bs_t=$t; fi
