@@ -10,7 +10,8 @@ nn.Modules in PyTorch's NCHW layout (no torchvision):
             channels, BN+ReLU last), 32x32x3 images, 10 classes, weight decay 2e-4;
   resnet50  tensorpack's resnet_model.py: ResNet-50 with the stride on the bottleneck's
             3x3 convolution and projection shortcuts only where the channels change,
-            224x224x3, 1000 classes, weight decay 1e-4.
+            224x224x3, 1000 classes, weight decay 1e-4; the last BatchNorm of each
+            residual branch starts with gamma 0 (Goyal et al.), as Spire's.
 Convolutions are bias-free; the FC layer has a bias. ReLUs run in place, as torchvision's
 ResNets (PyTorch's usual memory saving). The cost is cross-entropy plus
 wd * sum(W^2) / 2 over the convolution and FC weights (tensorpack's '.*/W'), as
@@ -135,6 +136,7 @@ def build(torch, model):
             self.conv1, self.bn1 = conv(cin, features, 1), BNReLU(features)
             self.conv2, self.bn2 = conv(features, features, 3, stride), BNReLU(features)
             self.conv3, self.bn3 = conv(features, cout, 1), nn.BatchNorm2d(cout)
+            nn.init.zeros_(self.bn3.weight)  # gamma 0 on the branch's last BN, as Spire's
             self.shortcut = None
             if cin != cout:
                 self.shortcut = nn.Sequential(conv(cin, cout, 1, stride), nn.BatchNorm2d(cout))
