@@ -21,7 +21,7 @@
 #                   one warm-up step and one timed step; its ratios mean nothing
 # Steps per run (full): ResNet-20 3 warm-up steps and 5 windows of 3 steps; ResNet-50
 # 2 warm-up steps and 3 windows of 1 step (images/s from the median window). On the
-# 2-vCPU development VM the full run takes about 20 minutes.
+# 2-vCPU development VM the full run took about 15 minutes.
 #
 # Prints each run, a table (with each best run's CPU ms per step, all threads: on a shared
 # machine a check that a slow run was slow for want of a core), each engine's best thread
