@@ -95,31 +95,31 @@ std::vector<int64_t> shuffled_indices(int64_t n, uint64_t seed, int64_t epoch) {
   return idx;
 }
 
-// ---- DataFromList -------------------------------------------------------------------
+// ---- EpochOrder / DataFromList -------------------------------------------------------
 
-DataFromList::DataFromList(std::vector<Datapoint> list, bool shuffle, uint64_t seed)
-    : list_(std::move(list)), shuffle_(shuffle), seed_(seed) {}
-
-void DataFromList::set_next_epoch(int64_t e) {
-  SPIRE_CHECK(e >= 0, name(), ": set_next_epoch(", e, "): the epoch must be >= 0");
-  next_epoch_ = e;
-}
-
-void DataFromList::begin_epoch_impl() {
-  const auto n = static_cast<int64_t>(list_.size());
+void EpochOrder::begin(int64_t n) {
   if (shuffle_) {
     order_ = shuffled_indices(n, seed_, next_epoch_);
   } else {
-    order_.resize(list_.size());
+    order_.resize(static_cast<size_t>(n));
     std::iota(order_.begin(), order_.end(), int64_t{0});
   }
   ++next_epoch_;
   pos_ = 0;
 }
 
+void EpochOrder::set_next_epoch(int64_t e, const std::string& who) {
+  SPIRE_CHECK(e >= 0, who, ": set_next_epoch(", e, "): the epoch must be >= 0");
+  next_epoch_ = e;
+}
+
+DataFromList::DataFromList(std::vector<Datapoint> list, bool shuffle, uint64_t seed)
+    : list_(std::move(list)), order_(shuffle, seed) {}
+
 bool DataFromList::next_impl(Datapoint& dp) {
-  if (pos_ >= order_.size()) return false;
-  dp = list_[static_cast<size_t>(order_[pos_++])];
+  const int64_t i = order_.next();
+  if (i < 0) return false;
+  dp = list_[static_cast<size_t>(i)];
   return true;
 }
 

@@ -145,6 +145,30 @@ class ProxyDataFlow : public DataFlow {
 /// a resumed run reproduces epoch e's order without replaying earlier epochs.
 std::vector<int64_t> shuffled_indices(int64_t n, uint64_t seed, int64_t epoch);
 
+/// The visiting order of a shuffling DataFlow's items, epoch by epoch: with
+/// shuffle, epoch e visits shuffled_indices(n, seed, e), else 0..n-1. Shared by
+/// DataFromList and the file-list readers (ILSVRC12Files).
+class EpochOrder {
+ public:
+  EpochOrder(bool shuffle, uint64_t seed) : shuffle_(shuffle), seed_(seed) {}
+  /// Starts the next epoch over n items.
+  void begin(int64_t n);
+  /// The next item's index, or -1 at the end of the epoch.
+  int64_t next() { return pos_ < order_.size() ? order_[pos_++] : -1; }
+  /// The epoch the next begin() starts; set it to resume (e >= 0; `who` names
+  /// the DataFlow in the error).
+  int64_t next_epoch() const { return next_epoch_; }
+  void set_next_epoch(int64_t e, const std::string& who);
+  bool shuffle() const { return shuffle_; }
+
+ private:
+  bool shuffle_;
+  uint64_t seed_;
+  int64_t next_epoch_ = 0;
+  std::vector<int64_t> order_;
+  size_t pos_ = 0;
+};
+
 /// Yields the datapoints of a list (tensorpack's DataFromList). With shuffle,
 /// epoch e (counted from 0, one per begin_epoch(); see set_next_epoch())
 /// visits them in the order shuffled_indices(n, seed, e); without, in list
@@ -159,20 +183,16 @@ class DataFromList : public DataFlow {
   /// The index of the epoch the next begin_epoch() starts (0 after
   /// reset_state()); set it to resume a run at epoch `e` with the order it
   /// would have had.
-  int64_t next_epoch() const { return next_epoch_; }
-  void set_next_epoch(int64_t e);
+  int64_t next_epoch() const { return order_.next_epoch(); }
+  void set_next_epoch(int64_t e) { order_.set_next_epoch(e, name()); }
 
  protected:
-  void begin_epoch_impl() override;
+  void begin_epoch_impl() override { order_.begin(static_cast<int64_t>(list_.size())); }
   bool next_impl(Datapoint& dp) override;
 
  private:
   std::vector<Datapoint> list_;
-  bool shuffle_;
-  uint64_t seed_;
-  int64_t next_epoch_ = 0;
-  std::vector<int64_t> order_;
-  size_t pos_ = 0;
+  EpochOrder order_;
 };
 
 /// Stacks batch_size consecutive datapoints into one whose component k has

@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <numeric>
 #include <sstream>
 
 #include "core/logger.h"
@@ -92,7 +91,8 @@ std::vector<std::string> read_synsets(const std::string& path, const char* who) 
 
 ILSVRC12Files::ILSVRC12Files(const std::string& dir, const std::string& name,
                              ILSVRC12Options options)
-    : options_(std::move(options)) {
+    : options_(std::move(options)),
+      order_(options_.shuffle.value_or(name == "train"), options_.seed) {
   const char* who = "ILSVRC12Files";
   SPIRE_CHECK(!name.empty() && name.find('/') == std::string::npos, who,
               ": the split name must be a folder name such as \"train\" or \"val\", got \"", name,
@@ -101,7 +101,6 @@ ILSVRC12Files::ILSVRC12Files(const std::string& dir, const std::string& name,
   SPIRE_CHECK(is_dir(root), who, ": ", root, " is not a folder (expected ", dir,
               "/train/<wnid>/*.JPEG and ", dir, "/val/)");
   const std::string meta = options_.meta_dir.empty() ? dir : options_.meta_dir;
-  shuffle_ = options_.shuffle.value_or(name == "train");
 
   const std::vector<std::string> classes = list_dir(root, /*want_dirs=*/true, who);
   const std::string synsets_path = meta + "/synsets.txt";
@@ -157,27 +156,11 @@ ILSVRC12Files::ILSVRC12Files(const std::string& dir, const std::string& name,
   }
 }
 
-void ILSVRC12Files::set_next_epoch(int64_t e) {
-  SPIRE_CHECK(e >= 0, name(), ": set_next_epoch(", e, "): the epoch must be >= 0");
-  next_epoch_ = e;
-}
+void ILSVRC12Files::set_next_epoch(int64_t e) { order_.set_next_epoch(e, name()); }
 
-void ILSVRC12Files::begin_epoch_impl() {
-  const auto n = static_cast<int64_t>(paths_.size());
-  if (shuffle_) {
-    order_ = shuffled_indices(n, options_.seed, next_epoch_);
-  } else {
-    order_.resize(paths_.size());
-    std::iota(order_.begin(), order_.end(), int64_t{0});
-  }
-  ++next_epoch_;
-  pos_ = 0;
-}
+void ILSVRC12Files::begin_epoch_impl() { order_.begin(static_cast<int64_t>(paths_.size())); }
 
-int64_t ILSVRC12Files::next_index() {
-  if (pos_ >= order_.size()) return -1;
-  return order_[pos_++];
-}
+int64_t ILSVRC12Files::next_index() { return order_.next(); }
 
 bool ILSVRC12Files::next_impl(Datapoint& dp) {
   const int64_t i = next_index();

@@ -70,7 +70,7 @@ class ILSVRC12Files : public DataFlow {
 
   /// The epoch the next begin_epoch() starts (0 after construction); set it
   /// to resume at epoch `e` with the order it would have had.
-  int64_t next_epoch() const { return next_epoch_; }
+  int64_t next_epoch() const { return order_.next_epoch(); }
   void set_next_epoch(int64_t e);
 
  protected:
@@ -85,10 +85,7 @@ class ILSVRC12Files : public DataFlow {
   std::vector<std::string> synsets_;
   std::vector<std::string> paths_;
   std::vector<int64_t> labels_;
-  bool shuffle_;
-  int64_t next_epoch_ = 0;
-  std::vector<int64_t> order_;
-  size_t pos_ = 0;
+  EpochOrder order_;
 };
 
 /// ILSVRC12Files that decodes each image (ImageFileDecoder with the options'
