@@ -77,8 +77,11 @@ class InferContext {
 /// outputs. It returns one gradient per input (an invalid Output = none).
 class GradContext {
  public:
-  GradContext(Node* node, std::vector<Output> grad_outputs)
-      : node_(node), grads_(std::move(grad_outputs)) {}
+  /// `received[i]`: whether output i got a gradient from its consumers
+  /// (grad_outputs[i] is then that gradient, else zeros or invalid); empty
+  /// means "every valid grad_outputs[i]".
+  GradContext(Node* node, std::vector<Output> grad_outputs, std::vector<bool> received = {})
+      : node_(node), grads_(std::move(grad_outputs)), received_(std::move(received)) {}
   Node* node() const { return node_; }
   Graph& graph() const { return *node_->graph(); }
   Output input(int i) const { return node_->input(i); }
@@ -86,7 +89,12 @@ class GradContext {
   /// Gradient w.r.t. output i; zeros shaped like the output when that output
   /// received none (only when at least one output did).
   Output grad(int i = 0) const;
-  bool has_grad(int i) const { return grads_.at(static_cast<size_t>(i)).valid(); }
+  /// Whether output i received a gradient from its consumers (false when
+  /// grad(i) is only the zeros filled in for it).
+  bool has_grad(int i) const {
+    const size_t k = static_cast<size_t>(i);
+    return received_.empty() ? grads_.at(k).valid() : received_.at(k);
+  }
   template <typename T>
   T attr(const std::string& key) const {
     return node_->attr<T>(key);
@@ -95,6 +103,7 @@ class GradContext {
  private:
   Node* node_;
   std::vector<Output> grads_;
+  std::vector<bool> received_;
 };
 
 using ShapeFn = std::function<void(InferContext&)>;
