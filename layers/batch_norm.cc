@@ -1,7 +1,10 @@
 // BatchNorm and BNReLU (layers/layers.h), tensorpack's semantics: variables
 // beta, gamma, mean/EMA, variance/EMA; batch statistics when training (with
-// EMA update ops in the main training tower), the EMAs at inference. Built
-// from primitive ops, so autodiff differentiates through the batch statistics.
+// EMA update ops in the main training tower), the EMAs at inference. In
+// training one FusedBatchNorm op (core/ops/batch_norm_ops.h) computes y and
+// the batch statistics, and its gradient is one FusedBatchNormGrad; with
+// synchronized statistics or fused(false) the layer is built from primitive
+// ops instead (differentiable to any order).
 #include <algorithm>
 
 #include "core/enum_names.h"
@@ -113,7 +116,17 @@ Output BatchNorm(const std::string& name, const Output& x, const BatchNormOption
   }
 
   Output mean, xc, var;
-  if (synced) {
+  const bool fused = a.fused_.value_or(true) && !synced;
+  if (fused) {
+    // One FusedBatchNorm node (core/ops/batch_norm_ops.h): y and the batch
+    // statistics as [C] vectors; absent gamma/beta are constants.
+    Output g = gamma ? gamma->value : ops::constant(Tensor::full(dt, Shape{channels}, 1.0));
+    Output b = beta ? beta->value : ops::constant(Tensor::zeros(dt, Shape{channels}));
+    ops::FusedBatchNormOutputs r = ops::fused_batch_norm(x, g, b, epsilon, axis, "FusedBatchNorm");
+    y = r.y;
+    mean = r.mean;
+    var = r.variance;
+  } else if (synced) {
     // One cross-tower average of [E[x], E[x^2]] per layer; the key is the
     // layer's variable scope without the tower prefix, the same in every tower.
     Output local_mean = ops::mean(x, reduce_axes, true, "batch_mean");
@@ -137,10 +150,12 @@ Output BatchNorm(const std::string& name, const Output& x, const BatchNormOption
     xc = x - mean;
     var = ops::mean(ops::square(xc), reduce_axes, true, "batch_variance");
   }
-  Output inv = ops::rsqrt(var + epsilon);
-  if (gamma) inv = inv * bcast(gamma->value);
-  y = xc * inv;
-  if (beta) y = y + bcast(beta->value);
+  if (!fused) {
+    Output inv = ops::rsqrt(var + epsilon);
+    if (gamma) inv = inv * bcast(gamma->value);
+    y = xc * inv;
+    if (beta) y = y + bcast(beta->value);
+  }
   if (!do_ema_update) return ops::identity(y, "output");
 
   // The EMA of the variance uses the unbiased batch variance (n / (n - 1)), as TF's fused

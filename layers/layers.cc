@@ -117,7 +117,7 @@ const std::vector<std::string>& accepted_args(LayerKind kind) {
   static const std::vector<std::string> bn = {
       "axis",      "momentum",         "epsilon",           "center",
       "scale",     "beta_initializer", "gamma_initializer", "training",
-      "ema_update", "sync_statistics"};
+      "ema_update", "sync_statistics",  "fused"};
   static const std::vector<std::string> pool = {"strides", "padding"};
   static const std::vector<std::string> dropout = {"rate", "training", "seed"};
   static const std::vector<std::string> none;

@@ -137,6 +137,7 @@ const char* sync_statistics_name(SyncStatistics mode);
   X(bool, training)                  \
   X(EmaUpdate, ema_update)           \
   X(SyncStatistics, sync_statistics) \
+  X(bool, fused)                     \
   X(double, rate)                    \
   X(int64_t, seed)
 
@@ -218,6 +219,10 @@ struct Conv2DTransposeOptions {
 /// inside the layer (kInternal) from the synchronized statistics, by the
 /// main training tower only. With one tower it warns and uses the local
 /// statistics. Every training tower must run every synchronized layer.
+/// fused (TF's batch_normalization(fused=...)), default true: training
+/// without synchronized statistics uses the FusedBatchNorm op, whose
+/// gradient has no gradient of its own; fused(false) builds the layer from
+/// primitive ops (second-order gradients, e.g. a gradient penalty).
 struct BatchNormOptions {
   static constexpr LayerKind kind = LayerKind::BatchNorm;
   LayerArgs args;
@@ -231,6 +236,7 @@ struct BatchNormOptions {
   SPIRE_OPTION_SETTER(BatchNormOptions, bool, training)
   SPIRE_OPTION_SETTER(BatchNormOptions, EmaUpdate, ema_update)
   SPIRE_OPTION_SETTER(BatchNormOptions, SyncStatistics, sync_statistics)
+  SPIRE_OPTION_SETTER(BatchNormOptions, bool, fused)
 };
 
 /// MaxPooling/AvgPooling options. Defaults: strides = pool_size, padding "VALID".
