@@ -71,10 +71,10 @@ Outs with_gradients(const In& x, bool causal) {
 
 SPIRE_PARITY_CASE(sdpa_causal_long, {"ScaledDotProductAttention", "causal B 2 H 3 T 130 D 16",
   {{{2, 3, 130, 16}}, {{2, 3, 130, 16}}, {{2, 3, 130, 16}}},
-  [](const In& x) -> Outs { return with_gradients(x, true); }, {DType::F32, DType::F64}, 2e-5, 1e-11});
+  [](const In& x) -> Outs { return with_gradients(x, true); }, {DType::F32, DType::F64}, 1e-4, 1e-11});
 SPIRE_PARITY_CASE(sdpa_full_long, {"ScaledDotProductAttention", "Tq 70 Tk 129 D 64 Dv 40",
   {{{1, 2, 70, 64}}, {{1, 2, 129, 64}}, {{1, 2, 129, 40}}},
-  [](const In& x) -> Outs { return with_gradients(x, false); }, {DType::F32, DType::F64}, 2e-5, 1e-11});
+  [](const In& x) -> Outs { return with_gradients(x, false); }, {DType::F32, DType::F64}, 1e-4, 1e-11});
 
 }  // namespace
 }  // namespace spire::testing
