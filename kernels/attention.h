@@ -61,9 +61,17 @@ SPIRE_HD inline int64_t attention_query_begin(int64_t key_begin, bool causal) {
 }
 
 /// Whether the tile of query rows [i0, i1) and keys [j0, j1) holds a masked
-/// entry (then each entry must be tested with attention_visible).
+/// entry (then each row's keys are counted with attention_visible_keys).
 SPIRE_HD inline bool attention_tile_masked(int64_t i0, int64_t j1, bool causal) {
   return causal && j1 - 1 > i0;
+}
+
+/// How many keys of the tile of bk keys starting at j0 query row i sees:
+/// the first ones, all of them unless `masked` (causal: those with j <= i).
+SPIRE_HD inline int64_t attention_visible_keys(int64_t i, int64_t j0, int64_t bk, bool masked) {
+  if (!masked) return bk;
+  const int64_t n = i - j0 + 1;
+  return n < 0 ? 0 : (n > bk ? bk : n);
 }
 
 /// The running maximum of a query row after a tile whose visible scores

@@ -31,12 +31,6 @@ namespace {
 
 using kernels::AttentionDims;
 
-// Visible columns of row i in the key tile starting at j0 of width bk: all
-// of them, or (causal) those with j <= i.
-inline int64_t visible_cols(int64_t i, int64_t j0, int64_t bk, bool masked) {
-  return masked ? std::clamp<int64_t>(i - j0 + 1, 0, bk) : bk;
-}
-
 template <typename T>
 void attention_forward_kernel(KernelContext& ctx) {
   const AttentionDims a = kernels::attention_dims(ctx);
@@ -73,7 +67,7 @@ void attention_forward_kernel(KernelContext& ctx) {
         const bool masked = kernels::attention_tile_masked(i0, j1, a.causal);
         for (int64_t r = 0; r < bq; ++r) {
           T* row = s.data() + r * bk;
-          const int64_t n = visible_cols(i0 + r, j0, bk, masked);
+          const int64_t n = kernels::attention_visible_keys(i0 + r, j0, bk, masked);
           T mx = neg_inf;
           for (int64_t c = 0; c < n; ++c) mx = std::max(mx, row[c]);
           const kernels::OnlineMax<T> om = kernels::attention_online_max(m[r], mx);
@@ -155,7 +149,7 @@ void attention_backward_kernel(KernelContext& ctx) {
                p.data(), bk);
           const bool masked = kernels::attention_tile_masked(i0, j1, a.causal);
           for (int64_t r = 0; r < bq; ++r) {
-            const int64_t n = visible_cols(i0 + r, j0, bk, masked);
+            const int64_t n = kernels::attention_visible_keys(i0 + r, j0, bk, masked);
             T* row = p.data() + r * bk;
             for (int64_t c = 0; c < bk; ++c)
               row[c] = kernels::attention_prob(row[c], lse[i0 + r], c < n);

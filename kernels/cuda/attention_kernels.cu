@@ -42,13 +42,6 @@ __device__ inline T dot(const T* a, const T* b, int64_t n) {
   return acc;
 }
 
-// Visible keys of row i in the tile of bk keys starting at j0.
-__device__ inline int64_t visible_keys(int64_t i, int64_t j0, int64_t bk, bool causal) {
-  if (!causal) return bk;
-  const int64_t n = i - j0 + 1;
-  return n < 0 ? 0 : (n > bk ? bk : n);
-}
-
 // Copies rows [r0, r0 + n) of a row-major [*, width] matrix into shared memory.
 template <typename T>
 __device__ inline void stage(T* dst, const T* src, int64_t r0, int64_t n, int64_t width) {
@@ -81,7 +74,7 @@ __global__ void forward_kernel(const T* __restrict__ q, const T* __restrict__ k,
     stage(vs, vb, j0, bk, a.dv);
     __syncthreads();
     if (!active) continue;
-    const int64_t n = visible_keys(i, j0, bk, a.causal);
+    const int64_t n = kernels::attention_visible_keys(i, j0, bk, a.causal);
     T mx = -std::numeric_limits<T>::infinity();
     for (int64_t c = 0; c < n; ++c) {
       const T s = scale * dot(qi, ks + c * a.d, a.d);
@@ -145,7 +138,7 @@ __global__ void dq_kernel(const T* __restrict__ q, const T* __restrict__ k, cons
     stage(vs, vb, j0, bk, a.dv);
     __syncthreads();
     if (!active) continue;
-    const int64_t n = visible_keys(i, j0, bk, a.causal);
+    const int64_t n = kernels::attention_visible_keys(i, j0, bk, a.causal);
     for (int64_t c = 0; c < n; ++c) {
       const T* kc = ks + c * a.d;
       const T p = kernels::attention_prob(scale * dot(qi, kc, a.d), lse_i, true);
