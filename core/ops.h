@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/ops/array_ops.h"
+#include "core/ops/attention_ops.h"
 #include "core/ops/batch_norm_ops.h"
 #include "core/ops/math_ops.h"
 #include "core/ops/nn_ops.h"

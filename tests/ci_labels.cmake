@@ -48,6 +48,10 @@ spire_label(asan-skip "^ParityCases[.]RunOnTheCpuTwiceWithTheSameResult$")
 # Release, tens under a sanitizer); their tests ran them under ASan and TSan.
 spire_label(asan-skip "^ResNetParity[.]")
 spire_label(tsan-skip "^ResNetParity[.]")
+# The attention op against PyTorch: the same kernels as the AttentionOps and forward
+# tests, which run under both sanitizers.
+spire_label(asan-skip "^AttentionTorchParity[.]")
+spire_label(tsan-skip "^AttentionTorchParity[.]")
 
 # ---- TSan: tests that start no thread of their own ----
 # (Not the ops' forward tests: kernels such as the random ones split their

@@ -1,0 +1,124 @@
+// Registrations of the fused attention ops declared in attention_ops.h:
+// ScaledDotProductAttention (outputs out and lse) and its gradient op
+// ScaledDotProductAttentionGrad (FlashAttention-2's backward: recomputes the
+// probabilities tile by tile from lse instead of storing the Tq x Tk matrix).
+// Kernels: kernels/cpu/attention_kernels.cc, kernels/cuda/attention_kernels.cu.
+//
+// The gradient op has no gradient function: a second derivative through
+// attention fails in gradients() with "no gradient defined for op
+// ScaledDotProductAttentionGrad" (build attention from batch_matmul and
+// softmax where one is needed).
+#include "core/ops/attention_ops.h"
+
+#include "core/ops/op_util.h"
+
+namespace spire::ops {
+namespace {
+
+using Grads = std::vector<Output>;
+
+// Dims a and b agree unless both are known and differ.
+bool dims_agree(int64_t a, int64_t b) { return a < 0 || b < 0 || a == b; }
+
+// Fails unless `s` is compatible with `want` (unknown dims match anything).
+void expect_like(const InferContext& c, const char* what, const Shape& s, const Shape& want) {
+  bool ok = s.rank() == want.rank();
+  for (int i = 0; ok && i < s.rank(); ++i) ok = dims_agree(s[i], want[i]);
+  if (!ok) c.fail(what, " has shape ", s.to_string(), ", expected ", want.to_string());
+}
+
+// Checks q, k, v (inputs 0..2) and the attrs; returns the shape of out.
+Shape check_qkv(const InferContext& c) {
+  c.expect_dtype(0, {DType::F32, DType::F64});
+  c.expect_same_dtype(0, 1);
+  c.expect_same_dtype(0, 2);
+  const Shape& q = c.input_shape(0);
+  const Shape& k = c.input_shape(1);
+  const Shape& v = c.input_shape(2);
+  const int r = q.rank();
+  if (r < 2 || k.rank() != r || v.rank() != r)
+    c.fail("q, k and v must have the same rank >= 2 ([..., T, D], e.g. [B, H, T, D])");
+  for (int i = 0; i < r - 2; ++i)
+    if (!dims_agree(q[i], k[i]) || !dims_agree(q[i], v[i]))
+      c.fail("q, k and v must have the same leading (batch, head) dims");
+  if (!dims_agree(q[r - 1], k[r - 1])) c.fail("q and k must have the same last dim D");
+  if (!dims_agree(k[r - 2], v[r - 2])) c.fail("k and v must have the same number of keys");
+  if (c.attr<int64_t>("block_size") < 1)
+    c.fail("block_size must be positive, got ", c.attr<int64_t>("block_size"));
+  const double p = c.attr<double>("dropout_p");
+  if (p != 0)
+    c.fail("dropout_p > 0 is not implemented (dropout_p = ", p,
+           "); use dropout_p = 0 (nanoGPT's baby configuration has dropout 0)");
+  std::vector<int64_t> out = q.dims();
+  out.back() = v[r - 1];
+  return Shape(std::move(out));
+}
+
+Shape lse_shape(const Shape& q) {
+  return Shape(std::vector<int64_t>(q.dims().begin(), q.dims().end() - 1));
+}
+
+AttrMap attention_attrs(bool causal, double scale, int64_t block_size) {
+  return {{"causal", causal}, {"scale", scale}, {"block_size", block_size}, {"dropout_p", 0.0}};
+}
+
+}  // namespace
+
+SPIRE_REGISTER_OP("ScaledDotProductAttention")
+    .input("q").input("k").input("v")
+    .attr("causal", false).attr("scale", 0.0).attr("block_size", 64).attr("dropout_p", 0.0)
+    .shape_fn([](InferContext& c) {
+      const Shape out = check_qkv(c);
+      c.set_output(0, c.input_dtype(0), out);
+      c.set_output(1, c.input_dtype(0), lse_shape(c.input_shape(0)));
+    })
+    .grad([](GradContext& c) -> Grads {
+      // dlse is zeros when only out has a gradient (the usual case).
+      Node* g = add_op("ScaledDotProductAttentionGrad",
+                       {c.input(0), c.input(1), c.input(2), c.output(0), c.output(1), c.grad(0),
+                        c.grad(1)},
+                       attention_attrs(c.attr<bool>("causal"), c.attr<double>("scale"),
+                                       c.attr<int64_t>("block_size")));
+      return {g->output(0), g->output(1), g->output(2)};
+    })
+    .doc("out = softmax(scale * q k^T, causal mask j <= i when causal) v, for q [..., Tq, D], "
+         "k [..., Tk, D], v [..., Tk, Dv]; scale 0 means 1/sqrt(D). Output 1 is the per-row "
+         "log-sum-exp [..., Tq] of the scaled scores (-inf for a row that sees no key, whose "
+         "out is 0). Tiled with an online softmax (block_size x block_size tiles of the "
+         "scores); dropout_p must be 0 (dropout is not implemented).");
+
+SPIRE_REGISTER_OP("ScaledDotProductAttentionGrad")
+    .input("q").input("k").input("v").input("out").input("lse").input("dout").input("dlse")
+    .attr("causal", false).attr("scale", 0.0).attr("block_size", 64).attr("dropout_p", 0.0)
+    .shape_fn([](InferContext& c) {
+      const Shape out = check_qkv(c);
+      for (int i = 3; i < 7; ++i) c.expect_same_dtype(0, i);
+      const Shape lse = lse_shape(c.input_shape(0));
+      expect_like(c, "out", c.input_shape(3), out);
+      expect_like(c, "lse", c.input_shape(4), lse);
+      expect_like(c, "dout", c.input_shape(5), out);
+      expect_like(c, "dlse", c.input_shape(6), lse);
+      for (int i = 0; i < 3; ++i) c.set_output(i, c.input_dtype(0), c.input_shape(i));
+    })
+    .doc("Gradients {dq, dk, dv} of ScaledDotProductAttention from its inputs, its outputs "
+         "out and lse and their gradients dout and dlse (FlashAttention-2's backward: "
+         "D_i = rowsum(dout * out) - dlse_i; P recomputed per tile from lse; dV += P^T dO; "
+         "dS = P * (dO V^T - D_i); dQ += scale dS K; dK += scale dS^T Q). Not differentiable: "
+         "gradients() through it fails with 'no gradient defined'.");
+
+Output scaled_dot_product_attention(const Output& q, const Output& k, const Output& v, bool causal,
+                                    double scale, const std::string& name) {
+  return add_op("ScaledDotProductAttention", {q, k, v}, attention_attrs(causal, scale, 64), name)
+      ->output(0);
+}
+
+std::vector<Output> scaled_dot_product_attention_grad(
+    const Output& q, const Output& k, const Output& v, const Output& out, const Output& lse,
+    const Output& dout, const Output& dlse, bool causal, double scale, int64_t block_size,
+    const std::string& name) {
+  Node* n = add_op("ScaledDotProductAttentionGrad", {q, k, v, out, lse, dout, dlse},
+                   attention_attrs(causal, scale, block_size), name);
+  return {n->output(0), n->output(1), n->output(2)};
+}
+
+}  // namespace spire::ops

@@ -1,0 +1,37 @@
+// Graph-building functions for the fused attention ops: scaled dot-product
+// attention as one op (FlashAttention-style; PyTorch's
+// torch.nn.functional.scaled_dot_product_attention) and its gradient op.
+// Registered in attention_ops.cc; kernels in kernels/cpu/attention_kernels.cc
+// and kernels/cuda/attention_kernels.cu (shared tiling in kernels/attention.h).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/graph.h"
+
+namespace spire::ops {
+
+/// softmax(scale * q k^T [+ causal mask]) v for q [..., Tq, D], k [..., Tk, D],
+/// v [..., Tk, Dv] (PyTorch's [B, H, T, D] layout; the leading dims must be
+/// equal): returns out [..., Tq, Dv]. scale 0 means 1/sqrt(D). With `causal`,
+/// query i sees keys j <= i (PyTorch's is_causal, aligned to the top left
+/// when Tq != Tk). The node's second output, out.node->output(1), is the
+/// per-row natural log-sum-exp of the scaled (masked) scores, [..., Tq],
+/// which the gradient reuses. Never materializes more than a block_size x
+/// block_size tile of the Tq x Tk scores per slice (attr "block_size",
+/// default 64). Dropout on the probabilities is not implemented (attr
+/// "dropout_p" must be 0).
+Output scaled_dot_product_attention(const Output& q, const Output& k, const Output& v,
+                                    bool causal = false, double scale = 0,
+                                    const std::string& name = "");
+
+/// The gradient op of scaled_dot_product_attention (FlashAttention-2's
+/// backward): given its inputs, its outputs out and lse, and their gradients
+/// dout and dlse, returns {dq, dk, dv}. Not itself differentiable.
+std::vector<Output> scaled_dot_product_attention_grad(
+    const Output& q, const Output& k, const Output& v, const Output& out, const Output& lse,
+    const Output& dout, const Output& dlse, bool causal = false, double scale = 0,
+    int64_t block_size = 64, const std::string& name = "");
+
+}  // namespace spire::ops

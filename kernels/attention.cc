@@ -1,0 +1,74 @@
+// Attribute and run-time shape resolution of the fused attention ops, shared
+// by the CPU and CUDA kernels (see kernels/attention.h).
+#include "kernels/attention.h"
+
+#include <cmath>
+#include <vector>
+
+namespace spire::kernels {
+
+Shape attention_lse_shape(const Shape& q) {
+  std::vector<int64_t> dims(q.dims().begin(), q.dims().end() - 1);
+  return Shape(std::move(dims));
+}
+
+namespace {
+
+// Fails unless `t` has shape `want`.
+void expect_shape(KernelContext& ctx, const char* what, const Tensor& t, const Shape& want) {
+  if (t.shape() != want)
+    ctx.fail(what, " has shape ", t.shape().to_string(), ", expected ", want.to_string());
+}
+
+Shape with_last(const Shape& s, int64_t last) {
+  std::vector<int64_t> dims = s.dims();
+  dims.back() = last;
+  return Shape(std::move(dims));
+}
+
+}  // namespace
+
+AttentionDims attention_dims(KernelContext& ctx) {
+  const Tensor& q = ctx.input(0);
+  const Tensor& k = ctx.input(1);
+  const Tensor& v = ctx.input(2);
+  const int r = q.rank();
+  if (r < 2 || k.rank() != r || v.rank() != r)
+    ctx.fail("q, k and v must have the same rank >= 2 ([..., T, D]); got q ",
+             q.shape().to_string(), ", k ", k.shape().to_string(), ", v ", v.shape().to_string());
+  AttentionDims a;
+  a.batch = 1;
+  for (int i = 0; i < r - 2; ++i) {
+    if (k.dim(i) != q.dim(i) || v.dim(i) != q.dim(i))
+      ctx.fail("q, k and v must have the same leading (batch, head) dims; got q ",
+               q.shape().to_string(), ", k ", k.shape().to_string(), ", v ", v.shape().to_string());
+    a.batch *= q.dim(i);
+  }
+  a.tq = q.dim(r - 2);
+  a.d = q.dim(r - 1);
+  a.tk = k.dim(r - 2);
+  a.dv = v.dim(r - 1);
+  if (k.dim(r - 1) != a.d)
+    ctx.fail("q and k must have the same last dim D; got q ", q.shape().to_string(), ", k ",
+             k.shape().to_string());
+  if (v.dim(r - 2) != a.tk)
+    ctx.fail("k and v must have the same number of keys; got k ", k.shape().to_string(), ", v ",
+             v.shape().to_string());
+  a.causal = ctx.attr<bool>("causal");
+  const double scale = ctx.attr<double>("scale");
+  a.scale = scale != 0 ? scale : (a.d > 0 ? 1.0 / std::sqrt(static_cast<double>(a.d)) : 1.0);
+  a.block = ctx.attr<int64_t>("block_size");
+  if (a.block < 1) ctx.fail("block_size must be positive, got ", a.block);
+  if (ctx.attr<double>("dropout_p") != 0)
+    ctx.fail("dropout_p > 0 is not implemented (dropout_p = ", ctx.attr<double>("dropout_p"), ")");
+  if (ctx.num_inputs() == 7) {  // the gradient op: out, lse, dout, dlse
+    const Shape out = with_last(q.shape(), a.dv), lse = attention_lse_shape(q.shape());
+    expect_shape(ctx, "out", ctx.input(3), out);
+    expect_shape(ctx, "lse", ctx.input(4), lse);
+    expect_shape(ctx, "dout", ctx.input(5), out);
+    expect_shape(ctx, "dlse", ctx.input(6), lse);
+  }
+  return a;
+}
+
+}  // namespace spire::kernels

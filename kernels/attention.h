@@ -1,0 +1,119 @@
+// The tiling and online-softmax arithmetic of the fused attention ops
+// ScaledDotProductAttention and ScaledDotProductAttentionGrad
+// (core/ops/attention_ops.cc), shared by the CPU kernels
+// (kernels/cpu/attention_kernels.cc) and the CUDA kernels
+// (kernels/cuda/attention_kernels.cu), and the host-side resolution of their
+// attrs and run-time shapes (same checks and messages on every device;
+// compiled from kernels/attention.cc).
+//
+// Layout: q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv] (PyTorch's
+// [B, H, T, D]); the leading dims are flattened into `batch` (B * H) slices.
+// Scores s_ij = scale * q_i . k_j. With `causal`, query i sees keys j <= i
+// (PyTorch's is_causal: the mask is aligned to the top left when Tq != Tk).
+// Both kernels walk the score matrix of a slice in block x block tiles and
+// never hold more than a tile of it: the forward keeps, per query row, a
+// running maximum m and a running sum l of exp(s - m), and rescales the
+// output accumulator by exp(m_old - m_new) when m grows (FlashAttention); it
+// saves lse_i = m_i + log(l_i) for the backward, which recomputes
+// p_ij = exp(s_ij - lse_i) tile by tile (FlashAttention-2).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "core/kernel_registry.h"
+#include "kernels/functors.h"
+
+namespace spire::kernels {
+
+/// One attention problem: sizes, scale and mask, resolved from a node's
+/// attrs and its inputs' run-time shapes.
+struct AttentionDims {
+  int64_t batch = 0;  // product of the leading dims (B * H)
+  int64_t tq = 0, tk = 0, d = 0, dv = 0;
+  double scale = 1;
+  bool causal = false;
+  int64_t block = 64;  // tile edge (rows of queries and of keys)
+};
+
+/// Number of tiles of `block` rows covering n rows.
+SPIRE_HD inline int64_t attention_num_tiles(int64_t n, int64_t block) {
+  return (n + block - 1) / block;
+}
+
+/// Whether query row i sees key j.
+SPIRE_HD inline bool attention_visible(int64_t i, int64_t j, bool causal) {
+  return !causal || j <= i;
+}
+
+/// One past the last key that any of the query rows [.., row_end) sees: the
+/// key tiles of a query tile stop there (causal tiles above the diagonal are
+/// skipped).
+SPIRE_HD inline int64_t attention_key_end(int64_t row_end, int64_t tk, bool causal) {
+  return causal ? (row_end < tk ? row_end : tk) : tk;
+}
+
+/// The first query row that sees key `key_begin`: the query tiles of a key
+/// tile start at the tile holding it.
+SPIRE_HD inline int64_t attention_query_begin(int64_t key_begin, bool causal) {
+  return causal ? key_begin : 0;
+}
+
+/// Whether the tile of query rows [i0, i1) and keys [j0, j1) holds a masked
+/// entry (then each row's keys are counted with attention_visible_keys).
+SPIRE_HD inline bool attention_tile_masked(int64_t i0, int64_t j1, bool causal) {
+  return causal && j1 - 1 > i0;
+}
+
+/// How many keys of the tile of bk keys starting at j0 query row i sees:
+/// the first ones, all of them unless `masked` (causal: those with j <= i).
+SPIRE_HD inline int64_t attention_visible_keys(int64_t i, int64_t j0, int64_t bk, bool masked) {
+  if (!masked) return bk;
+  const int64_t n = i - j0 + 1;
+  return n < 0 ? 0 : (n > bk ? bk : n);
+}
+
+/// The running maximum of a query row after a tile whose visible scores
+/// have maximum `tile_max` (-inf when the tile shows the row nothing), and
+/// the factor exp(m_old - m_new) its running sum and accumulator are
+/// multiplied by (0 for the row's first tile, where m_old = -inf).
+template <typename T>
+struct OnlineMax {
+  T m;
+  T alpha;
+};
+template <typename T>
+SPIRE_HD inline OnlineMax<T> attention_online_max(T m_old, T tile_max) {
+  const T m_new = m_old > tile_max ? m_old : tile_max;
+  if (m_new == -std::numeric_limits<T>::infinity()) return {m_new, T(1)};
+  return {m_new, static_cast<T>(exp(m_old - m_new))};
+}
+
+/// A finished row: out = acc / l (0 for a row that saw no key, l = 0), and
+/// its log-sum-exp m + log(l) (-inf for such a row).
+template <typename T>
+SPIRE_HD inline T attention_inv_sum(T l) {
+  return l > T(0) ? T(1) / l : T(0);
+}
+template <typename T>
+SPIRE_HD inline T attention_lse(T m, T l) {
+  return l > T(0) ? m + static_cast<T>(log(l)) : -std::numeric_limits<T>::infinity();
+}
+
+/// The probability the backward recomputes from a score and its row's lse
+/// (0 for a masked entry or a row that saw no key).
+template <typename T>
+SPIRE_HD inline T attention_prob(T s, T lse, bool visible) {
+  return visible && lse != -std::numeric_limits<T>::infinity() ? static_cast<T>(exp(s - lse))
+                                                               : T(0);
+}
+
+/// The sizes of a ScaledDotProductAttention node (inputs q, k, v) or a
+/// ScaledDotProductAttentionGrad node (inputs q, k, v, out, lse, dout, dlse)
+/// from its attrs and run-time input shapes; ctx.fail names any mismatch.
+AttentionDims attention_dims(KernelContext& ctx);
+/// The shape of lse: q's without its last dim.
+Shape attention_lse_shape(const Shape& q);
+
+}  // namespace spire::kernels

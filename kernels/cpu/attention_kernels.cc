@@ -1,0 +1,191 @@
+// CPU kernels of ScaledDotProductAttention and ScaledDotProductAttentionGrad
+// (ops in core/ops/attention_ops.cc), f32 and f64: FlashAttention's tiled
+// forward with an online softmax and FlashAttention-2's backward. The tile
+// arithmetic (masking, running maximum, lse) is kernels/attention.h, shared
+// with the CUDA kernels; the tile products are the project's GEMM
+// (kernels/cpu/gemm.h, single-threaded calls inside each task).
+//
+// Forward: one task per (slice, query tile) over the session's pool. A task
+// holds one block x block tile of scores S = scale Q_i K_j^T at a time, plus
+// the tile's output accumulator and per-row (m, l); key tiles past the
+// causal diagonal are not visited. Each row's arithmetic is the same
+// whatever the thread count, so results do not depend on it.
+//
+// Backward: one task per slice (B * H of them): for each key tile j, for
+// each query tile i that sees it, P is recomputed from lse, then
+// dV_j += P^T dO_i, dS = P * (dO_i V_j^T - D_i), dQ_i += scale dS K_j and
+// dK_j += scale dS^T Q_i, with D_i = rowsum(dO * O) - dlse_i. A slice's dQ
+// is summed by one task in a fixed order: no races, no atomics, and results
+// independent of the thread count.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/kernel_registry.h"
+#include "kernels/attention.h"
+#include "kernels/cpu/gemm.h"
+
+namespace spire::cpu {
+namespace {
+
+using kernels::AttentionDims;
+
+template <typename T>
+void attention_forward_kernel(KernelContext& ctx) {
+  const AttentionDims a = kernels::attention_dims(ctx);
+  const Tensor& qt = ctx.input(0);
+  std::vector<int64_t> out_dims = qt.shape().dims();
+  out_dims.back() = a.dv;
+  Tensor& out = ctx.allocate_output(0, Shape(out_dims));
+  Tensor& lse = ctx.allocate_output(1, kernels::attention_lse_shape(qt.shape()));
+  if (out.num_elements() == 0 && lse.num_elements() == 0) return;
+  const T* pq = qt.data<T>();
+  const T* pk = ctx.input(1).data<T>();
+  const T* pv = ctx.input(2).data<T>();
+  T* po = out.data<T>();
+  T* pl = lse.data<T>();
+  const int64_t bs = a.block, nqt = kernels::attention_num_tiles(a.tq, bs);
+  const T scale = static_cast<T>(a.scale);
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  ctx.parallel_for(a.batch * nqt, 1, [&](int64_t w0, int64_t w1) {
+    std::vector<T> s(static_cast<size_t>(bs * bs)), acc(static_cast<size_t>(bs * a.dv));
+    std::vector<T> m(static_cast<size_t>(bs)), l(static_cast<size_t>(bs));
+    for (int64_t w = w0; w < w1; ++w) {
+      const int64_t bh = w / nqt, i0 = (w % nqt) * bs, i1 = std::min(i0 + bs, a.tq);
+      const int64_t bq = i1 - i0;
+      const T* q = pq + (bh * a.tq + i0) * a.d;
+      const T* k = pk + bh * a.tk * a.d;
+      const T* v = pv + bh * a.tk * a.dv;
+      std::fill(m.begin(), m.end(), neg_inf);
+      std::fill(l.begin(), l.end(), T(0));
+      std::fill(acc.begin(), acc.end(), T(0));
+      const int64_t key_end = kernels::attention_key_end(i1, a.tk, a.causal);
+      for (int64_t j0 = 0; j0 < key_end; j0 += bs) {
+        const int64_t j1 = std::min(j0 + bs, key_end), bk = j1 - j0;
+        gemm(false, true, bq, bk, a.d, scale, q, a.d, k + j0 * a.d, a.d, T(0), s.data(), bk);
+        const bool masked = kernels::attention_tile_masked(i0, j1, a.causal);
+        for (int64_t r = 0; r < bq; ++r) {
+          T* row = s.data() + r * bk;
+          const int64_t n = kernels::attention_visible_keys(i0 + r, j0, bk, masked);
+          T mx = neg_inf;
+          for (int64_t c = 0; c < n; ++c) mx = std::max(mx, row[c]);
+          const kernels::OnlineMax<T> om = kernels::attention_online_max(m[r], mx);
+          m[r] = om.m;
+          T sum = 0;
+          for (int64_t c = 0; c < n; ++c) {
+            const T p = std::exp(row[c] - om.m);
+            row[c] = p;
+            sum += p;
+          }
+          for (int64_t c = n; c < bk; ++c) row[c] = T(0);
+          l[r] = l[r] * om.alpha + sum;
+          if (om.alpha != T(1)) {
+            T* ar = acc.data() + r * a.dv;
+            for (int64_t c = 0; c < a.dv; ++c) ar[c] *= om.alpha;
+          }
+        }
+        gemm(false, false, bq, a.dv, bk, T(1), s.data(), bk, v + j0 * a.dv, a.dv, T(1), acc.data(),
+             a.dv);
+      }
+      for (int64_t r = 0; r < bq; ++r) {
+        const T inv = kernels::attention_inv_sum(l[r]);
+        T* o = po + (bh * a.tq + i0 + r) * a.dv;
+        const T* ar = acc.data() + r * a.dv;
+        for (int64_t c = 0; c < a.dv; ++c) o[c] = ar[c] * inv;
+        pl[bh * a.tq + i0 + r] = kernels::attention_lse(m[r], l[r]);
+      }
+    }
+  });
+}
+
+template <typename T>
+void attention_backward_kernel(KernelContext& ctx) {
+  const AttentionDims a = kernels::attention_dims(ctx);
+  Tensor& dq = ctx.allocate_output(0, ctx.input(0).shape());
+  Tensor& dk = ctx.allocate_output(1, ctx.input(1).shape());
+  Tensor& dv = ctx.allocate_output(2, ctx.input(2).shape());
+  const T* pq = ctx.input(0).data<T>();
+  const T* pk = ctx.input(1).data<T>();
+  const T* pv = ctx.input(2).data<T>();
+  const T* po = ctx.input(3).data<T>();
+  const T* plse = ctx.input(4).data<T>();
+  const T* pdo = ctx.input(5).data<T>();
+  const T* pdlse = ctx.input(6).data<T>();
+  T* pdq = dq.data<T>();
+  T* pdk = dk.data<T>();
+  T* pdv = dv.data<T>();
+  const int64_t bs = a.block;
+  const T scale = static_cast<T>(a.scale);
+  ctx.parallel_for(a.batch, 1, [&](int64_t b0, int64_t b1) {
+    std::vector<T> p(static_cast<size_t>(bs * bs)), ds(static_cast<size_t>(bs * bs));
+    std::vector<T> delta(static_cast<size_t>(a.tq));
+    for (int64_t bh = b0; bh < b1; ++bh) {
+      const T* q = pq + bh * a.tq * a.d;
+      const T* k = pk + bh * a.tk * a.d;
+      const T* v = pv + bh * a.tk * a.dv;
+      const T* o = po + bh * a.tq * a.dv;
+      const T* d_o = pdo + bh * a.tq * a.dv;
+      const T* lse = plse + bh * a.tq;
+      const T* dlse = pdlse + bh * a.tq;
+      T* gq = pdq + bh * a.tq * a.d;
+      T* gk = pdk + bh * a.tk * a.d;
+      T* gv = pdv + bh * a.tk * a.dv;
+      std::fill(gq, gq + a.tq * a.d, T(0));
+      std::fill(gk, gk + a.tk * a.d, T(0));
+      std::fill(gv, gv + a.tk * a.dv, T(0));
+      // D_i = rowsum(dO * O) - dlse_i: dS = P * (dP - D_i) covers both outputs' gradients.
+      for (int64_t i = 0; i < a.tq; ++i) {
+        T acc = 0;
+        for (int64_t c = 0; c < a.dv; ++c) acc += d_o[i * a.dv + c] * o[i * a.dv + c];
+        delta[static_cast<size_t>(i)] = acc - dlse[i];
+      }
+      for (int64_t j0 = 0; j0 < a.tk; j0 += bs) {
+        const int64_t j1 = std::min(j0 + bs, a.tk), bk = j1 - j0;
+        const int64_t first = kernels::attention_query_begin(j0, a.causal) / bs * bs;
+        for (int64_t i0 = first; i0 < a.tq; i0 += bs) {
+          const int64_t i1 = std::min(i0 + bs, a.tq), bq = i1 - i0;
+          gemm(false, true, bq, bk, a.d, scale, q + i0 * a.d, a.d, k + j0 * a.d, a.d, T(0),
+               p.data(), bk);
+          const bool masked = kernels::attention_tile_masked(i0, j1, a.causal);
+          for (int64_t r = 0; r < bq; ++r) {
+            const int64_t n = kernels::attention_visible_keys(i0 + r, j0, bk, masked);
+            T* row = p.data() + r * bk;
+            for (int64_t c = 0; c < bk; ++c)
+              row[c] = kernels::attention_prob(row[c], lse[i0 + r], c < n);
+          }
+          // dV_j += P^T dO_i
+          gemm(true, false, bk, a.dv, bq, T(1), p.data(), bk, d_o + i0 * a.dv, a.dv, T(1),
+               gv + j0 * a.dv, a.dv);
+          // dP = dO_i V_j^T, then dS = P * (dP - D_i)
+          gemm(false, true, bq, bk, a.dv, T(1), d_o + i0 * a.dv, a.dv, v + j0 * a.dv, a.dv, T(0),
+               ds.data(), bk);
+          for (int64_t r = 0; r < bq; ++r) {
+            const T di = delta[static_cast<size_t>(i0 + r)];
+            const T* pr = p.data() + r * bk;
+            T* dr = ds.data() + r * bk;
+            for (int64_t c = 0; c < bk; ++c) dr[c] = pr[c] * (dr[c] - di);
+          }
+          // dQ_i += scale dS K_j; dK_j += scale dS^T Q_i
+          gemm(false, false, bq, a.d, bk, scale, ds.data(), bk, k + j0 * a.d, a.d, T(1),
+               gq + i0 * a.d, a.d);
+          gemm(true, false, bk, a.d, bq, scale, ds.data(), bk, q + i0 * a.d, a.d, T(1),
+               gk + j0 * a.d, a.d);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+SPIRE_REGISTER_KERNEL("ScaledDotProductAttention", DeviceType::CPU,
+                      attention_forward_kernel<float>, DType::F32);
+SPIRE_REGISTER_KERNEL("ScaledDotProductAttention", DeviceType::CPU,
+                      attention_forward_kernel<double>, DType::F64);
+SPIRE_REGISTER_KERNEL("ScaledDotProductAttentionGrad", DeviceType::CPU,
+                      attention_backward_kernel<float>, DType::F32);
+SPIRE_REGISTER_KERNEL("ScaledDotProductAttentionGrad", DeviceType::CPU,
+                      attention_backward_kernel<double>, DType::F64);
+
+}  // namespace spire::cpu
