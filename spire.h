@@ -10,9 +10,10 @@
 //              and tower functions, layers, losses and top-k errors, optimizers
 //   train/     ModelDesc, the trainers, TrainConfig and
 //              launch_train_with_config, callbacks and monitors, DataFlow
-//              and the dataset readers, JPEG/PNG decoding, ImageNet-style
-//              folders and image augmentors, input sources, checkpoints and
-//              session initializers, TensorBoard event files, file helpers
+//              and the dataset readers, TestDataSpeed, JPEG/PNG decoding,
+//              ImageNet-style folders and image augmentors, input sources,
+//              checkpoints and session initializers, TensorBoard event files,
+//              file helpers
 //   dist/      communicators (Spire's in-process ring, LocalMessageHub),
 //              the collective graph ops, the multi-device, Horovod and
 //              parameter-server trainers (hvd::rank() and friends); the
@@ -66,6 +67,7 @@
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/dataflow.h"
+#include "train/dataflow_speed.h"
 #include "train/datasets.h"
 #include "train/event_writer.h"
 #include "train/file_util.h"

@@ -17,7 +17,8 @@
 // normalization happens in the graph (per-channel mean and standard deviation of the
 // dataset). The 32x32 models train on CIFAR with cifar10-resnet.py's augmentation
 // (random 32x32 crops of the image pasted on 40x40 zeros, horizontal flips); MNIST has
-// none (its digits are not mirror-symmetric).
+// none (its digits are not mirror-symmetric). The pipelines are built by
+// examples/resnet/resnet_data.h, which bench/image_pipeline.cc measures as they are.
 //
 // Learning rate (tensorpack's ScheduledHyperParamSetter, linear interpolation, set every
 // step): --lr is the peak (default 0.1); --scale-lr applies Goyal et al.'s linear
@@ -29,15 +30,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <functional>
 #include <memory>
-#include <optional>
-#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <spire.h>
 
+#include "resnet/resnet_data.h"
 #include "resnet/resnet_model.h"
 #include "example_flags.h"
 
@@ -46,7 +46,7 @@ namespace {
 using namespace spire;
 using namespace spire_examples;
 
-enum class Dataset { kMnist, kCifar10, kCifar100, kImagenet, kFake };
+using Dataset = ResNetDataset;
 
 struct Flags {
   Dataset dataset = Dataset::kMnist;
@@ -102,26 +102,6 @@ void usage(const char* argv0) {
       argv0, trainer_flags_usage());
 }
 
-Dataset parse_dataset(const std::string& v) {
-  if (v == "mnist") return Dataset::kMnist;
-  if (v == "cifar10") return Dataset::kCifar10;
-  if (v == "cifar100") return Dataset::kCifar100;
-  if (v == "imagenet") return Dataset::kImagenet;
-  if (v == "fake") return Dataset::kFake;
-  throw_error("--dataset: expected mnist, cifar10, cifar100, imagenet or fake, got '", v, "'");
-}
-
-const char* dataset_name(Dataset d) {
-  switch (d) {
-    case Dataset::kMnist: return "mnist";
-    case Dataset::kCifar10: return "cifar10";
-    case Dataset::kCifar100: return "cifar100";
-    case Dataset::kImagenet: return "imagenet";
-    case Dataset::kFake: return "fake";
-  }
-  return "?";
-}
-
 double parse_double(const std::string& flag, const std::string& v, double min) {
   char* end = nullptr;
   const double x = std::strtod(v.c_str(), &end);
@@ -141,7 +121,7 @@ bool parse_flags(int argc, char** argv, Flags* f) {
     }
     std::string key, val;
     split_flag(argc, argv, &i, &key, &val);
-    if (key == "--dataset") f->dataset = parse_dataset(val);
+    if (key == "--dataset") f->dataset = parse_resnet_dataset(val);
     else if (key == "--data") f->data = val;
     else if (key == "--logdir") f->logdir = val;
     else if (key == "--depth") {
@@ -178,109 +158,33 @@ bool parse_flags(int argc, char** argv, Flags* f) {
   if (f->imagenet && !is_imagenet_resnet_depth(f->depth))
     throw_error("--depth ", f->depth, ": ImageNet ResNets have depth 18, 34, 50 (default), 101 or 152");
   if (small && !is_cifar_resnet_depth(f->depth))
-    throw_error("--depth ", f->depth, ": the ", dataset_name(f->dataset), " images are 32x32, so a depth 6n+2 ",
+    throw_error("--depth ", f->depth, ": the ", resnet_dataset_name(f->dataset), " images are 32x32, so a depth 6n+2 ",
                 "(20, 32, 56, 110)", f->dataset == Dataset::kFake ? " or a 224x224 ResNet's (18, 34, 50, 101, 152)" : "");
   if (f->dataset != Dataset::kMnist && f->dataset != Dataset::kFake && f->data.empty())
-    throw_error("--dataset ", dataset_name(f->dataset), " needs --data DIR (",
+    throw_error("--dataset ", resnet_dataset_name(f->dataset), " needs --data DIR (",
                 f->dataset == Dataset::kImagenet ? "with train/<wnid>/*.JPEG and val/"
                                                  : "the binary release", ")");
   if (f->label_smoothing > 1) throw_error("--label-smoothing must lie in [0, 1]");
   if (f->weight_decay < 0) f->weight_decay = small ? 2e-4 : 1e-4;
   if (f->fake_images == 0) f->fake_images = small ? 1024 : 128;
   if (f->logdir.empty())
-    f->logdir = "train_log/resnet" + std::to_string(f->depth) + "-" + dataset_name(f->dataset);
+    f->logdir = "train_log/resnet" + std::to_string(f->depth) + "-" + resnet_dataset_name(f->dataset);
   finish_trainer_flags(&f->t);
   return true;
 }
 
 // ---- data -----------------------------------------------------------------------------------
 
-struct ImageSpec {
-  int64_t size, channels, classes;
-  std::vector<double> mean, stddev;  // per channel, in 0..255 units
-};
-
-ImageSpec image_spec(const Flags& f) {
-  switch (f.dataset) {
-    case Dataset::kMnist: return {32, 1, 10, {33.32}, {78.57}};
-    // CIFAR's images are RGB; ImageNet's decoded BGR (cv2.imread's order, as tensorpack).
-    case Dataset::kCifar10: return {32, 3, 10, {125.31, 122.95, 113.87}, {62.99, 62.09, 66.70}};
-    case Dataset::kCifar100: return {32, 3, 100, {129.30, 124.07, 112.43}, {68.17, 65.39, 70.42}};
-    case Dataset::kImagenet:
-      return {224, 3, 1000, {0.406 * 255, 0.456 * 255, 0.485 * 255}, {0.225 * 255, 0.224 * 255, 0.229 * 255}};
-    case Dataset::kFake:
-      return {f.imagenet ? 224 : 32, 3, f.imagenet ? 1000 : 10,
-              {0, 0, 0}, {1, 1, 1}};
-  }
-  return {};
-}
-
-std::vector<Datapoint> fake_datapoints(const ImageSpec& spec, int64_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_int_distribution<int64_t> label(0, spec.classes - 1);
-  std::vector<Datapoint> list;
-  for (int64_t i = 0; i < n; ++i) {
-    Tensor image(DType::F32, Shape{spec.size, spec.size, spec.channels});
-    for (int64_t j = 0; j < image.num_elements(); ++j) image.data<float>()[j] = normal(rng);
-    list.push_back({image, Tensor::scalar<int64_t>(label(rng))});
-  }
-  return list;
-}
-
-struct Data {
-  std::function<void(int64_t)> set_next_epoch;  // to continue the training order on resume
-  std::shared_ptr<DataFlow> train, test;
-};
-
-Data make_data(const Flags& f, const ImageSpec& spec) {
-  Data d;
-  std::shared_ptr<DataFlow> train, test;
-  if (f.dataset == Dataset::kFake) {
-    auto list = std::make_shared<DataFromList>(fake_datapoints(spec, f.fake_images, 1));
-    d.set_next_epoch = [list](int64_t e) { list->set_next_epoch(e); };
-    train = list;
-    test = std::make_shared<DataFromList>(fake_datapoints(spec, std::min<int64_t>(f.fake_images, 256), 2), false);
-  } else if (f.dataset == Dataset::kImagenet) {
-    // tensorpack's ImageNet pipeline: files -> decode + fbresnet_augmentor on a pool of
-    // threads -> batches. Bad images are counted and skipped in training.
-    ILSVRC12Options options;
-    auto files = std::make_shared<ILSVRC12Files>(f.data, "train", options);
-    d.set_next_epoch = [files](int64_t e) { files->set_next_epoch(e); };
-    auto decode = std::make_shared<ImageFileDecoder>(0, /*skip_bad_images=*/true);
-    auto augment = fbresnet_augmentor(true, 11);
-    train = std::make_shared<MultiThreadMapData>(
-        files, f.threads_data, [decode, augment](Datapoint dp) -> std::optional<Datapoint> {
-          std::optional<Datapoint> img = (*decode)(std::move(dp));
-          if (!img) return std::nullopt;
-          return augment_component_func(augment)(std::move(*img));
-        });
-    test = std::make_shared<ILSVRC12>(f.data, "val", options);
-    test = std::make_shared<AugmentImageComponent>(test, std::vector<AugmentorPtr>{fbresnet_augmentor(false)});
-  } else {
-    std::shared_ptr<DataFromList> list;
-    if (f.dataset == Dataset::kMnist) {
-      const std::string dir = find_mnist_dir(f.data);
-      list = std::make_shared<Mnist>("train", dir);
-      test = std::make_shared<Mnist>("test", dir, false);
-    } else if (f.dataset == Dataset::kCifar10) {
-      list = std::make_shared<Cifar10>("train", f.data);
-      test = std::make_shared<Cifar10>("test", f.data, false);
-    } else {
-      list = std::make_shared<Cifar100>("train", f.data);
-      test = std::make_shared<Cifar100>("test", f.data, Cifar100Label::kFine, false);
-    }
-    d.set_next_epoch = [list](int64_t e) { list->set_next_epoch(e); };
-    train = list;
-    // cifar10-resnet.py: paste on 40x40 zeros, random 32x32 crop, flip (not on MNIST,
-    // whose digits are not mirror-symmetric; its 28x28 images are padded in the graph).
-    if (f.dataset != Dataset::kMnist)
-      train = std::make_shared<AugmentImageComponent>(train, std::vector<AugmentorPtr>{cifar_augmentor(true, 7)});
-  }
-  if (f.val_images > 0) test = std::make_shared<FixedSizeData>(test, std::min(f.val_images, test->size()), false);
-  d.train = std::make_shared<BatchData>(train, f.batch, false);
-  d.test = std::make_shared<BatchData>(test, f.dataset == Dataset::kFake || f.imagenet ? f.batch : 250, true);
-  return d;
+ResNetDataOptions data_options(const Flags& f) {
+  ResNetDataOptions o;
+  o.dataset = f.dataset;
+  o.dir = f.dataset == Dataset::kMnist ? find_mnist_dir(f.data) : f.data;
+  o.imagenet = f.imagenet;
+  o.batch = f.batch;
+  o.data_threads = f.threads_data;
+  o.fake_images = f.fake_images;
+  o.val_images = f.val_images;
+  return o;
 }
 
 // ---- the model ------------------------------------------------------------------------------
@@ -360,8 +264,11 @@ int main(int argc, char** argv) {
       return 0;
     }
     const TrainerFlags& t = flags.t;
-    const ImageSpec spec = image_spec(flags);
-    Data data = make_data(flags, spec);
+    // The pipelines (examples/resnet/resnet_data.h, also measured by bench/image_pipeline).
+    const ImageSpec spec = resnet_image_spec(flags.dataset, flags.imagenet);
+    const ResNetDataOptions data_opts = data_options(flags);
+    ResNetTrainData train_data = make_resnet_train_data(data_opts, spec);
+    std::shared_ptr<DataFlow> test_data = make_resnet_test_data(data_opts, spec);
     make_dirs(flags.logdir);
 
     // Every tower takes its own batch, every process of a multi-process trainer its own
@@ -371,17 +278,17 @@ int main(int argc, char** argv) {
     const int64_t shards = trainer->data_shard().second;
     const int64_t total_batch = flags.batch * towers * shards;
     const int64_t steps = flags.steps_per_epoch > 0 ? flags.steps_per_epoch
-                                                    : std::max<int64_t>(1, data.train->size() / shards / towers);
-    logger::info("ResNet-", flags.depth, " on ", dataset_name(flags.dataset), " (", spec.size, "x", spec.size, "x",
+                                                    : std::max<int64_t>(1, train_data.flow->size() / shards / towers);
+    logger::info("ResNet-", flags.depth, " on ", resnet_dataset_name(flags.dataset), " (", spec.size, "x", spec.size, "x",
                  spec.channels, ", ", spec.classes, " classes); ", total_batch, " images per step, ", steps,
                  " steps per epoch; trainer ", t.trainer, "; logs in ", flags.logdir);
 
     TrainConfig config;
     config.model = std::make_shared<ResNetModel>(flags, spec);
-    config.dataflow = data.train;
+    config.dataflow = train_data.flow;
     config.callbacks = {
         std::make_shared<ModelSaver>(),
-        make_validation(t, data.test,
+        make_validation(t, test_data,
                         {std::make_shared<ScalarStats>(std::vector<std::string>{"xentropy-loss"}),
                          std::make_shared<ClassificationError>("wrong-top1", "val-error-top1"),
                          std::make_shared<ClassificationError>("wrong-top5", "val-error-top5")}),
@@ -396,7 +303,7 @@ int main(int argc, char** argv) {
     config.logdir = flags.logdir;
 
     if (!launch_example_training(t, config, *trainer,
-                                 [&](int epoch) { data.set_next_epoch(epoch - 1); }))
+                                 [&](int epoch) { train_data.set_next_epoch(epoch - 1); }))
       return 0;
     double err = 0;
     int epoch = 0;
