@@ -118,30 +118,34 @@ SPIRE_FORWARD_TEST(LayerNormGrad, MatchesAutodiffOfReference) {
 }
 
 SPIRE_FORWARD_TEST(LayerNormGrad, ColumnSumsIndependentOfThreadCount) {
-  Graph g;
-  DefaultGraphGuard guard(g);
-  std::mt19937_64 rng(7);
-  const Shape s{1000, 23};
-  Output x = ops::constant(random_tensor(DType::F32, s, rng, -2, 2));
-  Output gamma = ops::constant(random_tensor(DType::F32, {23}, rng, -2, 2));
-  Output dy = ops::constant(random_tensor(DType::F32, s, rng, -1, 1));
-  ops::LayerNormOutputs o = ops::layer_norm(x, gamma);
-  ops::LayerNormGradOutputs lg = ops::layer_norm_grad(dy, x, gamma, o.mean, o.rstd);
-  std::vector<std::vector<Tensor>> results;
-  for (int threads : {1, 2, 4, 3}) {
-    SessionOptions opt;
-    opt.num_threads = threads;
-    Session sess(g, opt);
-    results.push_back(sess.run({lg.dx, lg.dgamma, lg.dbeta}));
-  }
-  for (size_t i = 1; i < results.size(); ++i)
-    for (size_t k = 0; k < 3; ++k) {
-      const Tensor& a = results[0][k];
-      const Tensor& b = results[i][k];
-      ASSERT_EQ(a.shape(), b.shape());
-      EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()), 0)
-          << "run " << i << " output " << k << " differs from the 1-thread result";
+  // f64 too: there a different grouping of the column sums would show in the last bits.
+  for (DType dt : {DType::F32, DType::F64}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Graph g;
+    DefaultGraphGuard guard(g);
+    std::mt19937_64 rng(7);
+    const Shape s{1000, 23};
+    Output x = ops::constant(random_tensor(dt, s, rng, -2, 2));
+    Output gamma = ops::constant(random_tensor(dt, {23}, rng, -2, 2));
+    Output dy = ops::constant(random_tensor(dt, s, rng, -1, 1));
+    ops::LayerNormOutputs o = ops::layer_norm(x, gamma);
+    ops::LayerNormGradOutputs lg = ops::layer_norm_grad(dy, x, gamma, o.mean, o.rstd);
+    std::vector<std::vector<Tensor>> results;
+    for (int threads : {1, 2, 4, 3}) {
+      SessionOptions opt;
+      opt.num_threads = threads;
+      Session sess(g, opt);
+      results.push_back(sess.run({lg.dx, lg.dgamma, lg.dbeta}));
     }
+    for (size_t i = 1; i < results.size(); ++i)
+      for (size_t k = 0; k < 3; ++k) {
+        const Tensor& a = results[0][k];
+        const Tensor& b = results[i][k];
+        ASSERT_EQ(a.shape(), b.shape());
+        EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()), 0)
+            << "run " << i << " output " << k << " differs from the 1-thread result";
+      }
+  }
 }
 
 TEST(LayerNormErrors, BadGammaOrBeta) {

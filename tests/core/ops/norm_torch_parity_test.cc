@@ -6,6 +6,7 @@
 // the gradients) and compares each tensor to 1e-10 (relative to its largest
 // magnitude when above 1). Skips when python3 lacks torch or safetensors (the
 // script exits 77 then; .ci/run installs both, so CI runs it).
+#include <cstdio>
 #include <random>
 #include <string>
 
@@ -76,6 +77,9 @@ TEST(NormTorchParity, LayerNormAndGeluTanh) {
   if (rc == 77) GTEST_SKIP() << "python3 lacks torch or safetensors: " << text;
   EXPECT_EQ(rc, 0) << text;
   EXPECT_NE(text.find("ln0_dx"), std::string::npos) << text;
+  // The script's summary line (cases and the worst difference).
+  const size_t last = text.find_last_of('\n', text.size() >= 2 ? text.size() - 2 : 0);
+  std::printf("%s", text.substr(last == std::string::npos ? 0 : last + 1).c_str());
 }
 
 }  // namespace
