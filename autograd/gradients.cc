@@ -135,13 +135,15 @@ std::vector<Output> gradients(const std::vector<Output>& ys, const std::vector<O
           throw_error("gradients: no gradient defined for op ", n->op_type(), " (node '",
                       n->name(), "'), which lies between the ys and xs; wrap it in stop_gradient "
                       "if no gradient should flow through it");
+        std::vector<bool> received(out_grads.size());
+        for (size_t i = 0; i < out_grads.size(); ++i) received[i] = out_grads[i].valid();
         for (int i = 0; i < n->num_outputs(); ++i)
           if (!out_grads[static_cast<size_t>(i)].valid()) {
             Output o = n->output(i);
             DeviceScope there(*n->graph(), o.device());
             out_grads[static_cast<size_t>(i)] = float_output(o) ? ops::zeros_like(o) : Output();
           }
-        GradContext gc(n, out_grads);
+        GradContext gc(n, out_grads, received);
         in_grads = def.grad_fn()(gc);
         if (static_cast<int>(in_grads.size()) != n->num_inputs())
           throw_error("internal error: gradient of ", n->describe(), " returned ",

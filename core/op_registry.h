@@ -77,8 +77,11 @@ class InferContext {
 /// outputs. It returns one gradient per input (an invalid Output = none).
 class GradContext {
  public:
-  GradContext(Node* node, std::vector<Output> grad_outputs)
-      : node_(node), grads_(std::move(grad_outputs)) {}
+  /// `received[i]`: whether output i received a gradient (autodiff fills
+  /// the others with zeros before calling the gradient function); empty
+  /// means "the valid ones".
+  GradContext(Node* node, std::vector<Output> grad_outputs, std::vector<bool> received = {})
+      : node_(node), grads_(std::move(grad_outputs)), received_(std::move(received)) {}
   Node* node() const { return node_; }
   Graph& graph() const { return *node_->graph(); }
   Output input(int i) const { return node_->input(i); }
@@ -86,7 +89,12 @@ class GradContext {
   /// Gradient w.r.t. output i; zeros shaped like the output when that output
   /// received none (only when at least one output did).
   Output grad(int i = 0) const;
-  bool has_grad(int i) const { return grads_.at(static_cast<size_t>(i)).valid(); }
+  /// Whether output i received a gradient (rather than zeros): a gradient
+  /// function may skip the terms of outputs nobody differentiates.
+  bool has_grad(int i) const {
+    return received_.empty() ? grads_.at(static_cast<size_t>(i)).valid()
+                             : received_.at(static_cast<size_t>(i));
+  }
   template <typename T>
   T attr(const std::string& key) const {
     return node_->attr<T>(key);
@@ -95,6 +103,7 @@ class GradContext {
  private:
   Node* node_;
   std::vector<Output> grads_;
+  std::vector<bool> received_;
 };
 
 using ShapeFn = std::function<void(InferContext&)>;

@@ -106,6 +106,9 @@ SPIRE_FORWARD_TEST(LayerNormGrad, MatchesAutodiffOfReference) {
       std::vector<Output> rg = gradients({ops::sum(ops::mul(r.y, dy))}, {x, gamma, beta});
       // The op's own gradient function builds the same LayerNormGrad.
       std::vector<Output> og = gradients({ops::sum(ops::mul(o.y, dy))}, {x, gamma, beta});
+      // Only y is differentiated: dx is LayerNormGrad's output alone, with no terms for the
+      // (zero) gradients of mean and rstd.
+      EXPECT_EQ(og[0].node->op_type(), "LayerNormGrad");
       auto got = run({lg.dx, lg.dgamma, lg.dbeta, og[0], og[1], og[2]});
       auto want = run({rg[0], rg[1], rg[2]});
       const double tol = dt == DType::F32 ? 1e-4 : 1e-11;
