@@ -7,6 +7,7 @@
 #include "core/ops/batch_norm_ops.h"
 #include "core/ops/math_ops.h"
 #include "core/ops/nn_ops.h"
+#include "core/ops/norm_ops.h"
 #include "core/ops/optimizer_ops.h"
 #include "core/ops/random_ops.h"
 #include "core/ops/reduction_ops.h"

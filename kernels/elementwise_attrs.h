@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "core/kernel_registry.h"
+#include "core/ops/math_ops.h"
 #include "kernels/functors.h"
 
 namespace spire::kernels {
@@ -82,6 +83,21 @@ void leaky_relu_kernel(KernelContext& ctx) {
   visit_dtype(ctx.input(0).dtype(), "LeakyRelu", [&](auto zero) {
     using T = decltype(zero);
     if constexpr (std::is_floating_point_v<T>) Launch::template unary<T>(ctx, f);
+  });
+}
+
+/// Gelu (f32, f64) through Launch::unary (see TableRegistrar): the exact
+/// functor, or GeluTanh for attr approximate="tanh".
+template <typename Launch>
+void gelu_kernel(KernelContext& ctx) {
+  const bool tanh_form = ops::parse_gelu_approximate(ctx.attr<std::string>("approximate")) ==
+                         ops::GeluApproximate::kTanh;
+  visit_dtype(ctx.input(0).dtype(), "Gelu", [&](auto zero) {
+    using T = decltype(zero);
+    if constexpr (std::is_floating_point_v<T>) {
+      if (tanh_form) Launch::template unary<T>(ctx, functors::GeluTanh{});
+      else Launch::template unary<T>(ctx, functors::Gelu{});
+    }
   });
 }
 

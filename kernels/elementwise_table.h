@@ -12,7 +12,8 @@ namespace spire::kernels {
 
 /// Calls v.binary(name, functor, dtypes) and v.unary(name, functor, dtypes)
 /// for every table entry. (Integer Div, which must reject zero divisors,
-/// and attribute-carrying ops such as LeakyRelu are registered per device.)
+/// and attribute-carrying ops such as LeakyRelu and Gelu are registered per
+/// device, from kernels/elementwise_attrs.h.)
 template <typename Visitor>
 void visit_elementwise_table(Visitor&& v) {
   using namespace functors;
@@ -46,7 +47,6 @@ void visit_elementwise_table(Visitor&& v) {
   v.unary("Erf", Erf{}, {F32, F64});
   v.unary("Sigmoid", Sigmoid{}, {F32, F64});
   v.unary("Tanh", Tanh{}, {F32, F64});
-  v.unary("Gelu", Gelu{}, {F32, F64});
   v.unary("Softplus", Softplus{}, {F32, F64});
 }
 

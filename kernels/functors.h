@@ -139,6 +139,15 @@ struct Gelu {
     return T(0.5) * a * (T(1) + erf(a * T(0.70710678118654752440)));
   }
 };
+/// GELU's tanh approximation (GPT-2, llm.c; PyTorch's approximate="tanh"):
+/// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+struct GeluTanh {
+  template <typename T> SPIRE_HD T operator()(T a) const {
+    using std::tanh;
+    const T u = T(0.79788456080286535588) * (a + T(0.044715) * a * a * a);
+    return T(0.5) * a * (T(1) + tanh(u));
+  }
+};
 struct Softplus {
   template <typename T> SPIRE_HD T operator()(T a) const {
     using std::exp;

@@ -89,6 +89,8 @@ const char* layer_kind_name(LayerKind kind) {
       return "AvgPooling";
     case LayerKind::Dropout:
       return "Dropout";
+    case LayerKind::LayerNorm:
+      return "LayerNorm";
   }
   return "UnknownLayer";
 }
@@ -120,6 +122,8 @@ const std::vector<std::string>& accepted_args(LayerKind kind) {
       "ema_update", "sync_statistics",  "fused"};
   static const std::vector<std::string> pool = {"strides", "padding"};
   static const std::vector<std::string> dropout = {"rate", "training", "seed"};
+  static const std::vector<std::string> ln = {"epsilon", "use_bias", "use_scale",
+                                              "gamma_initializer"};
   static const std::vector<std::string> none;
   switch (kind) {
     case LayerKind::FullyConnected:
@@ -135,6 +139,8 @@ const std::vector<std::string>& accepted_args(LayerKind kind) {
       return pool;
     case LayerKind::Dropout:
       return dropout;
+    case LayerKind::LayerNorm:
+      return ln;
   }
   return none;
 }

@@ -1,5 +1,5 @@
 // tensorpack's layers in C++: FullyConnected, Conv2D, Conv2DTranspose,
-// BatchNorm, BNReLU, MaxPooling, AvgPooling, GlobalAvgPooling, Dropout,
+// BatchNorm, BNReLU, LayerNorm, MaxPooling, AvgPooling, GlobalAvgPooling, Dropout,
 // Flatten, with tensorpack's variable names and defaults; activations;
 // argscope (shared layer defaults, per graph); regularize_cost.
 //
@@ -83,6 +83,7 @@ enum class LayerKind {
   MaxPooling,
   AvgPooling,
   Dropout,
+  LayerNorm,
 };
 /// "Conv2D", ...
 const char* layer_kind_name(LayerKind kind);
@@ -123,6 +124,7 @@ const char* sync_statistics_name(SyncStatistics mode);
   X(Initializer, kernel_initializer) \
   X(Initializer, bias_initializer)   \
   X(bool, use_bias)                  \
+  X(bool, use_scale)                 \
   X(Size2, strides)                  \
   X(std::string, padding)            \
   X(Size2, dilation_rate)            \
@@ -255,6 +257,17 @@ struct DropoutOptions {
   SPIRE_OPTION_SETTER(DropoutOptions, bool, training)
   SPIRE_OPTION_SETTER(DropoutOptions, int64_t, seed)
 };
+/// LayerNorm options (tensorpack's LayerNorm signature). Defaults: epsilon
+/// 1e-5, use_bias true (variable beta, zeros), use_scale true (variable
+/// gamma, gamma_initializer ones: tensorpack's gamma_init).
+struct LayerNormOptions {
+  static constexpr LayerKind kind = LayerKind::LayerNorm;
+  LayerArgs args;
+  SPIRE_OPTION_SETTER(LayerNormOptions, double, epsilon)
+  SPIRE_OPTION_SETTER(LayerNormOptions, bool, use_bias)
+  SPIRE_OPTION_SETTER(LayerNormOptions, bool, use_scale)
+  SPIRE_OPTION_SETTER(LayerNormOptions, Initializer, gamma_initializer)
+};
 #undef SPIRE_OPTION_SETTER
 
 /// tensorpack's argscope: while alive, layers of the listed kinds built in
@@ -313,6 +326,15 @@ Output Conv2DTranspose(const std::string& name, const Output& x, int64_t filters
 /// tensorpack); they are named "<name>/mean_ema_op" and "<name>/var_ema_op".
 /// Inference: normalizes with the EMAs.
 Output BatchNorm(const std::string& name, const Output& x, const BatchNormOptions& opts = {});
+
+/// Layer normalization over the last axis of x [..., C] with the fused
+/// LayerNorm op (core/ops/norm_ops.h): variables gamma [C] (use_scale) and
+/// beta [C] (use_bias), output "<name>/output". This is PyTorch's
+/// nn.LayerNorm(C) (and nanoGPT's, with use_bias false); for a 2-D x [N, C]
+/// it is also tensorpack's LayerNorm, whose 4-D case (statistics over H, W
+/// and C together) is not provided. Without use_scale the op gets a constant
+/// gamma of ones (no variable).
+Output LayerNorm(const std::string& name, const Output& x, const LayerNormOptions& opts = {});
 
 /// BatchNorm("bn", x) then relu named `name` (tensorpack's BNReLU; used as an
 /// activation it makes "<layer>/bn/...").

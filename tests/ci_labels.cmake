@@ -52,6 +52,9 @@ spire_label(tsan-skip "^ResNetParity[.]")
 # tests, which run under both sanitizers.
 spire_label(asan-skip "^AttentionTorchParity[.]")
 spire_label(tsan-skip "^AttentionTorchParity[.]")
+# LayerNorm and GELU against PyTorch: likewise (norm_ops_test runs the kernels).
+spire_label(asan-skip "^NormTorchParity[.]")
+spire_label(tsan-skip "^NormTorchParity[.]")
 
 # ---- TSan: tests that start no thread of their own ----
 # (Not the ops' forward tests: kernels such as the random ones split their

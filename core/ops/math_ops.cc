@@ -1,8 +1,14 @@
 // Registrations of elementwise math, activations, comparisons, logical ops,
-// select and cast, with shape inference and gradients (see math_ops.h).
+// select and cast, with shape inference and gradients (see math_ops.h):
+// Add, Sub, Mul, Div, Pow, Maximum, Minimum, AddN; Neg, Exp, Log, Sqrt, Rsqrt,
+// Abs, Square, Sign, Erf, Relu, Sigmoid, Tanh, Gelu (exact, or the tanh
+// approximation with attr approximate="tanh"), Softplus, LeakyRelu;
+// comparisons, logical ops, Select and Cast.
 #include "core/ops/math_ops.h"
 
 #include <cmath>
+
+#include "core/enum_names.h"
 
 #include "core/ops/op_util.h"
 #include "core/ops/state_ops.h"
@@ -43,7 +49,29 @@ void logical_binary_shape(InferContext& c) {
 
 using Grads = std::vector<Output>;
 
+const EnumSpelling<GeluApproximate> kGeluApproximate[] = {
+    {"none", GeluApproximate::kNone},
+    {"tanh", GeluApproximate::kTanh},
+};
+
+// d/dx of GELU's tanh form 0.5 x (1 + t), t = tanh(k (x + 0.044715 x^3)),
+// k = sqrt(2/pi): 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 * 0.044715 x^2).
+Output gelu_tanh_derivative(const Output& x) {
+  const double k = std::sqrt(2.0 / M_PI), c = 0.044715;
+  Output x2 = square(x);
+  Output t = tanh(mul(mul(x, scalar_like(k, x)), add(scalar_like(1, x), mul(scalar_like(c, x), x2))));
+  Output half = scalar_like(0.5, x);
+  Output sech2 = sub(scalar_like(1, x), square(t));
+  Output inner = add(scalar_like(k, x), mul(scalar_like(3 * c * k, x), x2));
+  return add(mul(half, add(scalar_like(1, x), t)), mul(mul(half, x), mul(sech2, inner)));
+}
+
 }  // namespace
+
+GeluApproximate parse_gelu_approximate(const std::string& name, const char* who) {
+  return parse_enum(kGeluApproximate, name, who, "approximate");
+}
+const char* gelu_approximate_name(GeluApproximate a) { return enum_name(kGeluApproximate, a); }
 
 // ---- binary arithmetic -----------------------------------------------------
 
@@ -175,16 +203,27 @@ SPIRE_REGISTER_OP("Tanh").input("x").shape_fn(float_unary_shape)
       return {mul(c.grad(), sub(scalar_like(1, y), square(y)))};
     });
 
-SPIRE_REGISTER_OP("Gelu").input("x").shape_fn(float_unary_shape)
+SPIRE_REGISTER_OP("Gelu").input("x").attr("approximate", "none")
+    .shape_fn([](InferContext& c) {
+      const std::string a = c.attr<std::string>("approximate");
+      if (a != "none" && a != "tanh")
+        c.fail("approximate must be \"none\" or \"tanh\" (PyTorch's spelling), got \"", a, "\"");
+      float_unary_shape(c);
+    })
     .grad([](GradContext& c) -> Grads {
-      // d/dx [x Phi(x)] = Phi(x) + x phi(x)
       Output x = c.input(0);
+      if (parse_gelu_approximate(c.attr<std::string>("approximate")) == GeluApproximate::kTanh)
+        return {mul(c.grad(), gelu_tanh_derivative(x))};
+      // d/dx [x Phi(x)] = Phi(x) + x phi(x)
       Output cdf = mul(scalar_like(0.5, x),
                        add(scalar_like(1, x), erf(mul(x, scalar_like(M_SQRT1_2, x)))));
       Output pdf = mul(scalar_like(1.0 / std::sqrt(2 * M_PI), x),
                        exp(mul(scalar_like(-0.5, x), square(x))));
       return {mul(c.grad(), add(cdf, mul(x, pdf)))};
-    });
+    })
+    .doc("GELU, torch.nn.functional.gelu: x * Phi(x) with approximate=\"none\" (the "
+         "default), 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) with approximate=\"tanh\" "
+         "(GPT-2, llm.c). Its gradient is built from differentiable ops (second order).");
 
 SPIRE_REGISTER_OP("Softplus").input("x").shape_fn(float_unary_shape)
     .grad([](GradContext& c) -> Grads { return {mul(c.grad(), sigmoid(c.input(0)))}; });
@@ -278,6 +317,9 @@ Output relu(const Output& x, const std::string& n) { return unary("Relu", x, n);
 Output sigmoid(const Output& x, const std::string& n) { return unary("Sigmoid", x, n); }
 Output tanh(const Output& x, const std::string& n) { return unary("Tanh", x, n); }
 Output gelu(const Output& x, const std::string& n) { return unary("Gelu", x, n); }
+Output gelu(const Output& x, GeluApproximate approximate, const std::string& n) {
+  return unary("Gelu", x, n, {{"approximate", gelu_approximate_name(approximate)}});
+}
 Output softplus(const Output& x, const std::string& n) { return unary("Softplus", x, n); }
 Output leaky_relu(const Output& x, double alpha, const std::string& n) {
   return unary("LeakyRelu", x, n, {{"alpha", alpha}});

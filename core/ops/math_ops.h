@@ -35,8 +35,20 @@ Output erf(const Output& x, const std::string& name = "");
 Output relu(const Output& x, const std::string& name = "");
 Output sigmoid(const Output& x, const std::string& name = "");
 Output tanh(const Output& x, const std::string& name = "");
+/// GELU's form, PyTorch's `approximate` argument: kNone is the exact x * Phi(x)
+/// (PyTorch's default, nanoGPT's nn.GELU()), kTanh the tanh approximation
+/// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) of GPT-2 and llm.c. The op's
+/// attr "approximate" holds PyTorch's spelling ("none" or "tanh").
+enum class GeluApproximate { kNone, kTanh };
+/// The GeluApproximate spelled `name` ("none" or "tanh"); throws spire::Error
+/// naming `who` and the accepted spellings for any other string.
+GeluApproximate parse_gelu_approximate(const std::string& name, const char* who = "Gelu");
+/// PyTorch's spelling of `a`: "none" or "tanh".
+const char* gelu_approximate_name(GeluApproximate a);
 /// Exact GELU: x * Phi(x) (as PyTorch's default and TF's approximate=False).
 Output gelu(const Output& x, const std::string& name = "");
+/// GELU in the given form (torch.nn.functional.gelu(x, approximate=...)).
+Output gelu(const Output& x, GeluApproximate approximate, const std::string& name = "");
 Output softplus(const Output& x, const std::string& name = "");
 Output leaky_relu(const Output& x, double alpha = 0.2, const std::string& name = "");
 

@@ -256,6 +256,7 @@ SPIRE_STATIC_INIT(cpu_elementwise_kernels) {
   KernelRegistry::global().add("Div", DeviceType::CPU, I32, integer_div_kernel<int32_t>);
   KernelRegistry::global().add("Div", DeviceType::CPU, I64, integer_div_kernel<int64_t>);
   for (DType dt : kFloat) KernelRegistry::global().add("LeakyRelu", DeviceType::CPU, dt, kernels::leaky_relu_kernel<CpuLaunch>);
+  for (DType dt : kFloat) KernelRegistry::global().add("Gelu", DeviceType::CPU, dt, kernels::gelu_kernel<CpuLaunch>);
 
   register_templated<SelectK>("Select", {F32, F64, I32, I64});
   register_templated<AddNK>("AddN", {F32, F64, I32, I64});

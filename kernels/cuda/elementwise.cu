@@ -1,5 +1,5 @@
 // CUDA kernels for the elementwise ops: every entry of the shared table
-// (kernels/elementwise_table.h), integer Div, LeakyRelu, Cast, Select, AddN,
+// (kernels/elementwise_table.h), integer Div, LeakyRelu, Gelu (exact or tanh), Cast, Select, AddN,
 // BroadcastTo and BroadcastLike, for the same dtypes as the CPU kernels
 // (kernels/cpu/elementwise.cc, BroadcastTo in kernels/cpu/array_kernels.cc).
 // The math is the shared functors of kernels/functors.h; the index math is
@@ -388,6 +388,7 @@ SPIRE_STATIC_INIT(cuda_elementwise_kernels) {
   r.add("Div", DeviceType::CUDA, DType::I32, integer_div_kernel<int32_t>);
   r.add("Div", DeviceType::CUDA, DType::I64, integer_div_kernel<int64_t>);
   for (DType dt : {DType::F32, DType::F64}) r.add("LeakyRelu", DeviceType::CUDA, dt, kernels::leaky_relu_kernel<CudaLaunch>);
+  for (DType dt : {DType::F32, DType::F64}) r.add("Gelu", DeviceType::CUDA, dt, kernels::gelu_kernel<CudaLaunch>);
   kernels::register_numeric<SelectK>("Select", DeviceType::CUDA);
   kernels::register_numeric<AddNK>("AddN", DeviceType::CUDA);
   for (DType dt : {DType::F32, DType::F64, DType::I32, DType::I64})

@@ -151,6 +151,26 @@ SPIRE_FORWARD_TEST(Tanh, Values) { check_unary(ops::tanh, {0, 1, -1}, {0, 0.7615
 SPIRE_FORWARD_TEST(Gelu, Values) {
   check_unary(ops::gelu, {0, 1, -1, 2}, {0, 0.8413447461, -0.1586552539, 1.9544997361});
 }
+SPIRE_FORWARD_TEST(Gelu, TanhApproximation) {
+  // PyTorch's gelu(x, approximate="tanh") at these points (0.5 x (1 + tanh(sqrt(2/pi) (x +
+  // 0.044715 x^3))) evaluated in double); they differ from the exact values above by up to 1e-4.
+  auto tanh_gelu = [](const Output& x, const std::string& n) {
+    return ops::gelu(x, ops::GeluApproximate::kTanh, n);
+  };
+  const std::vector<double> in = {0, 1, -1, 2, -3, 0.5};
+  const std::vector<double> want = {0, 0.8411919906082768, -0.15880800939172324, 1.954597694087775,
+                                    -0.0036373920817729943, 0.34571400982514394};
+  check_unary(tanh_gelu, in, want, DType::F64, 1e-15);
+  check_unary(tanh_gelu, in, want, DType::F32, 1e-6);
+  Graph g;
+  DefaultGraphGuard guard(g);
+  Output x = ops::constant(vec({2}, {1, 2}));
+  expect_error([&] { ops::add_op("Gelu", {x}, {{"approximate", "erf"}}); },
+               {"Gelu", "approximate must be \"none\" or \"tanh\"", "erf"});
+  EXPECT_EQ(ops::parse_gelu_approximate("tanh"), ops::GeluApproximate::kTanh);
+  EXPECT_STREQ(ops::gelu_approximate_name(ops::GeluApproximate::kNone), "none");
+  expect_error([] { ops::parse_gelu_approximate("exact"); }, {"unknown approximate 'exact'", "none, tanh"});
+}
 SPIRE_FORWARD_TEST(Softplus, Values) {
   check_unary(ops::softplus, {0, 1, -50, 100}, {M_LN2, 1.3132616875, 1.9287498e-22, 100}, DType::F64, 1e-9);
 }

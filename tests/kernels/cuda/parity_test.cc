@@ -46,7 +46,7 @@ double grad_case_tol_f32(const std::string& op) {
   static const std::map<std::string, double> tol = {
       {"MatMul", 1e-4}, {"BatchMatMul", 1e-4}, {"Conv2D", 1e-4}, {"Conv2DBackpropInput", 1e-4},
       {"Conv2DBackpropFilter", 1e-4}, {"Pow", 1e-4}, {"Erf", 1e-4}, {"Gelu", 1e-4},
-      {"Softplus", 1e-4}, {"Prod", 1e-4}};
+      {"Softplus", 1e-4}, {"Prod", 1e-4}, {"LayerNorm", 1e-4}, {"LayerNormGrad", 1e-4}};
   auto it = tol.find(op);
   return it == tol.end() ? 2e-5 : it->second;
 }
