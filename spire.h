@@ -53,6 +53,7 @@
 #include "autograd/gradients.h"
 
 // ---- layers ----
+#include "layers/accum_grad_optimizer.h"
 #include "layers/initializers.h"
 #include "layers/layers.h"
 #include "layers/losses.h"
