@@ -78,6 +78,7 @@
 #include "train/multi_process_trainer.h"
 #include "train/monitor.h"
 #include "train/session_init.h"
+#include "train/text_dataset.h"
 #include "train/trainer.h"
 
 // ---- dist ----
