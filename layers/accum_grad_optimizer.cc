@@ -54,12 +54,12 @@ Node* AccumGradOptimizer::apply_gradients(const GradsAndVars& grads_and_vars,
   // State first, outside the step's name scope.
   std::vector<Output> accs;
   for (const auto& p : pairs) accs.push_back(zeros_slot(p.second, "AccumGrad"));
-  if (!counter_.valid()) {
+  {
+    // One counter per train op (tensorpack makes one per apply_gradients call):
+    // replicas' updates built by separate calls each count their own runs.
     DeviceScope ds(g, pairs[0].second.node->device());  // as Adam's beta powers
     counter_ = make_non_slot_variable(g, this->name() + "_counter", Shape{}, DType::I64, 0.0);
   }
-  SPIRE_CHECK(counter_.graph() == &g, "AccumGradOptimizer '", this->name(),
-              "': used on variables of two graphs");
 
   Node* train = ops::no_op(name.empty() ? this->name() : name, &g);
   NameScope ns(g, train->name() + "/");

@@ -7,7 +7,7 @@
 //
 // Graph built by apply_gradients, every run (Spire's graphs have no
 // conditional execution, so the inner update is gated, not skipped):
-//   c = assign_add(counter, 1)                       "<name>/counter", i64
+//   c = assign_add(counter, 1)                       "<name>_counter", i64
 //   acc_v = assign(acc_v, c == 1 ? g_v : acc_v + g_v) slot "<var>/AccumGrad"
 //           (g_v scaled by 1/k first in kMean, like nanoGPT's loss / k)
 //   inner->apply_gradients_if(c >= k, {(acc_v, v)})  the inner optimizer's
@@ -72,7 +72,9 @@ class AccumGradOptimizer : public Optimizer {
 
   int niter() const { return niter_; }
   AccumMode mode() const { return mode_; }
-  /// The i64 counter variable (invalid before the first apply_gradients or with niter = 1).
+  /// The i64 counter variable of the last apply_gradients call ("<name>_counter",
+  /// "<name>_counter_1", ... for later calls: each train op counts its own
+  /// runs); invalid before the first call or with niter = 1.
   Output counter() const { return counter_; }
   const std::shared_ptr<Optimizer>& inner() const { return opt_; }
 

@@ -179,6 +179,10 @@ TEST(AccumGradOptimizer, SlotsNamesAndNiterOne) {
   EXPECT_EQ(opt.get_slot_names(), (std::vector<std::string>{"Momentum", "AccumGrad"}));
   EXPECT_EQ(opt.counter().node->name(), "AccumGrad_counter");
   EXPECT_EQ(opt.counter().dtype(), DType::I64);
+  // A second train op (e.g. another replica's update) counts its own runs.
+  Output w2 = get_variable("W2", {2}, DType::F64, init::zeros());
+  opt.minimize(ops::sum(ops::square(w2)), {}, {w2});
+  EXPECT_EQ(opt.counter().node->name(), "AccumGrad_counter_1");
   // niter 1: the inner optimizer's own update, no accumulator.
   Model m1(1.0);
   DefaultGraphGuard g1(m1.g);
