@@ -51,6 +51,12 @@ Node* AccumGradOptimizer::apply_gradients(const GradsAndVars& grads_and_vars,
                 dtype_name(grad.dtype()), ") does not fit variable '", var.node->name(), "' (",
                 dtype_name(var.dtype()), ")");
   }
+  for (const auto& p : pairs)
+    SPIRE_CHECK(accumulated_.insert(p.second.node).second, "AccumGradOptimizer '", this->name(),
+                "': variable '", p.second.node->name(),
+                "' is already accumulated by an earlier apply_gradients of this optimizer; each "
+                "variable takes one accumulating train op (not AsyncMultiGPUTrainer's per-tower "
+                "updates of shared variables)");
   // State first, outside the step's name scope.
   std::vector<Output> accs;
   for (const auto& p : pairs) accs.push_back(zeros_slot(p.second, "AccumGrad"));

@@ -29,6 +29,7 @@
 #pragma once
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -49,7 +50,10 @@ enum class AccumMode {
 /// Accumulates gradients over `niter` runs of its train op and lets `opt`
 /// apply them on every niter-th run (see the file comment). Shares opt's
 /// learning rate; get_slot gives opt's slots and its own "AccumGrad" slot.
-/// niter = 1 builds opt's plain update (no accumulator, no counter).
+/// niter = 1 builds opt's plain update (no accumulator, no counter). Each
+/// variable may be in one apply_gradients call (replicas with their own
+/// variables each get their own call and counter; the per-tower updates of
+/// shared variables of AsyncMultiGPUTrainer are refused).
 class AccumGradOptimizer : public Optimizer {
  public:
   /// Throws for a null `opt` or niter < 1.
@@ -86,6 +90,7 @@ class AccumGradOptimizer : public Optimizer {
   int niter_;
   AccumMode mode_;
   Output counter_;
+  std::set<const Node*> accumulated_;
 };
 
 }  // namespace spire

@@ -200,6 +200,8 @@ TEST(AccumGradOptimizer, Errors) {
   expect_error([&] { AccumGradOptimizer(sgd, 0); }, {"niter must be >= 1", "0"});
   AccumGradOptimizer opt(sgd, 2);
   expect_error([&] { opt.apply_gradients({{Output(), m.W}}); }, {"no gradients"});
+  opt.minimize(m.loss);
+  expect_error([&] { opt.minimize(m.loss); }, {"variable 'W' is already accumulated"});
   Output cond = ops::constant(Tensor::scalar<bool>(true));
   expect_error([&] { opt.apply_gradients_if(cond, {{m.W, m.W}}); }, {"not supported"});
   expect_error([&] { sgd->apply_gradients_if(ops::scalar(1.0, DType::F64), {{m.W, m.W}}); },
