@@ -54,6 +54,7 @@
 #include "autograd/gradients.h"
 
 // ---- layers ----
+#include "layers/accum_grad_optimizer.h"
 #include "layers/initializers.h"
 #include "layers/layers.h"
 #include "layers/losses.h"
@@ -79,6 +80,7 @@
 #include "train/multi_process_trainer.h"
 #include "train/monitor.h"
 #include "train/session_init.h"
+#include "train/text_dataset.h"
 #include "train/trainer.h"
 
 // ---- dist ----

@@ -113,6 +113,26 @@ struct AdamWUpdate {
   }
 };
 
+/// The gated form of an update functor F (ops with attr gated = true): one
+/// more scalar input, apply_if, after F's; where it is 0 every element keeps
+/// its old value (the caller still writes the states back, so a
+/// copy-on-write target receives the old values). The CUDA kernel uses it;
+/// the CPU kernel skips a gated-off node before touching any variable.
+template <typename T, typename F>
+struct Gated {
+  static constexpr int kSlots = F::kSlots;
+  static constexpr int kScalars = F::kScalars + 1;
+  F inner;
+  bool apply = true;
+  SPIRE_HD void prepare(const T* s) {
+    inner.prepare(s);
+    apply = s[F::kScalars] != T(0);
+  }
+  SPIRE_HD void operator()(T* st, T g) const {
+    if (apply) inner(st, g);
+  }
+};
+
 }  // namespace spire::functors
 
 namespace spire::kernels {
@@ -160,11 +180,15 @@ void visit_fused_apply_ops(Visitor&& v) {
 // ---- run-time binding ------------------------------------------------------
 
 /// Input layout of the fused ops for n variables with k slots each:
-/// [vars(n), grads(n), slot 1 of each var(n), ..., slot k(n), scalars].
+/// [vars(n), grads(n), slot 1 of each var(n), ..., slot k(n), scalars]; a
+/// gated node's scalars end with apply_if (counted in num_scalars).
 struct FusedApplyLayout {
   int n = 0;
   int num_slots = 0;
   int num_scalars = 0;
+  bool gated = false;
+  /// The apply_if input of a gated node.
+  int gate() const { return num_inputs() - 1; }
   int var(int i) const { return i; }
   int grad(int i) const { return n + i; }
   /// State s of variable i: s = 0 the variable, s >= 1 its slot s.
@@ -246,6 +270,7 @@ struct FusedApplyBinding {
 };
 
 /// Validates the inputs of a fused update node that need no variable lock
+/// (num_scalars counts the apply_if of a gated node)
 /// (every var/slot input is a variable; every gradient has its variable's
 /// shape; scalars are one element) and finds the variables' resources.
 /// Then acquire() groups of variables. Errors name the variable.
@@ -254,6 +279,7 @@ inline FusedApplyBinding bind_fused_apply(KernelContext& ctx, int num_slots, int
   b.layout.n = static_cast<int>(ctx.attr<int64_t>("n"));
   b.layout.num_slots = num_slots;
   b.layout.num_scalars = num_scalars;
+  b.layout.gated = ctx.attr<bool>("gated");
   const FusedApplyLayout& L = b.layout;
   if (L.n < 1 || ctx.num_inputs() != L.num_inputs())
     ctx.fail("expected ", L.num_inputs(), " inputs for n = ", L.n, ", got ", ctx.num_inputs());

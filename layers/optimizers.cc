@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <regex>
 #include <set>
 
 #include "autograd/gradients.h"
@@ -103,6 +104,19 @@ GradsAndVars Optimizer::compute_gradients(const Output& loss, const std::vector<
 
 Node* Optimizer::apply_gradients(const GradsAndVars& grads_and_vars, const Output& global_step,
                                  const std::string& name) {
+  return build_apply(grads_and_vars, Output(), global_step, name);
+}
+
+Node* Optimizer::apply_gradients_if(const Output& apply_if, const GradsAndVars& grads_and_vars,
+                                    const Output& global_step, const std::string& name) {
+  SPIRE_CHECK(apply_if.valid() && apply_if.dtype() == DType::Bool && apply_if.shape().rank() == 0,
+              "Optimizer '", name_, "': apply_if must be a scalar bool, got ",
+              describe_output(apply_if));
+  return build_apply(grads_and_vars, apply_if, global_step, name);
+}
+
+Node* Optimizer::build_apply(const GradsAndVars& grads_and_vars, const Output& apply_if,
+                             const Output& global_step, const std::string& name) {
   SPIRE_CHECK(!grads_and_vars.empty(), "Optimizer '", name_,
               "': apply_gradients got no (gradient, variable) pairs");
   Graph* g = nullptr;
@@ -135,6 +149,8 @@ Node* Optimizer::apply_gradients(const GradsAndVars& grads_and_vars, const Outpu
               names, ")");
   SPIRE_CHECK(lr_.graph() == g, "Optimizer '", name_, "': the learning rate ",
               describe_output(lr_), " is in another graph than the variables");
+  SPIRE_CHECK(!apply_if.valid() || apply_if.graph() == g, "Optimizer '", name_, "': apply_if ",
+              describe_output(apply_if), " is in another graph than the variables");
   if (global_step.valid()) {
     SPIRE_CHECK(is_variable(global_step) && global_step.graph() == g &&
                     global_step.shape().rank() == 0 && global_step.dtype() != DType::Bool,
@@ -160,6 +176,8 @@ Node* Optimizer::apply_gradients(const GradsAndVars& grads_and_vars, const Outpu
     // Every update waits for every gradient: a gradient may read any variable.
     ControlDependencies after_grads(*g, grad_nodes);
     lr_cast_.clear();
+    gate_cast_.clear();
+    apply_if_ = apply_if;
     prepare(vars);
     // One fused update per (dtype, device) group of f32/f64 variables, in
     // the order the groups first appear; per-variable updates otherwise.
@@ -198,6 +216,8 @@ Node* Optimizer::apply_gradients(const GradsAndVars& grads_and_vars, const Outpu
       }
     }
     done = finish(updates);
+    apply_if_ = Output();
+    gate_cast_.clear();
   }
   if (global_step.valid()) {
     NameScope ns(*g, scope);
@@ -252,6 +272,26 @@ Output Optimizer::zeros_slot(const Output& var, const std::string& slot_name) {
   return slot;
 }
 
+Output Optimizer::gate_as(DType dtype) {
+  if (!apply_if_.valid()) return Output();
+  auto it = gate_cast_.find(dtype);
+  if (it != gate_cast_.end()) return it->second;
+  Output c = ops::cast(apply_if_, dtype, "apply_if_cast");
+  gate_cast_[dtype] = c;
+  return c;
+}
+
+Output Optimizer::gated_assign(const Output& var, const Output& value, const std::string& name) {
+  if (!apply_if_.valid()) return ops::assign(var, value, name);
+  return ops::assign(var, ops::where(apply_if_, value, var), name);
+}
+
+Output Optimizer::gated_assign_sub(const Output& var, const Output& delta,
+                                   const std::string& name) {
+  if (!apply_if_.valid()) return ops::assign_sub(var, delta, name);
+  return ops::assign(var, ops::where(apply_if_, var - delta, var), name);
+}
+
 Output Optimizer::lr_as(DType dtype) {
   if (lr_.dtype() == dtype) return lr_;
   auto it = lr_cast_.find(dtype);
@@ -269,13 +309,13 @@ GradientDescentOptimizer::GradientDescentOptimizer(const Output& lr, const std::
     : Optimizer(lr, name) {}
 
 Node* GradientDescentOptimizer::apply_dense(const Output& grad, const Output& var) {
-  return ops::assign_sub(var, lr_as(var.dtype()) * grad, "apply")
-      .node;
+  return gated_assign_sub(var, lr_as(var.dtype()) * grad, "apply").node;
 }
 
 Node* GradientDescentOptimizer::apply_fused(const std::vector<Output>& grads,
                                             const std::vector<Output>& vars) {
-  return ops::fused_apply_gradient_descent(vars, grads, lr_as(vars[0].dtype()), "apply");
+  return ops::fused_apply_gradient_descent(vars, grads, lr_as(vars[0].dtype()), "apply",
+                                           gate_as(vars[0].dtype()));
 }
 
 // ---- Momentum ----------------------------------------------------------------------
@@ -294,9 +334,9 @@ void MomentumOptimizer::create_slots(const std::vector<Output>& vars) {
 Node* MomentumOptimizer::apply_dense(const Output& grad, const Output& var) {
   Output lr = lr_as(var.dtype());
   Output accum = get_slot(var, "Momentum");
-  Output acc = ops::assign(accum, accum * momentum_ + grad, "accum");
+  Output acc = gated_assign(accum, accum * momentum_ + grad, "accum");
   Output step = nesterov_ ? lr * (grad + acc * momentum_) : lr * acc;
-  return ops::assign_sub(var, step, "apply").node;
+  return gated_assign_sub(var, step, "apply").node;
 }
 
 Node* MomentumOptimizer::apply_fused(const std::vector<Output>& grads,
@@ -304,7 +344,7 @@ Node* MomentumOptimizer::apply_fused(const std::vector<Output>& grads,
   std::vector<Output> accums;
   for (const Output& v : vars) accums.push_back(get_slot(v, "Momentum"));
   return ops::fused_apply_momentum(vars, grads, accums, lr_as(vars[0].dtype()), momentum_,
-                                   nesterov_, "apply");
+                                   nesterov_, "apply", gate_as(vars[0].dtype()));
 }
 
 // ---- Adam ----------------------------------------------------------------------------
@@ -329,15 +369,19 @@ std::pair<std::vector<Output>, std::vector<Output>> adam_slots(const Optimizer& 
   return mv;
 }
 
-// The moment updates of one variable, assigned to its slots: m_t = beta1 * m + grad *
-// (1 - beta1) and v_t = beta2 * v + grad^2 * (1 - beta2).
-std::pair<Output, Output> adam_moments(const Optimizer& opt, const Output& grad, const Output& var,
-                                       double beta1, double beta2) {
-  Output m = opt.get_slot(var, "Adam");
-  Output v = opt.get_slot(var, "Adam_1");
-  Output m_t = ops::assign(m, m * beta1 + grad * (1.0 - beta1), "m");
-  Output v_t = ops::assign(v, v * beta2 + ops::square(grad) * (1.0 - beta2), "v");
-  return {m_t, v_t};
+// The new moments of one variable: m_t = beta1 * m + grad * (1 - beta1) and
+// v_t = beta2 * v + grad^2 * (1 - beta2) (to be assigned to the slots m, v).
+struct AdamMoments {
+  Output m, v, m_t, v_t;
+};
+AdamMoments adam_moments(const Optimizer& opt, const Output& grad, const Output& var,
+                         double beta1, double beta2) {
+  AdamMoments r;
+  r.m = opt.get_slot(var, "Adam");
+  r.v = opt.get_slot(var, "Adam_1");
+  r.m_t = r.m * beta1 + grad * (1.0 - beta1);
+  r.v_t = r.v * beta2 + ops::square(grad) * (1.0 - beta2);
+  return r;
 }
 }  // namespace
 
@@ -387,8 +431,10 @@ Node* AdamOptimizer::apply_dense(const Output& grad, const Output& var) {
   auto [b1p, b2p] = powers_as(var.dtype());
   Output lr = lr_as(var.dtype());
   Output lr_t = lr * ops::sqrt(1.0 - b2p) / (1.0 - b1p);
-  auto [m_t, v_t] = adam_moments(*this, grad, var, beta1_, beta2_);
-  return ops::assign_sub(var, lr_t * m_t / (ops::sqrt(v_t) + epsilon_), "apply").node;
+  AdamMoments mo = adam_moments(*this, grad, var, beta1_, beta2_);
+  Output m_t = gated_assign(mo.m, mo.m_t, "m");
+  Output v_t = gated_assign(mo.v, mo.v_t, "v");
+  return gated_assign_sub(var, lr_t * m_t / (ops::sqrt(v_t) + epsilon_), "apply").node;
 }
 
 Node* AdamOptimizer::apply_fused(const std::vector<Output>& grads,
@@ -397,7 +443,7 @@ Node* AdamOptimizer::apply_fused(const std::vector<Output>& grads,
   auto [b1p, b2p] = powers_as(dt);
   auto [m, v] = adam_slots(*this, vars);
   return ops::fused_apply_adam(vars, grads, m, v, lr_as(dt), b1p, b2p, beta1_, beta2_, epsilon_,
-                               "apply");
+                               "apply", gate_as(dt));
 }
 
 std::vector<Node*> AdamOptimizer::finish(const std::vector<Node*>& updates) {
@@ -405,44 +451,112 @@ std::vector<Node*> AdamOptimizer::finish(const std::vector<Node*>& updates) {
   std::vector<Node*> out = updates;
   ControlDependencies after(g, updates);
   DeviceScope ds(g, beta1_power_.node->device());
-  out.push_back(ops::assign(beta1_power_, beta1_power_ * beta1_, "update_beta1_power").node);
-  out.push_back(ops::assign(beta2_power_, beta2_power_ * beta2_, "update_beta2_power").node);
+  out.push_back(gated_assign(beta1_power_, beta1_power_ * beta1_, "update_beta1_power").node);
+  out.push_back(gated_assign(beta2_power_, beta2_power_ * beta2_, "update_beta2_power").node);
   return out;
 }
 
 // ---- AdamW ---------------------------------------------------------------------------
 
+WeightDecayFilter decay_all() {
+  return [](const Output&) { return true; };
+}
+
+WeightDecayFilter decay_if_rank_at_least(int min_rank) {
+  return [min_rank](const Output& var) { return var.shape().rank() >= min_rank; };
+}
+
+namespace {
+std::vector<std::regex> compile_regexes(const std::vector<std::string>& regexes,
+                                        const char* who) {
+  SPIRE_CHECK(!regexes.empty(), who, ": no regex given");
+  std::vector<std::regex> out;
+  for (const std::string& r : regexes) {
+    SPIRE_CHECK(!r.empty(), who, ": a regex is empty");
+    try {
+      out.emplace_back(r);
+    } catch (const std::regex_error& e) {
+      throw_error(who, ": invalid regex '", r, "': ", e.what());
+    }
+  }
+  return out;
+}
+bool any_match(const std::vector<std::regex>& res, const std::string& name) {
+  for (const std::regex& re : res)
+    if (std::regex_search(name, re)) return true;
+  return false;
+}
+}  // namespace
+
+WeightDecayFilter decay_if_name_matches(const std::vector<std::string>& regexes) {
+  auto res = compile_regexes(regexes, "decay_if_name_matches");
+  return [res](const Output& var) { return any_match(res, var.node->name()); };
+}
+
+WeightDecayFilter decay_unless_name_matches(const std::vector<std::string>& regexes) {
+  auto res = compile_regexes(regexes, "decay_unless_name_matches");
+  return [res](const Output& var) { return !any_match(res, var.node->name()); };
+}
+
 AdamWOptimizer::AdamWOptimizer(double lr, double weight_decay, double beta1, double beta2,
                                double epsilon, const std::string& name)
-    : AdamOptimizer(lr, beta1, beta2, epsilon, name), weight_decay_(weight_decay) {
+    : AdamOptimizer(lr, beta1, beta2, epsilon, name),
+      weight_decay_(weight_decay),
+      decay_filter_(decay_all()) {
   SPIRE_CHECK(weight_decay >= 0, "Optimizer '", this->name(),
               "': weight_decay must be >= 0, got ", weight_decay);
 }
 AdamWOptimizer::AdamWOptimizer(const Output& lr, double weight_decay, double beta1, double beta2,
                                double epsilon, const std::string& name)
-    : AdamOptimizer(lr, beta1, beta2, epsilon, name), weight_decay_(weight_decay) {
+    : AdamOptimizer(lr, beta1, beta2, epsilon, name),
+      weight_decay_(weight_decay),
+      decay_filter_(decay_all()) {
   SPIRE_CHECK(weight_decay >= 0, "Optimizer '", this->name(),
               "': weight_decay must be >= 0, got ", weight_decay);
+}
+
+void AdamWOptimizer::set_weight_decay_filter(WeightDecayFilter filter) {
+  SPIRE_CHECK(filter != nullptr, "Optimizer '", name(), "': the weight-decay filter is null");
+  decay_filter_ = std::move(filter);
+}
+
+double AdamWOptimizer::weight_decay_for(const Output& var) const {
+  return decay_filter_(var) ? weight_decay_ : 0.0;
 }
 
 Node* AdamWOptimizer::apply_dense(const Output& grad, const Output& var) {
   auto [b1p, b2p] = powers_as(var.dtype());
   Output lr = lr_as(var.dtype());
-  auto [m_t, v_t] = adam_moments(*this, grad, var, beta1_, beta2_);
+  AdamMoments mo = adam_moments(*this, grad, var, beta1_, beta2_);
+  Output m_t = gated_assign(mo.m, mo.m_t, "m");
+  Output v_t = gated_assign(mo.v, mo.v_t, "v");
   // torch.optim.AdamW: p *= 1 - lr * wd; p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps).
   Output step_size = lr / (1.0 - b1p);
   Output denom = ops::sqrt(v_t) / ops::sqrt(1.0 - b2p) + epsilon_;
-  Output decayed = var * (1.0 - lr * weight_decay_);
-  return ops::assign(var, decayed - step_size * (m_t / denom), "apply").node;
+  Output decayed = var * (1.0 - lr * weight_decay_for(var));
+  return gated_assign(var, decayed - step_size * (m_t / denom), "apply").node;
 }
 
 Node* AdamWOptimizer::apply_fused(const std::vector<Output>& grads,
                                   const std::vector<Output>& vars) {
   const DType dt = vars[0].dtype();
   auto [b1p, b2p] = powers_as(dt);
-  auto [m, v] = adam_slots(*this, vars);
-  return ops::fused_apply_adamw(vars, grads, m, v, lr_as(dt), b1p, b2p, beta1_, beta2_, epsilon_,
-                                weight_decay_, "apply");
+  // One fused op per parameter group (decayed first), as torch's loop over param_groups.
+  std::vector<Node*> groups;
+  for (bool decayed : {true, false}) {
+    std::vector<Output> gv, vv;
+    for (size_t i = 0; i < vars.size(); ++i)
+      if (decay_filter_(vars[i]) == decayed) {
+        gv.push_back(grads[i]);
+        vv.push_back(vars[i]);
+      }
+    if (vv.empty()) continue;
+    auto [m, v] = adam_slots(*this, vv);
+    groups.push_back(ops::fused_apply_adamw(vv, gv, m, v, lr_as(dt), b1p, b2p, beta1_, beta2_,
+                                            epsilon_, decayed ? weight_decay_ : 0.0,
+                                            decayed ? "apply" : "apply_no_decay", gate_as(dt)));
+  }
+  return groups.size() == 1 ? groups[0] : ops::group(groups, "apply_groups", vars[0].graph());
 }
 
 // ---- clipping ------------------------------------------------------------------------
@@ -473,7 +587,8 @@ Output global_norm(const std::vector<Output>& tensors, const std::string& name) 
 
 std::pair<std::vector<Output>, Output> clip_by_global_norm(const std::vector<Output>& tensors,
                                                            double clip_norm,
-                                                           const std::string& name) {
+                                                           const std::string& name,
+                                                           ClipNormSemantics semantics) {
   SPIRE_CHECK(std::isfinite(clip_norm) && clip_norm > 0,
               "clip_by_global_norm: clip_norm must be a finite number > 0, got ", clip_norm);
   Graph* g = nullptr;
@@ -486,7 +601,11 @@ std::pair<std::vector<Output>, Output> clip_by_global_norm(const std::vector<Out
   NameScope ns(*g, name);
   Output norm = global_norm(tensors);
   Output c = ops::scalar(clip_norm, norm.dtype(), g);
-  Output scale = c / ops::maximum(norm, c);  // TF: clip_norm * min(1/norm, 1/clip_norm)
+  Output scale =
+      semantics == ClipNormSemantics::kTorch
+          // torch: clip_coef = max_norm / (total_norm + 1e-6), clamped to 1.0
+          ? ops::minimum(c / (norm + 1e-6), ops::scalar(1.0, norm.dtype(), g))
+          : c / ops::maximum(norm, c);  // TF: clip_norm * min(1/norm, 1/clip_norm)
   std::vector<Output> out;
   for (const Output& t : tensors) {
     if (!t.valid()) {
@@ -523,12 +642,11 @@ class GradProcOptimizer : public Optimizer {
   }
   Node* apply_gradients(const GradsAndVars& grads_and_vars, const Output& global_step,
                         const std::string& name) override {
-    GradsAndVars gv = grads_and_vars;
-    for (const GradientProcessor& p : procs_) {
-      gv = p(gv);
-      SPIRE_CHECK(!gv.empty(), "apply_grad_processors: a gradient processor returned no gradients");
-    }
-    return opt_->apply_gradients(gv, global_step, name);
+    return opt_->apply_gradients(process(grads_and_vars), global_step, name);
+  }
+  Node* apply_gradients_if(const Output& apply_if, const GradsAndVars& grads_and_vars,
+                           const Output& global_step, const std::string& name) override {
+    return opt_->apply_gradients_if(apply_if, process(grads_and_vars), global_step, name);
   }
   Output get_slot(const Output& var, const std::string& slot_name) const override {
     return opt_->get_slot(var, slot_name);
@@ -545,20 +663,29 @@ class GradProcOptimizer : public Optimizer {
   }
 
  private:
+  GradsAndVars process(const GradsAndVars& grads_and_vars) const {
+    GradsAndVars gv = grads_and_vars;
+    for (const GradientProcessor& p : procs_) {
+      gv = p(gv);
+      SPIRE_CHECK(!gv.empty(), "apply_grad_processors: a gradient processor returned no gradients");
+    }
+    return gv;
+  }
   std::shared_ptr<Optimizer> opt_;
   std::vector<GradientProcessor> procs_;
 };
 }  // namespace
 
-GradientProcessor GlobalNormClip(double norm) {
+GradientProcessor GlobalNormClip(double norm, ClipNormSemantics semantics) {
   SPIRE_CHECK(std::isfinite(norm) && norm > 0, "GlobalNormClip: the norm must be > 0, got ", norm);
-  return [norm](const GradsAndVars& gv) {
+  return [norm, semantics](const GradsAndVars& gv) {
     Graph* g = graph_of(gv);
     SPIRE_CHECK(g, "GlobalNormClip: no gradients given");
     NameScope ns(*g, "GlobalNormClip");
     std::vector<Output> grads;
     for (const auto& p : gv) grads.push_back(p.first);
-    std::vector<Output> clipped = clip_by_global_norm(grads, norm).first;
+    std::vector<Output> clipped =
+        clip_by_global_norm(grads, norm, "clip_by_global_norm", semantics).first;
     GradsAndVars out;
     for (size_t i = 0; i < gv.size(); ++i) out.emplace_back(clipped[i], gv[i].second);
     return out;

@@ -7,9 +7,12 @@
 // The built-in optimizers update all variables of one dtype and device
 // with one fused op (core/ops/optimizer_ops.h: FusedApplyAdam, ...; one
 // multi-tensor kernel on a GPU) instead of a few small ops per variable.
-// Also gradient clipping by global norm, tensorpack-style gradient
-// processors (GlobalNormClip, MapGradient, apply_grad_processors) and
-// average_grads for multi-tower training. Builds on layers/variables.h and
+// apply_gradients_if gates every update by a bool scalar (the base of
+// gradient accumulation, layers/accum_grad_optimizer.h); AdamW takes
+// parameter groups (a WeightDecayFilter). Also gradient clipping by global
+// norm (TF's or torch's semantics), tensorpack-style gradient processors
+// (GlobalNormClip, MapGradient, apply_grad_processors) and average_grads
+// for multi-tower training. Builds on layers/variables.h and
 // autograd/gradients.h; the trainers in train/ use it.
 #pragma once
 
@@ -70,6 +73,17 @@ class Optimizer {
   virtual Node* apply_gradients(const GradsAndVars& grads_and_vars, const Output& global_step = {},
                                 const std::string& name = "");
 
+  /// apply_gradients whose updates take effect only on the runs where
+  /// `apply_if` (a scalar bool of the variables' graph) is true: on the
+  /// other runs every variable and every piece of this optimizer's state
+  /// (slots, Adam's beta powers) keeps its value. The fused updates get
+  /// apply_if as their gate (core/ops/optimizer_ops.h), the per-variable
+  /// graphs assign Select(apply_if, new, old). `global_step`, when given, is
+  /// incremented on every run. A define-and-run graph has no conditional
+  /// execution: AccumGradOptimizer applies every k-th run with it.
+  virtual Node* apply_gradients_if(const Output& apply_if, const GradsAndVars& grads_and_vars,
+                                   const Output& global_step = {}, const std::string& name = "");
+
   /// compute_gradients + apply_gradients.
   Node* minimize(const Output& loss, const Output& global_step = {},
                  const std::vector<Output>& var_list = {}, const std::string& name = "");
@@ -125,11 +139,26 @@ class Optimizer {
                                        DType dtype, double initial_value);
   /// The learning rate as `dtype` (cast when needed; cached per apply_gradients call).
   Output lr_as(DType dtype);
+  /// The apply_if of the apply_gradients_if being built (a bool scalar), or
+  /// an invalid Output when the updates are not gated.
+  const Output& apply_if() const { return apply_if_; }
+  /// apply_if() as a 0/1 scalar of `dtype` (the fused ops' gate; cached per
+  /// call), or an invalid Output when not gated.
+  Output gate_as(DType dtype);
+  /// ops::assign(var, value), or assign(var, Select(apply_if, value, var)) when gated.
+  Output gated_assign(const Output& var, const Output& value, const std::string& name);
+  /// ops::assign_sub(var, delta), or assign(var, Select(apply_if, var - delta, var)) when gated.
+  Output gated_assign_sub(const Output& var, const Output& delta, const std::string& name);
 
  private:
+  Node* build_apply(const GradsAndVars& grads_and_vars, const Output& apply_if,
+                    const Output& global_step, const std::string& name);
+
   std::string name_;
   Output lr_;
   std::map<DType, Output> lr_cast_;
+  Output apply_if_;
+  std::map<DType, Output> gate_cast_;
   std::map<std::pair<const Node*, std::string>, Output> slots_;
   bool use_fused_ops_ = true;
 };
@@ -200,6 +229,23 @@ class AdamOptimizer : public Optimizer {
   std::map<DType, std::pair<Output, Output>> powers_cast_;
 };
 
+/// Which variables AdamW decays: true for a variable in the decayed
+/// parameter group (torch's param_groups with weight_decay), false for the
+/// group with weight_decay 0.
+using WeightDecayFilter = std::function<bool(const Output& var)>;
+/// Decays every variable (torch.optim.AdamW given one parameter group).
+WeightDecayFilter decay_all();
+/// Decays the variables of rank >= `min_rank`. nanoGPT's configure_optimizers
+/// is decay_if_rank_at_least(2): matrices and embeddings decay; biases and
+/// LayerNorm scales and offsets (rank 1) do not.
+WeightDecayFilter decay_if_rank_at_least(int min_rank);
+/// Decays the variables whose name matches (std::regex_search, as
+/// tensorpack's regularize_cost) one of `regexes`; throws for an invalid one.
+WeightDecayFilter decay_if_name_matches(const std::vector<std::string>& regexes);
+/// Decays every variable except those whose name matches one of `regexes`
+/// (e.g. {"/b$", "LayerNorm", "wte"}).
+WeightDecayFilter decay_unless_name_matches(const std::vector<std::string>& regexes);
+
 /// AdamW with decoupled weight decay, exactly torch.optim.AdamW (chosen over
 /// TF-Addons' DecoupledWeightDecay, whose decay is not scaled by lr):
 /// var = var * (1 - lr * weight_decay) - lr / (1 - beta1^t) * m /
@@ -214,12 +260,23 @@ class AdamWOptimizer : public AdamOptimizer {
   AdamWOptimizer(const Output& lr, double weight_decay = 0.01, double beta1 = 0.9,
                  double beta2 = 0.999, double epsilon = 1e-8, const std::string& name = "AdamW");
 
+  /// Parameter groups: the variables `filter` accepts are decayed by
+  /// weight_decay, the others not at all (default decay_all()). One optimizer
+  /// keeps one set of slots and beta powers for both groups, as torch does;
+  /// the fused update is one op per group. Takes effect on the next
+  /// apply_gradients. Throws for a null filter.
+  void set_weight_decay_filter(WeightDecayFilter filter);
+  /// The weight decay applied to `var`: weight_decay or 0 per the filter.
+  double weight_decay_for(const Output& var) const;
+  double weight_decay() const { return weight_decay_; }
+
  protected:
   Node* apply_dense(const Output& grad, const Output& var) override;
   Node* apply_fused(const std::vector<Output>& grads, const std::vector<Output>& vars) override;
 
  private:
   double weight_decay_;
+  WeightDecayFilter decay_filter_;
 };
 
 /// sqrt(sum of squares of every element of the valid `tensors`) (tf.global_norm);
@@ -227,19 +284,34 @@ class AdamWOptimizer : public AdamOptimizer {
 /// or one is not floating.
 Output global_norm(const std::vector<Output>& tensors, const std::string& name = "global_norm");
 
-/// tf.clip_by_global_norm: each t becomes t * clip_norm / max(global_norm,
-/// clip_norm) (invalid entries stay invalid). Returns the clipped tensors
-/// and the global norm. clip_norm must be > 0.
+/// How a global-norm clip scales the tensors, with n the global norm and c
+/// the clip norm.
+enum class ClipNormSemantics {
+  /// tf.clip_by_global_norm: scale c / max(n, c) (exactly 1 when n <= c).
+  kTensorFlow,
+  /// torch.nn.utils.clip_grad_norm_: scale min(c / (n + 1e-6), 1), so
+  /// also a tiny scaling when n is within 1e-6 below c, and c / (n + 1e-6)
+  /// above it. The scale is computed in the norm's dtype.
+  kTorch,
+};
+
+/// tf.clip_by_global_norm (or torch's clip_grad_norm_ per `semantics`): each t
+/// becomes t * scale (invalid entries stay invalid). Returns the clipped
+/// tensors and the global norm. clip_norm must be > 0.
 std::pair<std::vector<Output>, Output> clip_by_global_norm(
     const std::vector<Output>& tensors, double clip_norm,
-    const std::string& name = "clip_by_global_norm");
+    const std::string& name = "clip_by_global_norm",
+    ClipNormSemantics semantics = ClipNormSemantics::kTensorFlow);
 
 /// A gradient processor (tensorpack's GradientProcessor): maps grads_and_vars
 /// to new grads_and_vars by building graph ops.
 using GradientProcessor = std::function<GradsAndVars(const GradsAndVars&)>;
 
-/// Clips all gradients together by their global norm (tensorpack's GlobalNormClip).
-GradientProcessor GlobalNormClip(double global_norm);
+/// Clips all gradients together by their global norm (tensorpack's
+/// GlobalNormClip; ClipNormSemantics::kTorch gives PyTorch's clip_grad_norm_,
+/// as nanoGPT uses).
+GradientProcessor GlobalNormClip(double global_norm,
+                                 ClipNormSemantics semantics = ClipNormSemantics::kTensorFlow);
 /// Replaces each gradient g of variable v by fn(g, v) (tensorpack's MapGradient).
 GradientProcessor MapGradient(std::function<Output(const Output& grad, const Output& var)> fn);
 

@@ -5,6 +5,8 @@
 //   inference.h InferenceRunner, Inferencer, ScalarStats, ClassificationError
 //   param.h     HyperParam, GraphVarParam, HyperParamSetter,
 //               ScheduledHyperParamSetter, HyperParamSetterWithFunc
+//   lr_schedule.h CosineWarmupSchedule (nanoGPT's get_lr),
+//               HyperParamSetterWithStepFunc
 //   summary.h   add_moving_summary, MovingAverageSummary, MergeAllSummaries
 //   prog_bar.h  ProgressBar
 //   misc.h      PeriodicTrigger, ProxyCallback, RunOp, RunUpdateOps,
@@ -15,6 +17,7 @@
 
 #include "train/callback.h"
 #include "train/callbacks/inference.h"
+#include "train/callbacks/lr_schedule.h"
 #include "train/callbacks/misc.h"
 #include "train/callbacks/param.h"
 #include "train/callbacks/prog_bar.h"

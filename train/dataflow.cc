@@ -58,22 +58,6 @@ int64_t ProxyDataFlow::size() const {
 
 namespace {
 
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-// Uniform in [0, bound) without modulo bias.
-uint64_t uniform_below(uint64_t& state, uint64_t bound) {
-  const uint64_t threshold = (0 - bound) % bound;  // 2^64 mod bound
-  for (;;) {
-    uint64_t r = splitmix64(state);
-    if (r >= threshold) return r % bound;
-  }
-}
-
 MapData::Func require_func(MapData::Func f, const char* what) {
   SPIRE_CHECK(f != nullptr, what, ": the map function is empty");
   return f;
@@ -81,15 +65,20 @@ MapData::Func require_func(MapData::Func f, const char* what) {
 
 }  // namespace
 
+SplitMix64 SplitMix64::for_epoch(uint64_t seed, int64_t epoch) {
+  SplitMix64 s(seed);
+  SplitMix64 r(s.next() ^ (static_cast<uint64_t>(epoch) * 0xD1B54A32D192ED03ull));
+  r.next();
+  return r;
+}
+
 std::vector<int64_t> shuffled_indices(int64_t n, uint64_t seed, int64_t epoch) {
   SPIRE_CHECK(n >= 0, "shuffled_indices: negative count ", n);
   std::vector<int64_t> idx(static_cast<size_t>(n));
   std::iota(idx.begin(), idx.end(), int64_t{0});
-  uint64_t s = seed;
-  uint64_t state = splitmix64(s) ^ (static_cast<uint64_t>(epoch) * 0xD1B54A32D192ED03ull);
-  splitmix64(state);
+  SplitMix64 rng = SplitMix64::for_epoch(seed, epoch);
   for (int64_t i = n - 1; i > 0; --i) {
-    auto j = static_cast<int64_t>(uniform_below(state, static_cast<uint64_t>(i) + 1));
+    auto j = static_cast<int64_t>(rng.uniform_below(static_cast<uint64_t>(i) + 1));
     std::swap(idx[static_cast<size_t>(i)], idx[static_cast<size_t>(j)]);
   }
   return idx;

@@ -138,6 +138,36 @@ class ProxyDataFlow : public DataFlow {
   std::shared_ptr<DataFlow> ds_;
 };
 
+/// The portable random stream of the data pipeline: SplitMix64 (Steele,
+/// Lea, Flood 2014), the same numbers on every platform and compiler.
+/// for_epoch(seed, e) is the stream of epoch e under `seed` (seed mixed
+/// once, xor e * 0xD1B54A32D192ED03, mixed again), so a resumed run
+/// reproduces epoch e without replaying earlier epochs.
+class SplitMix64 {
+ public:
+  explicit SplitMix64(uint64_t state) : state_(state) {}
+  static SplitMix64 for_epoch(uint64_t seed, int64_t epoch);
+  /// The next 64 random bits.
+  uint64_t next() {
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  /// Uniform in [0, bound) (bound >= 1) without modulo bias: draws below
+  /// 2^64 mod bound are rejected, the rest taken mod bound.
+  uint64_t uniform_below(uint64_t bound) {
+    const uint64_t threshold = (0 - bound) % bound;  // 2^64 mod bound
+    for (;;) {
+      const uint64_t r = next();
+      if (r >= threshold) return r % bound;
+    }
+  }
+
+ private:
+  uint64_t state_;
+};
+
 /// The permutation of [0, n) used by shuffling DataFlows for epoch `epoch`
 /// (0-based) under `seed`. It depends only on (n, seed, epoch): a SplitMix64
 /// stream keyed by mix(seed, epoch) drives a Fisher-Yates shuffle with

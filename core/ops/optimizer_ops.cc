@@ -14,11 +14,13 @@ namespace {
 // inputs, slots shaped like their variable, gradients compatible with it.
 void fused_apply_shape(InferContext& c, int num_slots, int num_scalars) {
   const int64_t n = c.attr<int64_t>("n");
+  if (c.attr<bool>("gated")) ++num_scalars;  // the trailing `apply` scalar
   if (n < 1) c.fail("attribute n (the number of variables) must be >= 1, got ", n);
   const int64_t want = (2 + num_slots) * n + num_scalars;
   if (c.num_inputs() != want)
     c.fail("expected ", want, " inputs for n = ", n, " variables (vars, grads, ", num_slots,
-           " slot list(s), ", num_scalars, " scalar(s)), got ", c.num_inputs());
+           " slot list(s), ", num_scalars, " scalar(s)", c.attr<bool>("gated") ? ", gated" : "",
+           "), got ", c.num_inputs());
   c.expect_dtype(0, {DType::F32, DType::F64});
   const DType dt = c.input_dtype(0);
   const int ni = static_cast<int>(n);
@@ -59,7 +61,8 @@ std::string describe(const Output& o) {
 Node* fused_apply(const char* op, const std::vector<Output>& vars,
                   const std::vector<Output>& grads,
                   const std::vector<std::pair<const char*, const std::vector<Output>*>>& slots,
-                  const std::vector<Output>& scalars, AttrMap attrs, const std::string& name) {
+                  std::vector<Output> scalars, AttrMap attrs, const std::string& name,
+                  const Output& apply_if) {
   SPIRE_CHECK(!vars.empty(), op, ": no variables given");
   const size_t n = vars.size();
   SPIRE_CHECK(grads.size() == n, op, ": ", n, " variables but ", grads.size(), " gradients");
@@ -113,6 +116,12 @@ Node* fused_apply(const char* op, const std::vector<Output>& vars,
     }
     inputs.insert(inputs.end(), list->begin(), list->end());
   }
+  if (apply_if.valid()) {
+    SPIRE_CHECK(apply_if.graph() == v0.graph(), op, ": the apply_if scalar ", describe(apply_if),
+                " is in another graph than variable '", v0.node->name(), "'");
+    scalars.push_back(apply_if);
+  }
+  attrs["gated"] = apply_if.valid();
   for (const Output& s : scalars) {
     SPIRE_CHECK(s.valid() && s.dtype() == v0.dtype() && s.shape().rank() == 0, op,
                 ": the scalars must be ", dtype_name(v0.dtype()),
@@ -128,15 +137,18 @@ Node* fused_apply(const char* op, const std::vector<Output>& vars,
 SPIRE_REGISTER_OP("FusedApplyGradientDescent")
     .variadic_input("args", 3)
     .required_attr("n")
+    .attr("gated", false)
     .shape_fn([](InferContext& c) { fused_apply_shape(c, 0, 1); })
     .colocate_with_input(0)
     .no_gradient()
     .stateful()
-    .doc("args = [vars(n), grads(n), lr]: var -= lr * grad for each variable. No outputs.");
+    .doc("args = [vars(n), grads(n), lr]: var -= lr * grad for each variable. No outputs. "
+         "Gated (attr gated): a last scalar apply_if; where it is 0 nothing changes.");
 
 SPIRE_REGISTER_OP("FusedApplyMomentum")
     .variadic_input("args", 4)
     .required_attr("n")
+    .attr("gated", false)
     .required_attr("momentum")
     .attr("use_nesterov", false)
     .shape_fn([](InferContext& c) { fused_apply_shape(c, 1, 1); })
@@ -144,11 +156,13 @@ SPIRE_REGISTER_OP("FusedApplyMomentum")
     .no_gradient()
     .stateful()
     .doc("args = [vars(n), grads(n), accums(n), lr]: accum = accum * momentum + grad; "
-         "var -= lr * accum (Nesterov: lr * (grad + accum * momentum)). No outputs.");
+         "var -= lr * accum (Nesterov: lr * (grad + accum * momentum)). No outputs. "
+         "Gated (attr gated): a last scalar apply_if; where it is 0 nothing changes.");
 
 SPIRE_REGISTER_OP("FusedApplyAdam")
     .variadic_input("args", 7)
     .required_attr("n")
+    .attr("gated", false)
     .required_attr("beta1")
     .required_attr("beta2")
     .required_attr("epsilon")
@@ -157,11 +171,13 @@ SPIRE_REGISTER_OP("FusedApplyAdam")
     .no_gradient()
     .stateful()
     .doc("args = [vars(n), grads(n), m(n), v(n), lr, beta1_power, beta2_power]: TF1 Adam "
-         "update of every variable and its slots. No outputs.");
+         "update of every variable and its slots. No outputs. "
+         "Gated (attr gated): a last scalar apply_if; where it is 0 nothing changes.");
 
 SPIRE_REGISTER_OP("FusedApplyAdamW")
     .variadic_input("args", 7)
     .required_attr("n")
+    .attr("gated", false)
     .required_attr("beta1")
     .required_attr("beta2")
     .required_attr("epsilon")
@@ -171,42 +187,44 @@ SPIRE_REGISTER_OP("FusedApplyAdamW")
     .no_gradient()
     .stateful()
     .doc("args = [vars(n), grads(n), m(n), v(n), lr, beta1_power, beta2_power]: AdamW "
-         "(torch.optim.AdamW) update of every variable and its slots. No outputs.");
+         "(torch.optim.AdamW) update of every variable and its slots. No outputs. "
+         "Gated (attr gated): a last scalar apply_if; where it is 0 nothing changes.");
 
 Node* fused_apply_gradient_descent(const std::vector<Output>& vars,
                                    const std::vector<Output>& grads, const Output& lr,
-                                   const std::string& name) {
-  return fused_apply("FusedApplyGradientDescent", vars, grads, {}, {lr}, {}, name);
+                                   const std::string& name, const Output& apply_if) {
+  return fused_apply("FusedApplyGradientDescent", vars, grads, {}, {lr}, {}, name, apply_if);
 }
 
 Node* fused_apply_momentum(const std::vector<Output>& vars, const std::vector<Output>& grads,
                            const std::vector<Output>& accums, const Output& lr, double momentum,
-                           bool use_nesterov, const std::string& name) {
+                           bool use_nesterov, const std::string& name, const Output& apply_if) {
   return fused_apply("FusedApplyMomentum", vars, grads, {{"accumulator", &accums}}, {lr},
-                     {{"momentum", momentum}, {"use_nesterov", use_nesterov}}, name);
+                     {{"momentum", momentum}, {"use_nesterov", use_nesterov}}, name, apply_if);
 }
 
 Node* fused_apply_adam(const std::vector<Output>& vars, const std::vector<Output>& grads,
                        const std::vector<Output>& m, const std::vector<Output>& v,
                        const Output& lr, const Output& beta1_power, const Output& beta2_power,
-                       double beta1, double beta2, double epsilon, const std::string& name) {
+                       double beta1, double beta2, double epsilon, const std::string& name,
+                       const Output& apply_if) {
   return fused_apply("FusedApplyAdam", vars, grads, {{"m", &m}, {"v", &v}},
                      {lr, beta1_power, beta2_power},
-                     {{"beta1", beta1}, {"beta2", beta2}, {"epsilon", epsilon}}, name);
+                     {{"beta1", beta1}, {"beta2", beta2}, {"epsilon", epsilon}}, name, apply_if);
 }
 
 Node* fused_apply_adamw(const std::vector<Output>& vars, const std::vector<Output>& grads,
                         const std::vector<Output>& m, const std::vector<Output>& v,
                         const Output& lr, const Output& beta1_power, const Output& beta2_power,
                         double beta1, double beta2, double epsilon, double weight_decay,
-                        const std::string& name) {
+                        const std::string& name, const Output& apply_if) {
   return fused_apply("FusedApplyAdamW", vars, grads, {{"m", &m}, {"v", &v}},
                      {lr, beta1_power, beta2_power},
                      {{"beta1", beta1},
                       {"beta2", beta2},
                       {"epsilon", epsilon},
                       {"weight_decay", weight_decay}},
-                     name);
+                     name, apply_if);
 }
 
 }  // namespace spire::ops

@@ -13,6 +13,14 @@
 // scalars have one dtype (f32 or f64). Scalars (learning rate, beta powers)
 // are graph values read on every run, so schedules and assignments to the
 // learning_rate variable take effect on the next step.
+//
+// Gating: every builder takes an optional `apply_if`, a scalar of the
+// variables' dtype. Given one, the node gets attr gated = true and apply_if
+// as its last input; on a run where apply_if is 0 the node leaves every
+// variable and slot as it is (the CPU kernel returns at once; the CUDA
+// kernel writes the old values, so copy-on-write targets stay right).
+// Gradient accumulation (layers/accum_grad_optimizer.h) and skipped steps
+// are built on it: a define-and-run graph has no conditional execution.
 #pragma once
 
 #include <string>
@@ -25,13 +33,14 @@ namespace spire::ops {
 /// FusedApplyGradientDescent: var -= lr * grad for each (var, grad).
 Node* fused_apply_gradient_descent(const std::vector<Output>& vars,
                                    const std::vector<Output>& grads, const Output& lr,
-                                   const std::string& name = "");
+                                   const std::string& name = "", const Output& apply_if = {});
 
 /// FusedApplyMomentum: accum = accum * momentum + grad; var -= lr * accum,
 /// or with Nesterov var -= lr * (grad + accum * momentum).
 Node* fused_apply_momentum(const std::vector<Output>& vars, const std::vector<Output>& grads,
                            const std::vector<Output>& accums, const Output& lr, double momentum,
-                           bool use_nesterov, const std::string& name = "");
+                           bool use_nesterov, const std::string& name = "",
+                           const Output& apply_if = {});
 
 /// FusedApplyAdam (TF1): lr_t = lr * sqrt(1 - beta2_power) / (1 - beta1_power);
 /// m = beta1 m + (1 - beta1) grad; v = beta2 v + (1 - beta2) grad^2;
@@ -39,7 +48,8 @@ Node* fused_apply_momentum(const std::vector<Output>& vars, const std::vector<Ou
 Node* fused_apply_adam(const std::vector<Output>& vars, const std::vector<Output>& grads,
                        const std::vector<Output>& m, const std::vector<Output>& v,
                        const Output& lr, const Output& beta1_power, const Output& beta2_power,
-                       double beta1, double beta2, double epsilon, const std::string& name = "");
+                       double beta1, double beta2, double epsilon, const std::string& name = "",
+                       const Output& apply_if = {});
 
 /// FusedApplyAdamW (torch.optim.AdamW): m and v as Adam; var = var * (1 - lr *
 /// weight_decay) - lr / (1 - beta1_power) * m / (sqrt(v) / sqrt(1 - beta2_power) + epsilon).
@@ -47,6 +57,6 @@ Node* fused_apply_adamw(const std::vector<Output>& vars, const std::vector<Outpu
                         const std::vector<Output>& m, const std::vector<Output>& v,
                         const Output& lr, const Output& beta1_power, const Output& beta2_power,
                         double beta1, double beta2, double epsilon, double weight_decay,
-                        const std::string& name = "");
+                        const std::string& name = "", const Output& apply_if = {});
 
 }  // namespace spire::ops

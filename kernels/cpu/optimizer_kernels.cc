@@ -3,7 +3,8 @@
 // over its elements applies the op's update functor
 // (kernels/optimizer_functors.h) to the variable and its slots (locked for
 // that variable's update only), in place or into new buffers per the
-// copy-on-write rule of FusedApplyBinding::acquire.
+// copy-on-write rule of FusedApplyBinding::acquire. A gated node whose
+// apply_if is 0 returns before locking anything: every value stays as it is.
 #include "core/kernel_registry.h"
 #include "kernels/cpu/broadcast.h"
 #include "kernels/optimizer_functors.h"
@@ -14,7 +15,10 @@ namespace {
 template <typename T, typename F>
 void fused_apply(KernelContext& ctx, F f) {
   constexpr int kStates = F::kSlots + 1;
-  kernels::FusedApplyBinding b = kernels::bind_fused_apply(ctx, F::kSlots, F::kScalars);
+  const bool gated = ctx.attr<bool>("gated");
+  kernels::FusedApplyBinding b =
+      kernels::bind_fused_apply(ctx, F::kSlots, F::kScalars + (gated ? 1 : 0));
+  if (gated && ctx.input(b.layout.gate()).data<T>()[0] == T(0)) return;
   T scalars[F::kScalars];
   for (int k = 0; k < F::kScalars; ++k) scalars[k] = ctx.input(b.layout.scalar(k)).data<T>()[0];
   f.prepare(scalars);

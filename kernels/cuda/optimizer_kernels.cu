@@ -8,7 +8,9 @@
 // one chunk of kMultiTensorChunk elements of one tensor with the op's
 // update functor. A model of hundreds of variables takes a few launches.
 // The scalar inputs (learning rate, beta powers) stay in device memory:
-// every thread reads them and computes the per-step values itself.
+// every thread reads them and computes the per-step values itself. A gated
+// node runs the Gated functor: its apply_if stays on the device too, and
+// where it is 0 the kernel writes the old values (no host synchronization).
 #include "core/kernel_registry.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/optimizer_functors.h"
@@ -61,11 +63,18 @@ struct Registrar {
   template <typename Make>
   void operator()(const char* op, Make make) const {
     KernelRegistry::global().add(op, DeviceType::CUDA, DType::F32, [make](KernelContext& ctx) {
-      fused_apply<float>(ctx, make(ctx, float{}));
+      run<float>(ctx, make(ctx, float{}));
     });
     KernelRegistry::global().add(op, DeviceType::CUDA, DType::F64, [make](KernelContext& ctx) {
-      fused_apply<double>(ctx, make(ctx, double{}));
+      run<double>(ctx, make(ctx, double{}));
     });
+  }
+  template <typename T, typename F>
+  static void run(KernelContext& ctx, F f) {
+    if (ctx.attr<bool>("gated"))
+      fused_apply<T>(ctx, functors::Gated<T, F>{f});
+    else
+      fused_apply<T>(ctx, f);
   }
 };
 

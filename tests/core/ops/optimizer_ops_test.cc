@@ -140,6 +140,46 @@ SPIRE_FORWARD_TEST(FusedApplyAdamW, OneStepFromGivenSlots) {
   expect_tensor(s.variable_value(v.node), {3}, vv, 1e-15);
 }
 
+SPIRE_FORWARD_TEST(FusedApplyAdamW, GatedByApplyIf) {
+  AdamCase c;
+  Graph g;
+  DefaultGraphGuard guard(g);
+  std::vector<Node*> inits;
+  Output w = var_with(f64({3}, c.w), "w", &inits);
+  Output m = var_with(f64({3}, c.m), "w/Adam", &inits);
+  Output v = var_with(f64({3}, c.v), "w/Adam_1", &inits);
+  Output gate = ops::placeholder(DType::F64, {}, "apply_if");
+  Node* apply = ops::fused_apply_adamw(
+      {w}, {ops::constant(f64({3}, c.g))}, {m}, {v}, ops::scalar(c.lr, DType::F64),
+      ops::scalar(c.b1p, DType::F64), ops::scalar(c.b2p, DType::F64), c.b1, c.b2, c.eps, 0.25,
+      "apply", gate);
+  EXPECT_TRUE(apply->attr<bool>("gated"));
+  EXPECT_EQ(apply->num_inputs(), 4 * 1 + 4);
+  Session s(g);
+  s.run_targets(inits);
+  Tensor held = s.variable_value(w.node);
+  s.run_targets({apply}, {{gate, Tensor::scalar<double>(0.0)}});  // closed: nothing changes
+  expect_tensor(s.variable_value(w.node), {3}, c.w, 0);
+  expect_tensor(s.variable_value(m.node), {3}, c.m, 0);
+  expect_tensor(s.variable_value(v.node), {3}, c.v, 0);
+  s.run_targets({apply}, {{gate, Tensor::scalar<double>(1.0)}});  // open: one AdamW step
+  std::vector<double> ww = c.w;
+  for (size_t i = 0; i < 3; ++i) {
+    ww[i] *= 1 - c.lr * 0.25;
+    const double mm = c.b1 * c.m[i] + (1 - c.b1) * c.g[i];
+    const double vv = c.b2 * c.v[i] + (1 - c.b2) * c.g[i] * c.g[i];
+    ww[i] -= c.lr / (1 - c.b1p) * mm / (std::sqrt(vv) / std::sqrt(1 - c.b2p) + c.eps);
+  }
+  expect_tensor(s.variable_value(w.node), {3}, ww, 1e-15);
+  expect_tensor(held, {3}, c.w, 0);
+  // The gate must be a scalar of the variables' dtype.
+  expect_error([&] {
+    ops::fused_apply_gradient_descent({w}, {ops::constant(f64({3}, c.g))},
+                                      ops::scalar(0.1, DType::F64), "bad",
+                                      ops::scalar(1.0, DType::F32));
+  }, {"FusedApplyGradientDescent", "f64 scalars"});
+}
+
 TEST(FusedApply, ReadsTheLearningRateEveryRunAndOrdersAfterControlInputs) {
   Graph g;
   DefaultGraphGuard guard(g);
@@ -538,6 +578,19 @@ const bool kFusedParityCases [[maybe_unused]] = [] {
                                     return ops::fused_apply_adamw(v, g, sl[0], sl[1], s[0], s[1],
                                                                   s[2], 0.8, 0.99, 1e-6, 0.1);
                                   }));
+  // Gated (apply_if, the last scalar): open (a value in [1, 2]) and closed (0).
+  register_parity_case(fused_case("FusedApplyAdamW", "gated open, odd sizes", kOddShapes, 2,
+                                  {lr, b1p, b2p, {1.0, 2.0}},
+                                  [](auto& v, auto& g, auto& sl, auto& s) {
+                                    return ops::fused_apply_adamw(v, g, sl[0], sl[1], s[0], s[1],
+                                                                  s[2], 0.8, 0.99, 1e-6, 0.1,
+                                                                  "apply", s[3]);
+                                  }));
+  register_parity_case(fused_case("FusedApplyMomentum", "gated closed, odd sizes", kOddShapes, 1,
+                                  {lr, {0.0, 0.0}}, [](auto& v, auto& g, auto& sl, auto& s) {
+                                    return ops::fused_apply_momentum(v, g, sl[0], s[0], 0.9, false,
+                                                                     "apply", s[1]);
+                                  }));
   return true;
 }();
 
@@ -563,14 +616,19 @@ TEST(FusedApply, ParityCasesBuildOnTheCpu) {
     Session s(g);
     std::vector<Tensor> r = s.run(outs, feeds);
     ASSERT_GE(r.size(), 1u);
-    // Variable 0 moved: its new value differs from the fed one somewhere.
+    // Variable 0 moved: its new value differs from the fed one somewhere
+    // (not where the gate is closed: then nothing may move).
+    const bool closed = c.name.find("gated closed") != std::string::npos;
     bool moved = false;
     for (int64_t e = 0; e < r[0].num_elements(); ++e)
       moved = moved || r[0].data<double>()[e] != ins[0].data<double>()[e];
-    EXPECT_TRUE(moved);
+    EXPECT_EQ(moved, !closed);
+    if (closed)
+      for (size_t k = 0; k < r.size(); ++k)  // every variable and slot kept its fed value
+        EXPECT_EQ(r[k].to_vector<double>(), ins[k < 5 ? k : k + 5].to_vector<double>()) << k;
     ++checked;
   }
-  EXPECT_EQ(checked, 7);
+  EXPECT_EQ(checked, 9);
 }
 
 // ---- a dedicated GPU test ------------------------------------------------------------
