@@ -123,6 +123,29 @@ TEST_F(LossScaleTest, TheScaleGrowsAfterGrowthIntervalGoodSteps) {
   EXPECT_EQ(scalar(*s, opt->skipped_steps()), 1);
 }
 
+TEST_F(LossScaleTest, ComputeGradientsReturnsTheUnscaledGradients) {
+  auto opt = std::make_shared<LossScaleOptimizer>(std::make_shared<GradientDescentOptimizer>(0.1));
+  GradsAndVars gv = opt->compute_gradients(loss);
+  ASSERT_EQ(gv.size(), 1u);
+  Node* train = opt->apply_gradients(gv);
+  Output unscaled = gradients({loss}, {w})[0];  // the same graph's gradient without scaling
+  auto s = init_session(env.g);
+  const std::vector<float> xv = {1, -2, 3, 0.25f};
+  for (int step = 0; step < 3; ++step) {
+    std::vector<float> w0 = s->variable_value(w.node).to_vector<float>();
+    std::vector<Tensor> r = s->run({gv[0].first, unscaled}, feed(xv));
+    std::vector<float> g = r[0].to_vector<float>(), want = r[1].to_vector<float>();
+    s->run_targets({train}, feed(xv));
+    std::vector<float> w1 = s->variable_value(w.node).to_vector<float>();
+    for (int i = 0; i < 4; ++i) {
+      // Power-of-two scales make scaling and unscaling exact; SGD steps with the gradient.
+      EXPECT_EQ(g[i], want[i]) << "step " << step << " element " << i;
+      EXPECT_NEAR(g[i], xv[i] + w0[i], 1e-6) << "step " << step << " element " << i;
+      EXPECT_EQ(w1[i], w0[i] - static_cast<float>(0.1f * g[i])) << "step " << step;
+    }
+  }
+}
+
 TEST_F(LossScaleTest, GradientsAreUnscaledBeforeTheWrappedOptimizerAndItsClipping) {
   // Plain SGD on the same loss, no scaling: the reference.
   Graph ref_g;
