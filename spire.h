@@ -7,7 +7,8 @@
 //              errors, the logger
 //   autograd/  gradient / gradients
 //   layers/    variables and variable scopes, initializers, tower contexts
-//              and tower functions, layers, losses and top-k errors, optimizers
+//              and tower functions, layers, losses and top-k errors, optimizers,
+//              mixed precision policy and loss scaling
 //   train/     ModelDesc, the trainers, TrainConfig and
 //              launch_train_with_config, callbacks and monitors, DataFlow
 //              and the dataset readers, TestDataSpeed, JPEG/PNG decoding,
@@ -57,7 +58,9 @@
 #include "layers/accum_grad_optimizer.h"
 #include "layers/initializers.h"
 #include "layers/layers.h"
+#include "layers/loss_scale.h"
 #include "layers/losses.h"
+#include "layers/mixed_precision.h"
 #include "layers/optimizers.h"
 #include "layers/tower.h"
 #include "layers/variables.h"

@@ -1,7 +1,8 @@
 // Element types of tensors (DType), their sizes and names, and the mapping
 // between C++ types and DType used by kernels. f16/bf16 are storage types:
-// Cast converts to and from them and the collective ops carry them; the
-// math kernels do not take them.
+// Cast converts to and from them, the collective ops carry them, and
+// MatMul/BatchMatMul compute with them (f32 accumulation; mixed precision,
+// layers/mixed_precision.h); the other math kernels do not take them.
 #pragma once
 
 #include <cstddef>

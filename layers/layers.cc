@@ -10,6 +10,7 @@
 
 #include "core/ops.h"
 #include "layers/layer_util.h"
+#include "layers/mixed_precision.h"
 
 namespace spire {
 
@@ -265,7 +266,9 @@ Output FullyConnected(const std::string& name, const Output& x, int64_t units,
   Output flat = batch_flatten(x);
   Variable w = get_variable("W", Shape{in, units}, x.dtype(),
                             a.kernel_initializer_.value_or(default_kernel_init()));
-  return bias_activation_output(ops::matmul(flat, w.value), units, a);
+  // Under a mixed precision policy the product runs in bf16 / f16 on casts of x and W
+  // (layers/mixed_precision.h); the bias and activation stay in x's dtype.
+  return bias_activation_output(autocast_matmul(flat, w.value), units, a);
 }
 
 Output Conv2D(const std::string& name, const Output& x, int64_t filters, Size2 kernel_size,

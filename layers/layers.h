@@ -301,7 +301,9 @@ LayerArgs resolve_layer_args(Graph& g, LayerKind kind, const LayerArgs& explicit
 // ---- layers ----------------------------------------------------------------
 
 /// Dense layer on x flattened to [N, in]: W [in, units], b [units];
-/// output activation(x @ W + b) named "<name>/output".
+/// output activation(x @ W + b) named "<name>/output". The product follows
+/// the graph's precision policy (layers/mixed_precision.h: bf16 / f16 casts
+/// of x and W under a mixed policy, the result back in x's dtype).
 Output FullyConnected(const std::string& name, const Output& x, int64_t units,
                       const FullyConnectedOptions& opts = {});
 

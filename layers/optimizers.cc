@@ -243,6 +243,19 @@ Output Optimizer::get_slot(const Output& var, const std::string& slot_name) cons
   return it == slots_.end() ? Output() : it->second;
 }
 
+std::vector<Output> Optimizer::state_variables(const std::vector<Output>& vars) {
+  std::vector<Output> out;
+  if (vars.empty()) return out;
+  create_slots(vars);
+  for (const Output& v : vars)
+    for (const std::string& slot : get_slot_names()) {
+      Output s = get_slot(v, slot);
+      if (s.valid()) out.push_back(s);
+    }
+  for (const Output& s : non_slot_variables()) out.push_back(s);
+  return out;
+}
+
 Output Optimizer::make_non_slot_variable(Graph& g, const std::string& name, const Shape& shape,
                                          DType dtype, double initial_value) {
   std::string unique = name;
@@ -410,6 +423,11 @@ void AdamOptimizer::create_slots(const std::vector<Output>& vars) {
     zeros_slot(v, "Adam");
     zeros_slot(v, "Adam_1");
   }
+}
+
+std::vector<Output> AdamOptimizer::non_slot_variables() const {
+  if (!beta1_power_.valid()) return {};
+  return {beta1_power_, beta2_power_};
 }
 
 void AdamOptimizer::prepare(const std::vector<Output>& vars) {
@@ -652,6 +670,10 @@ class GradProcOptimizer : public Optimizer {
     return opt_->get_slot(var, slot_name);
   }
   std::vector<std::string> get_slot_names() const override { return opt_->get_slot_names(); }
+  std::vector<Output> non_slot_variables() const override { return opt_->non_slot_variables(); }
+  std::vector<Output> state_variables(const std::vector<Output>& vars) override {
+    return opt_->state_variables(vars);
+  }
   void set_use_fused_ops(bool on) override {
     Optimizer::set_use_fused_ops(on);
     opt_->set_use_fused_ops(on);

@@ -93,6 +93,15 @@ class Optimizer {
   virtual Output get_slot(const Output& var, const std::string& slot_name) const;
   /// The slot names this optimizer uses (e.g. {"Adam", "Adam_1"}).
   virtual std::vector<std::string> get_slot_names() const { return {}; }
+  /// The optimizer's own state variables that belong to no one variable
+  /// (Adam's "beta1_power" and "beta2_power"); empty before they are made.
+  virtual std::vector<Output> non_slot_variables() const { return {}; }
+  /// The variables besides `vars` that an apply_gradients of `vars` changes:
+  /// their slots and non_slot_variables(), made first where missing (as
+  /// apply_gradients makes them; call it outside name scopes and control
+  /// dependencies). Wrappers that must undo a skipped step use it
+  /// (LossScaleOptimizer, layers/loss_scale.h).
+  virtual std::vector<Output> state_variables(const std::vector<Output>& vars);
 
   /// Whether apply_gradients emits one fused update op per (dtype, device)
   /// group of f32/f64 variables (default) or, when off, the per-variable
@@ -211,6 +220,7 @@ class AdamOptimizer : public Optimizer {
   AdamOptimizer(const Output& lr, double beta1 = 0.9, double beta2 = 0.999,
                 double epsilon = 1e-8, const std::string& name = "Adam");
   std::vector<std::string> get_slot_names() const override { return {"Adam", "Adam_1"}; }
+  std::vector<Output> non_slot_variables() const override;
   /// The beta-power variables (invalid before the first apply_gradients).
   Output beta1_power() const { return beta1_power_; }
   Output beta2_power() const { return beta2_power_; }

@@ -61,10 +61,16 @@ void expect_float_kernel_dtype(const InferContext& c, int i) {
   c.expect_dtype(i, {DType::F32, DType::F64});
 }
 
+// MatMul and BatchMatMul also take f16 / bf16 (mixed precision: f32 accumulation, the
+// product rounded to the 16-bit dtype).
+void expect_matmul_dtype(const InferContext& c, int i) {
+  c.expect_dtype(i, {DType::F32, DType::F64, DType::F16, DType::BF16});
+}
+
 // ---- matmul ------------------------------------------------------------------
 
 void matmul_shape(InferContext& c) {
-  expect_float_kernel_dtype(c, 0);
+  expect_matmul_dtype(c, 0);
   c.expect_same_dtype(0, 1);
   c.expect_rank(0, 2);
   c.expect_rank(1, 2);
@@ -80,7 +86,7 @@ void matmul_shape(InferContext& c) {
 }
 
 void batch_matmul_shape(InferContext& c) {
-  expect_float_kernel_dtype(c, 0);
+  expect_matmul_dtype(c, 0);
   c.expect_same_dtype(0, 1);
   const Shape& a = c.input_shape(0);
   const Shape& b = c.input_shape(1);

@@ -1,16 +1,47 @@
-// CPU kernels for MatMul and BatchMatMul (ops registered in core/ops/nn_ops.cc), f32 and
-// f64. Both are thin wrappers over the blocked GEMM of kernels/cpu/gemm.h: MatMul is one
-// GEMM; BatchMatMul runs one GEMM per (broadcast) batch entry, or a single tall GEMM when
+// CPU kernels for MatMul and BatchMatMul (ops registered in core/ops/nn_ops.cc), f32, f64,
+// f16 and bf16. All are thin wrappers over the blocked GEMM of kernels/cpu/gemm.h: MatMul is
+// one GEMM; BatchMatMul runs one GEMM per (broadcast) batch entry, or a single tall GEMM when
 // only `a` carries batch dimensions. Both use the session's thread pool: the GEMMs split their
 // output into per-thread panels, and many small batch entries are spread over the threads.
+//
+// f16 / bf16 (mixed precision, docs/training.md): the CPU has no 16-bit arithmetic here, so
+// both operands are widened to f32 (exact), multiplied by the f32 GEMM (f32 accumulation, as
+// cuBLAS's CUBLAS_COMPUTE_32F) and the product is rounded to the 16-bit dtype once, to nearest
+// even. The result equals the f32 product of the same 16-bit inputs, rounded.
 #include <algorithm>
+#include <vector>
 
 #include "core/kernel_registry.h"
+#include "kernels/cpu/broadcast.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/functors.h"
 #include "kernels/matmul_shapes.h"
 
 namespace spire::cpu {
 namespace {
+
+// The 16-bit elements of an f16 / bf16 tensor widened to f32 (exact).
+std::vector<float> widen(KernelContext& ctx, const Tensor& t) {
+  const int64_t n = t.num_elements();
+  std::vector<float> out(static_cast<size_t>(n));
+  const uint16_t* p = static_cast<const uint16_t*>(t.raw_data());
+  const functors::FromHalf<float> f{t.dtype() == DType::BF16};
+  float* o = out.data();
+  ctx.parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) o[i] = f(p[i]);
+  });
+  return out;
+}
+
+// Rounds `src` (t's element count) into the f16 / bf16 tensor t.
+void narrow(KernelContext& ctx, const std::vector<float>& src, Tensor& t) {
+  uint16_t* p = static_cast<uint16_t*>(t.raw_data());
+  const functors::ToHalf f{t.dtype() == DType::BF16};
+  const float* s = src.data();
+  ctx.parallel_for(t.num_elements(), kElementwiseGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) p[i] = f(s[i]);
+  });
+}
 
 template <typename T>
 void matmul_kernel(KernelContext& ctx) {
@@ -20,6 +51,19 @@ void matmul_kernel(KernelContext& ctx) {
   Tensor& c = ctx.allocate_output(0, Shape{d.m, d.n});
   gemm(d.ta, d.tb, d.m, d.n, d.k, T(1), a.data<T>(), a.dim(1), b.data<T>(), b.dim(1), T(0),
        c.data<T>(), d.n, ctx.thread_pool());
+}
+
+// MatMul of f16 / bf16 inputs: widened to f32, one f32 GEMM, the product rounded.
+void half_matmul_kernel(KernelContext& ctx) {
+  const Tensor& a = ctx.input(0);
+  const Tensor& b = ctx.input(1);
+  const kernels::MatMulDims d = kernels::matmul_dims(ctx);
+  Tensor& c = ctx.allocate_output(0, Shape{d.m, d.n});
+  const std::vector<float> fa = widen(ctx, a), fb = widen(ctx, b);
+  std::vector<float> fc(static_cast<size_t>(d.m * d.n));
+  gemm(d.ta, d.tb, d.m, d.n, d.k, 1.0f, fa.data(), a.dim(1), fb.data(), b.dim(1), 0.0f,
+       fc.data(), d.n, ctx.thread_pool());
+  narrow(ctx, fc, c);
 }
 
 // Offsets (in matrices) of operand `s`'s batch entry for each entry of the broadcast batch
@@ -43,16 +87,13 @@ std::vector<int64_t> batch_offsets(const std::vector<int64_t>& s, const std::vec
   return offs;
 }
 
+// The GEMMs of a BatchMatMul with shapes `s` on operands pa, pb into pc (s.out_shape()).
 template <typename T>
-void batch_matmul_kernel(KernelContext& ctx) {
-  const kernels::BatchMatMulShapes s = kernels::batch_matmul_shapes(ctx);
+void batch_matmul(KernelContext& ctx, const kernels::BatchMatMulShapes& s, const T* pa,
+                  const T* pb, T* pc) {
   const bool ta = s.d.ta, tb = s.d.tb;
   const int64_t m = s.d.m, n = s.d.n, k = s.d.k;
   const int64_t ar = s.ar, ac = s.ac, br = s.br, bc = s.bc;
-  Tensor& c = ctx.allocate_output(0, s.out_shape());
-  const T* pa = ctx.input(0).data<T>();
-  const T* pb = ctx.input(1).data<T>();
-  T* pc = c.data<T>();
   const int64_t total = s.total;
   if (total == 0 || m == 0 || n == 0) return;
   if (!ta && s.count_b == 1 && s.count_a == total) {
@@ -80,11 +121,32 @@ void batch_matmul_kernel(KernelContext& ctx) {
   });
 }
 
+template <typename T>
+void batch_matmul_kernel(KernelContext& ctx) {
+  const kernels::BatchMatMulShapes s = kernels::batch_matmul_shapes(ctx);
+  Tensor& c = ctx.allocate_output(0, s.out_shape());
+  batch_matmul<T>(ctx, s, ctx.input(0).data<T>(), ctx.input(1).data<T>(), c.data<T>());
+}
+
+// BatchMatMul of f16 / bf16 inputs: widened to f32, the f32 GEMMs, the products rounded.
+void half_batch_matmul_kernel(KernelContext& ctx) {
+  const kernels::BatchMatMulShapes s = kernels::batch_matmul_shapes(ctx);
+  Tensor& c = ctx.allocate_output(0, s.out_shape());
+  const std::vector<float> fa = widen(ctx, ctx.input(0)), fb = widen(ctx, ctx.input(1));
+  std::vector<float> fc(static_cast<size_t>(c.num_elements()));
+  batch_matmul<float>(ctx, s, fa.data(), fb.data(), fc.data());
+  narrow(ctx, fc, c);
+}
+
 }  // namespace
 
 SPIRE_REGISTER_KERNEL("MatMul", DeviceType::CPU, matmul_kernel<float>, DType::F32);
 SPIRE_REGISTER_KERNEL("MatMul", DeviceType::CPU, matmul_kernel<double>, DType::F64);
 SPIRE_REGISTER_KERNEL("BatchMatMul", DeviceType::CPU, batch_matmul_kernel<float>, DType::F32);
 SPIRE_REGISTER_KERNEL("BatchMatMul", DeviceType::CPU, batch_matmul_kernel<double>, DType::F64);
+SPIRE_REGISTER_KERNEL("MatMul", DeviceType::CPU, half_matmul_kernel, DType::F16);
+SPIRE_REGISTER_KERNEL("MatMul", DeviceType::CPU, half_matmul_kernel, DType::BF16);
+SPIRE_REGISTER_KERNEL("BatchMatMul", DeviceType::CPU, half_batch_matmul_kernel, DType::F16);
+SPIRE_REGISTER_KERNEL("BatchMatMul", DeviceType::CPU, half_batch_matmul_kernel, DType::BF16);
 
 }  // namespace spire::cpu

@@ -1,6 +1,6 @@
-// CUDA kernels for MatMul and BatchMatMul (ops registered in core/ops/nn_ops.cc), f32 and
-// f64 (the dtypes of the CPU kernels in kernels/cpu/matmul_kernels.cc), through cuBLAS on the
-// device context's handle (bound to its stream).
+// CUDA kernels for MatMul and BatchMatMul (ops registered in core/ops/nn_ops.cc), f32, f64,
+// f16 and bf16 (the dtypes of the CPU kernels in kernels/cpu/matmul_kernels.cc), through
+// cuBLAS on the device context's handle (bound to its stream).
 //
 // Layout: tensors are row-major, cuBLAS is column-major. A row-major [r, c] matrix is the
 // column-major [c, r] matrix of its transpose, so the row-major C = op(A) op(B) is computed
@@ -12,7 +12,10 @@
 // with cublasCreate's CUBLAS_DEFAULT_MATH and nobody changes it, so no TF32) unless the
 // session allows TF32 (ctx.allow_tf32()), then CUBLAS_COMPUTE_32F_FAST_TF32. The compute
 // type is passed per call, so the shared handle's state is never touched. f64 uses
-// CUBLAS_COMPUTE_64F.
+// CUBLAS_COMPUTE_64F. f16 and bf16 (mixed precision) pass CUDA_R_16F / CUDA_R_16BF operands
+// and output with CUBLAS_COMPUTE_32F and f32 alpha/beta: f32 accumulation on the tensor
+// cores, the product rounded to the 16-bit dtype once, as the CPU kernel (which widens the
+// operands to f32 around its own GEMM).
 //
 // Empty results return at once; a sum over an empty K writes zeros (cudaMemsetAsync) without
 // calling cuBLAS (whose leading-dimension rules reject zero-sized operands).
@@ -41,24 +44,57 @@ namespace {
 constexpr int64_t kMaxBatchChunk = 65535;
 constexpr int kMaxBatchRank = 8;
 
-template <typename T>
-cudaDataType_t data_type();
-template <>
-cudaDataType_t data_type<float>() {
-  return CUDA_R_32F;
-}
-template <>
-cudaDataType_t data_type<double>() {
-  return CUDA_R_64F;
-}
+// Tags of the 16-bit dtypes (stored as uint16_t).
+struct F16Tag {};
+struct BF16Tag {};
 
-// The compute type of a GEMM on T: TF32 tensor cores for f32 only when the session allows it.
+// Per element type T (float, double, F16Tag, BF16Tag): the stored element (Storage), the
+// type of alpha and beta (Scalar), the cuBLAS data type and compute type.
 template <typename T>
-cublasComputeType_t compute_type(const KernelContext& ctx) {
-  if constexpr (std::is_same_v<T, float>)
+struct GemmType;
+template <>
+struct GemmType<float> {
+  using Storage = float;
+  using Scalar = float;
+  static constexpr cudaDataType_t kData = CUDA_R_32F;
+  // TF32 tensor cores for f32 only when the session allows it.
+  static cublasComputeType_t compute(const KernelContext& ctx) {
     return ctx.allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  else
-    return CUBLAS_COMPUTE_64F;
+  }
+};
+template <>
+struct GemmType<double> {
+  using Storage = double;
+  using Scalar = double;
+  static constexpr cudaDataType_t kData = CUDA_R_64F;
+  static cublasComputeType_t compute(const KernelContext&) { return CUBLAS_COMPUTE_64F; }
+};
+template <>
+struct GemmType<F16Tag> {
+  using Storage = uint16_t;
+  using Scalar = float;
+  static constexpr cudaDataType_t kData = CUDA_R_16F;
+  static cublasComputeType_t compute(const KernelContext&) { return CUBLAS_COMPUTE_32F; }
+};
+template <>
+struct GemmType<BF16Tag> {
+  using Storage = uint16_t;
+  using Scalar = float;
+  static constexpr cudaDataType_t kData = CUDA_R_16BF;
+  static cublasComputeType_t compute(const KernelContext&) { return CUBLAS_COMPUTE_32F; }
+};
+
+template <typename T>
+using StorageOf = typename GemmType<T>::Storage;
+
+// The elements of `t` as T's storage (16-bit dtypes have no C++ type, hence raw_data).
+template <typename T>
+const StorageOf<T>* elements(const Tensor& t) {
+  return static_cast<const StorageOf<T>*>(t.raw_data());
+}
+template <typename T>
+StorageOf<T>* mutable_elements(Tensor& t) {
+  return static_cast<StorageOf<T>*>(t.raw_data());
 }
 
 int to_int(const KernelContext& ctx, int64_t v, const char* what) {
@@ -87,33 +123,36 @@ GemmDims gemm_dims(const KernelContext& ctx, bool ta, bool tb, int64_t m, int64_
   return d;
 }
 
-template <typename T>
-void gemm(const KernelContext& ctx, CudaContext& cc, const GemmDims& d, const T* a, const T* b,
-          T* c) {
-  const T one = T(1), zero = T(0);
-  const cudaDataType_t dt = data_type<T>();
+template <typename T, typename S = StorageOf<T>>
+void gemm(const KernelContext& ctx, CudaContext& cc, const GemmDims& d, const S* a, const S* b,
+          S* c) {
+  using Scalar = typename GemmType<T>::Scalar;
+  const Scalar one = Scalar(1), zero = Scalar(0);
+  const cudaDataType_t dt = GemmType<T>::kData;
   SPIRE_CUBLAS_CHECK(cublasGemmEx(cc.cublas(), op(d.tb), op(d.ta), d.n, d.m, d.k, &one, b, dt,
-                                  d.ldb, a, dt, d.lda, &zero, c, dt, d.ldc, compute_type<T>(ctx),
-                                  CUBLAS_GEMM_DEFAULT));
+                                  d.ldb, a, dt, d.lda, &zero, c, dt, d.ldc,
+                                  GemmType<T>::compute(ctx), CUBLAS_GEMM_DEFAULT));
 }
 
-template <typename T>
-void gemm_strided_batched(const KernelContext& ctx, CudaContext& cc, const GemmDims& d, const T* a,
-                          int64_t stride_a, const T* b, int64_t stride_b, T* c, int64_t stride_c,
+template <typename T, typename S = StorageOf<T>>
+void gemm_strided_batched(const KernelContext& ctx, CudaContext& cc, const GemmDims& d, const S* a,
+                          int64_t stride_a, const S* b, int64_t stride_b, S* c, int64_t stride_c,
                           int64_t batch) {
-  const T one = T(1), zero = T(0);
-  const cudaDataType_t dt = data_type<T>();
+  using Scalar = typename GemmType<T>::Scalar;
+  const Scalar one = Scalar(1), zero = Scalar(0);
+  const cudaDataType_t dt = GemmType<T>::kData;
   for (int64_t t0 = 0; t0 < batch; t0 += kMaxBatchChunk) {
     const int count = static_cast<int>(std::min(kMaxBatchChunk, batch - t0));
     SPIRE_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
         cc.cublas(), op(d.tb), op(d.ta), d.n, d.m, d.k, &one, b + t0 * stride_b, dt, d.ldb,
         stride_b, a + t0 * stride_a, dt, d.lda, stride_a, &zero, c + t0 * stride_c, dt, d.ldc,
-        stride_c, count, compute_type<T>(ctx), CUBLAS_GEMM_DEFAULT));
+        stride_c, count, GemmType<T>::compute(ctx), CUBLAS_GEMM_DEFAULT));
   }
 }
 
 template <typename T>
 void matmul_kernel(KernelContext& ctx) {
+  using S = StorageOf<T>;
   const Tensor& a = ctx.input(0);
   const Tensor& b = ctx.input(1);
   const kernels::MatMulDims md = kernels::matmul_dims(ctx);
@@ -123,11 +162,11 @@ void matmul_kernel(KernelContext& ctx) {
   CudaContext& cc = context(ctx);
   DeviceGuard guard(cc.device());
   if (k == 0) {
-    SPIRE_CUDA_CHECK(cudaMemsetAsync(c.data<T>(), 0, m * n * sizeof(T), cc.stream()));
+    SPIRE_CUDA_CHECK(cudaMemsetAsync(c.raw_data(), 0, m * n * sizeof(S), cc.stream()));
     return;
   }
-  gemm<T>(ctx, cc, gemm_dims(ctx, md.ta, md.tb, m, n, k, a.dim(1), b.dim(1), n), a.data<T>(),
-          b.data<T>(), c.data<T>());
+  gemm<T>(ctx, cc, gemm_dims(ctx, md.ta, md.tb, m, n, k, a.dim(1), b.dim(1), n), elements<T>(a),
+          elements<T>(b), mutable_elements<T>(c));
 }
 
 // Output batch dims and, per operand, its stride in matrices along each of them (0 where
@@ -160,6 +199,7 @@ __global__ void batch_pointers_kernel(BatchPointers bp, int64_t total, const T* 
 
 template <typename T>
 void batch_matmul_kernel(KernelContext& ctx) {
+  using S = StorageOf<T>;
   const kernels::BatchMatMulShapes s = kernels::batch_matmul_shapes(ctx);
   Tensor& c = ctx.allocate_output(0, s.out_shape());
   const Shape& batch = s.batch;
@@ -171,12 +211,12 @@ void batch_matmul_kernel(KernelContext& ctx) {
   CudaContext& cc = context(ctx);
   DeviceGuard guard(cc.device());
   if (k == 0) {
-    SPIRE_CUDA_CHECK(cudaMemsetAsync(c.data<T>(), 0, c.num_elements() * sizeof(T), cc.stream()));
+    SPIRE_CUDA_CHECK(cudaMemsetAsync(c.raw_data(), 0, c.num_elements() * sizeof(S), cc.stream()));
     return;
   }
-  const T* pa = ctx.input(0).data<T>();
-  const T* pb = ctx.input(1).data<T>();
-  T* pc = c.data<T>();
+  const S* pa = elements<T>(ctx.input(0));
+  const S* pb = elements<T>(ctx.input(1));
+  S* pc = mutable_elements<T>(c);
   const int64_t count_a = s.count_a, count_b = s.count_b;
   if (!ta && count_b == 1 && count_a == total && total * m <= INT32_MAX) {
     // b is shared by every batch entry: one (total * m) x n GEMM.
@@ -203,14 +243,15 @@ void batch_matmul_kernel(KernelContext& ctx) {
   std::copy(sa.begin(), sa.end(), bp.stride_a);
   std::copy(sb.begin(), sb.end(), bp.stride_b);
   Scratch ptrs(cc, 3 * static_cast<size_t>(total) * sizeof(void*));
-  const T** arr_a = ptrs.as<const T*>();
-  const T** arr_b = arr_a + total;
-  T** arr_c = reinterpret_cast<T**>(static_cast<char*>(ptrs.data()) + 2 * total * sizeof(void*));
-  batch_pointers_kernel<T><<<blocks_for(cc, total), kThreads, 0, cc.stream()>>>(
+  const S** arr_a = ptrs.as<const S*>();
+  const S** arr_b = arr_a + total;
+  S** arr_c = reinterpret_cast<S**>(static_cast<char*>(ptrs.data()) + 2 * total * sizeof(void*));
+  batch_pointers_kernel<S><<<blocks_for(cc, total), kThreads, 0, cc.stream()>>>(
       bp, total, pa, ar * ac, pb, br * bc, pc, m * n, arr_a, arr_b, arr_c);
   SPIRE_CUDA_LAUNCH_CHECK();
-  const T one = T(1), zero = T(0);
-  const cudaDataType_t dt = data_type<T>();
+  using Scalar = typename GemmType<T>::Scalar;
+  const Scalar one = Scalar(1), zero = Scalar(0);
+  const cudaDataType_t dt = GemmType<T>::kData;
   for (int64_t t0 = 0; t0 < total; t0 += kMaxBatchChunk) {
     const int count = static_cast<int>(std::min(kMaxBatchChunk, total - t0));
     SPIRE_CUBLAS_CHECK(cublasGemmBatchedEx(cc.cublas(), op(d.tb), op(d.ta), d.n, d.m, d.k, &one,
@@ -218,7 +259,7 @@ void batch_matmul_kernel(KernelContext& ctx) {
                                            d.ldb, reinterpret_cast<const void* const*>(arr_a + t0),
                                            dt, d.lda, &zero,
                                            reinterpret_cast<void* const*>(arr_c + t0), dt, d.ldc,
-                                           count, compute_type<T>(ctx), CUBLAS_GEMM_DEFAULT));
+                                           count, GemmType<T>::compute(ctx), CUBLAS_GEMM_DEFAULT));
   }
 }
 
@@ -230,6 +271,10 @@ SPIRE_STATIC_INIT(cuda_matmul_kernels) {
   r.add("MatMul", DeviceType::CUDA, DType::F64, matmul_kernel<double>);
   r.add("BatchMatMul", DeviceType::CUDA, DType::F32, batch_matmul_kernel<float>);
   r.add("BatchMatMul", DeviceType::CUDA, DType::F64, batch_matmul_kernel<double>);
+  r.add("MatMul", DeviceType::CUDA, DType::F16, matmul_kernel<F16Tag>);
+  r.add("MatMul", DeviceType::CUDA, DType::BF16, matmul_kernel<BF16Tag>);
+  r.add("BatchMatMul", DeviceType::CUDA, DType::F16, batch_matmul_kernel<F16Tag>);
+  r.add("BatchMatMul", DeviceType::CUDA, DType::BF16, batch_matmul_kernel<BF16Tag>);
 }
 
 }  // namespace spire::cuda

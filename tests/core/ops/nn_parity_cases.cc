@@ -3,6 +3,7 @@
 // gradient cases of nn_ops_cases.cc (which also run as parity cases):
 //  - MatMul: every transpose combination for 1x1x1, 7x13x5, 129x257x65 (long f32 sums) and
 //    empty m, n and K (a sum over nothing is 0);
+//  - MatMul and BatchMatMul in f16 and bf16 (cuBLAS with f32 compute), every transpose;
 //  - BatchMatMul: equal batches, a shared rank-2 operand on either side, batch dims that
 //    broadcast on both sides (the pointer-array path), K = 0, an empty batch, and more than
 //    65535 entries (issued in chunks);
@@ -116,6 +117,51 @@ const bool kBatchMatMulCases [[maybe_unused]] = [] {
       add("BatchMatMul", name, {{a}, {b}}, [ta, tb](const In& x) -> Outs {
         return {ops::batch_matmul(x[0], x[1], ta, tb)};
       });
+    }
+  }
+  return true;
+}();
+
+// ---- MatMul and BatchMatMul in f16 / bf16 -----------------------------------------------------
+// f32 inputs cast to the 16-bit dtype, multiplied there (cuBLAS: 16-bit operands, f32
+// compute on the tensor cores; CPU: f32 GEMM of the widened operands), the product cast back
+// to f32. Both accumulate in f32 and round once, so they differ by at most one rounding of
+// the 16-bit dtype (a sum in another order can cross a rounding boundary): tol = epsilon.
+
+const bool kHalfMatMulCases [[maybe_unused]] = [] {
+  struct HalfCase {
+    Shape a, b;
+    bool bmm;
+  };
+  const HalfCase shapes[] = {
+      {{7, 13}, {13, 5}, false},       {{129, 257}, {257, 65}, false},
+      {{4, 7, 13}, {4, 13, 5}, true},  {{2, 1, 9, 33}, {3, 33, 17}, true},
+      {{3, 5, 6}, {6, 7}, true},
+  };
+  for (DType dt : {DType::F16, DType::BF16}) {
+    const double eps = dt == DType::F16 ? 0x1p-10 : 0x1p-7;
+    for (const HalfCase& c : shapes) {
+      for (int t = 0; t < 4; ++t) {
+        const bool ta = (t & 1) != 0, tb = (t & 2) != 0;
+        auto flip = [](Shape s, bool on) {
+          if (!on) return s;
+          std::vector<int64_t> d = s.dims();
+          std::swap(d[d.size() - 1], d[d.size() - 2]);
+          return Shape(d);
+        };
+        const Shape a = flip(c.a, ta), b = flip(c.b, tb);
+        const std::string name = std::string(dtype_name(dt)) + " " + a.to_string() + " @ " +
+                                 b.to_string() + (ta ? " transpose_a" : "") +
+                                 (tb ? " transpose_b" : "");
+        register_parity_case(ParityCase{
+            c.bmm ? "BatchMatMul" : "MatMul", name, {{a}, {b}},
+            [dt, ta, tb, bmm = c.bmm](const In& x) -> Outs {
+              Output ha = ops::cast(x[0], dt), hb = ops::cast(x[1], dt);
+              Output p = bmm ? ops::batch_matmul(ha, hb, ta, tb) : ops::matmul(ha, hb, ta, tb);
+              return {ops::cast(p, DType::F32)};
+            },
+            {DType::F32}, eps, 0.0});
+      }
     }
   }
   return true;
