@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "examples/resnet/resnet_data.h"
+#include "bench/bench_flags.h"
 #include "spire.h"
 #include "tests/support/image_writer.h"
 #include "tests/support/temp_dir.h"
@@ -69,11 +70,7 @@ const char* kUsage =
     "cifar10 (cifar_augmentor, batch 128). Ends each configuration with a RESULT line.\n";
 
 long parse_int(const std::string& flag, const std::string& v, long lo, long hi) {
-  char* end = nullptr;
-  const long x = std::strtol(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || x < lo || x > hi)
-    throw_error(flag, " needs an integer in [", lo, ", ", hi, "], got '", v, "'");
-  return x;
+  return spire::bench::parse_int_flag("", flag, v, lo, hi);
 }
 
 // Returns false when --help was asked for.

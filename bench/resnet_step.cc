@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "examples/resnet/resnet_model.h"
+#include "bench/bench_flags.h"
 #include "spire.h"
 
 using namespace spire;
@@ -62,14 +63,8 @@ const char* kUsage =
     "resnet50: 224x224, batch 32), timed: images/s of the median of W windows of S steps\n"
     "after N warm-up steps, and the peak resident memory (VmHWM). Ends with a RESULT line.\n";
 
-// Parses a whole decimal integer in [lo, hi]; a bad value is the user's error.
 long parse_int(const std::string& flag, const std::string& v, long lo, long hi) {
-  char* end = nullptr;
-  long x = std::strtol(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || x < lo || x > hi)
-    throw Error("resnet_step: " + flag + " needs an integer in [" + std::to_string(lo) + ", " +
-                std::to_string(hi) + "], got '" + v + "'");
-  return x;
+  return spire::bench::parse_int_flag("resnet_step", flag, v, lo, hi);
 }
 
 // Returns false when --help was asked for.
