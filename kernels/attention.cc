@@ -7,6 +7,12 @@
 
 namespace spire::kernels {
 
+Shape attention_out_shape(const Shape& q, int64_t dv) {
+  std::vector<int64_t> dims = q.dims();
+  dims.back() = dv;
+  return Shape(std::move(dims));
+}
+
 Shape attention_lse_shape(const Shape& q) {
   std::vector<int64_t> dims(q.dims().begin(), q.dims().end() - 1);
   return Shape(std::move(dims));
@@ -18,12 +24,6 @@ namespace {
 void expect_shape(KernelContext& ctx, const char* what, const Tensor& t, const Shape& want) {
   if (t.shape() != want)
     ctx.fail(what, " has shape ", t.shape().to_string(), ", expected ", want.to_string());
-}
-
-Shape with_last(const Shape& s, int64_t last) {
-  std::vector<int64_t> dims = s.dims();
-  dims.back() = last;
-  return Shape(std::move(dims));
 }
 
 }  // namespace
@@ -62,7 +62,7 @@ AttentionDims attention_dims(KernelContext& ctx) {
   if (ctx.attr<double>("dropout_p") != 0)
     ctx.fail("dropout_p > 0 is not implemented (dropout_p = ", ctx.attr<double>("dropout_p"), ")");
   if (ctx.num_inputs() == 7) {  // the gradient op: out, lse, dout, dlse
-    const Shape out = with_last(q.shape(), a.dv), lse = attention_lse_shape(q.shape());
+    const Shape out = attention_out_shape(q.shape(), a.dv), lse = attention_lse_shape(q.shape());
     expect_shape(ctx, "out", ctx.input(3), out);
     expect_shape(ctx, "lse", ctx.input(4), lse);
     expect_shape(ctx, "dout", ctx.input(5), out);

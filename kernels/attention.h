@@ -113,6 +113,8 @@ SPIRE_HD inline T attention_prob(T s, T lse, bool visible) {
 /// ScaledDotProductAttentionGrad node (inputs q, k, v, out, lse, dout, dlse)
 /// from its attrs and run-time input shapes; ctx.fail names any mismatch.
 AttentionDims attention_dims(KernelContext& ctx);
+/// The shape of out: q's with its last dim dv.
+Shape attention_out_shape(const Shape& q, int64_t dv);
 /// The shape of lse: q's without its last dim.
 Shape attention_lse_shape(const Shape& q);
 

@@ -35,9 +35,7 @@ template <typename T>
 void attention_forward_kernel(KernelContext& ctx) {
   const AttentionDims a = kernels::attention_dims(ctx);
   const Tensor& qt = ctx.input(0);
-  std::vector<int64_t> out_dims = qt.shape().dims();
-  out_dims.back() = a.dv;
-  Tensor& out = ctx.allocate_output(0, Shape(out_dims));
+  Tensor& out = ctx.allocate_output(0, kernels::attention_out_shape(qt.shape(), a.dv));
   Tensor& lse = ctx.allocate_output(1, kernels::attention_lse_shape(qt.shape()));
   if (out.num_elements() == 0 && lse.num_elements() == 0) return;
   const T* pq = qt.data<T>();

@@ -216,9 +216,7 @@ template <typename T>
 void forward(KernelContext& ctx) {
   const AttentionDims a = kernels::attention_dims(ctx);
   const Tensor& q = ctx.input(0);
-  std::vector<int64_t> out_dims = q.shape().dims();
-  out_dims.back() = a.dv;
-  Tensor& out = ctx.allocate_output(0, Shape(out_dims));
+  Tensor& out = ctx.allocate_output(0, kernels::attention_out_shape(q.shape(), a.dv));
   Tensor& lse = ctx.allocate_output(1, kernels::attention_lse_shape(q.shape()));
   if (lse.num_elements() == 0) return;
   const Launch l = plan<T>(ctx, a, a.d + a.dv);
