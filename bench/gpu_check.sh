@@ -9,8 +9,11 @@
 #   bench     build/.../bench/gpu_kernels, gpu_train_step, and allreduce_bandwidth on the
 #             visible GPUs with Spire's ring and with NCCL, and trainer_throughput.sh
 #             (MNIST training on 1..N GPUs, replicated) (appended to gpu_train_step.txt)
+#             and resnet_vs_torch.sh --device gpu (the ResNet-50 and ResNet-20 training steps
+#             of Spire and PyTorch on the GPU, alternating; appended to gpu_train_step.txt)
 #   torch     bench/mnist_step_torch.py (the same training step in PyTorch)
-# then prints a summary and the benchmark tables, the kernel table last.
+# then prints a summary and the benchmark tables, the kernel table last. The steps run in the
+# order test, bench, torch, memcheck (the slowest last).
 #
 # Usage: bench/gpu_check.sh [build] [test] [memcheck] [bench] [torch]
 #   No argument runs everything. The build runs whenever test, memcheck or bench is asked (it is
@@ -37,7 +40,12 @@
 # discovery runs the test binary), the tests and the benchmarks, not for the PyTorch script.
 # Arguments in SPIRE_CMAKE_ARGS come last and win; naming SPIRE_CUDNN_* there skips the search.
 #
+# Prebuilt: with SPIRE_PREBUILT=DIR (a folder made here by scripts/pack_gpu_build.sh from a CUDA
+# build of this machine) nothing is compiled: DIR is the build directory, DIR/lib goes on
+# LD_LIBRARY_PATH, and the build step reports DIR/PACKED.txt. For a machine with minutes to spare.
+#
 # Environment (all optional):
+#   SPIRE_PREBUILT       a packed build to run instead of building (above)
 #   BUILD_DIR            build directory (default build/gpu-release in the repository)
 #   CUDA_ARCHITECTURES   CMAKE_CUDA_ARCHITECTURES (default: $CMAKE_CUDA_ARCHITECTURES, else 90)
 #   JOBS                 build jobs (default: nproc)
@@ -46,7 +54,7 @@
 #   MEMCHECK_ENV         VAR=value words set for the memcheck run only (default
 #                        SPIRE_CUDA_NO_CACHING=1: one cudaMalloc per buffer, so memcheck
 #                        sees every buffer's bounds)
-#   GPU_KERNELS_ARGS, TRAIN_STEP_ARGS, TORCH_ARGS   extra arguments (e.g. --quick)
+#   GPU_KERNELS_ARGS, TRAIN_STEP_ARGS, TORCH_ARGS, RESNET_ARGS   extra arguments (e.g. --quick)
 #   PYTHON               interpreter for the PyTorch script (default python3)
 #   TEST_TIMEOUT, MEMCHECK_TIMEOUT, BENCH_TIMEOUT, TORCH_TIMEOUT   seconds per step
 set -u -o pipefail
@@ -58,6 +66,11 @@ GPU_TEST_FILTER="${GPU_TEST_FILTER:-Cuda*:*Gpu*:*Parity*:Placement*}"
 MEMCHECK_FILTER="${MEMCHECK_FILTER:-CudaParity.*:Gpu.*}"
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PREBUILT="${SPIRE_PREBUILT:-}"
+if [[ -n "$PREBUILT" ]]; then
+  [[ -d "$PREBUILT" ]] || { echo "gpu_check: SPIRE_PREBUILT=$PREBUILT is not a folder" >&2; exit 2; }
+  BUILD_DIR="$(cd "$PREBUILT" && pwd)"
+fi
 BUILD_DIR="${BUILD_DIR:-$REPO/build/gpu-release}"
 if [[ -n "${OUT:-}" ]]; then LOG_DIR="$OUT"; else LOG_DIR="$REPO/build/gpu_check"; fi
 CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES:-${CMAKE_CUDA_ARCHITECTURES:-90}}"
@@ -313,6 +326,18 @@ setup_deps() {
       DEPS_NOTES+=("cuBLAS: not in the CUDA toolkit and no pip package found")
     fi
   fi
+  # NCCL (libnccl.so.2): the toolkit's, else the pip package nvidia-nccl-cu13's.
+  local have_nccl=0 nccl
+  for d in "${lib_dirs[@]}"; do compgen -G "$d/libnccl.so*" >/dev/null && have_nccl=1; done
+  if (( !have_nccl )); then
+    if nccl="$(pip_nvidia_dir nccl 'lib/libnccl.so*')"; then
+      add_ld_path "$nccl/lib"
+      DEPS_NOTES+=("NCCL: not in the CUDA toolkit; $nccl/lib put on LD_LIBRARY_PATH")
+    else
+      DEPS_NOTES+=("NCCL: not in the CUDA toolkit and no pip package found")
+    fi
+  fi
+  if [[ -n "$PREBUILT" ]]; then add_ld_path "$BUILD_DIR/lib"; fi
   if [[ "${LD_LIBRARY_PATH:-}" != "$ORIG_LD" ]]; then
     DEPS_NOTES+=("LD_LIBRARY_PATH (build, tests, benchmarks): $LD_LIBRARY_PATH")
   fi
@@ -320,6 +345,55 @@ setup_deps() {
 
 # ---- build ----------------------------------------------------------------------------------
 TESTS_BUILT=0
+# The build step of SPIRE_PREBUILT: checks that the packed binaries start.
+use_prebuilt() {
+  environment >"$BUILD_LOG" 2>&1
+  local note
+  for note in ${DEPS_NOTES[@]+"${DEPS_NOTES[@]}"}; do echo "$note"; done >>"$BUILD_LOG"
+  { echo "== prebuilt: $BUILD_DIR"; cat "$BUILD_DIR/PACKED.txt" 2>/dev/null; } >>"$BUILD_LOG"
+  if [[ ! -x "$TEST_BIN" ]]; then
+    failed build "FAILED: prebuilt $BUILD_DIR has no tests/spire_tests"
+    return 1
+  fi
+  # The packed binaries' RUNPATH names this machine's folders: a library ldd does not find (the
+  # CUDA runtime, cuBLAS, cuDNN, NCCL) is looked for in the toolkit, the pip packages nvidia.*
+  # and, last, the whole file system; its folder goes on LD_LIBRARY_PATH.
+  local lib dir found nv_dirs nvcc cuda_root=""
+  nvcc="$(find_nvcc)"
+  if [[ -n "$nvcc" ]]; then cuda_root="$(dirname "$(dirname "$(readlink -f "$nvcc")")")"; fi
+  nv_dirs="$(for py in "$PYTHON" python3 /opt/torch/.venv/bin/python3; do
+               command -v "$py" >/dev/null 2>&1 || continue
+               "$py" -c 'import glob, os, nvidia
+for p in nvidia.__path__:
+    for d in sorted(glob.glob(os.path.join(p, "*", "lib"))): print(d)' 2>/dev/null
+             done | sort -u)"
+  for lib in $(ldd "$TEST_BIN" "$BUILD_DIR"/bench/* "$BUILD_DIR"/examples/* 2>/dev/null |
+               awk '/not found/ { print $1 }' | sort -u); do
+    found=""
+    for dir in ${cuda_root:+"$cuda_root/lib64" "$cuda_root/lib" "$cuda_root/targets/x86_64-linux/lib"} $nv_dirs; do
+      if [[ -e "$dir/$lib" ]]; then found="$dir"; break; fi
+    done
+    if [[ -z "$found" ]]; then
+      found="$(limited 30 find / -xdev -name "$lib" -not -path '/proc/*' 2>/dev/null | head -1)"
+      found="${found:+$(dirname "$found")}"
+    fi
+    if [[ -n "$found" ]]; then
+      add_ld_path "$found"
+      echo "== $lib: $found (put on LD_LIBRARY_PATH)" >>"$BUILD_LOG"
+    fi
+  done
+  local missing
+  missing="$(ldd "$TEST_BIN" "$BUILD_DIR"/bench/* "$BUILD_DIR"/examples/* 2>&1 | grep 'not found' | sort -u | tr -s ' \t\n' ' ')"
+  echo "== LD_LIBRARY_PATH: ${LD_LIBRARY_PATH:-}" >>"$BUILD_LOG"
+  if [[ -n "$missing" ]]; then
+    echo "== ldd: missing $missing" >>"$BUILD_LOG"
+    failed build "FAILED: prebuilt binaries miss libraries: $missing"
+    return 1
+  fi
+  TESTS_BUILT=1
+  status build "prebuilt: $(head -2 "$BUILD_DIR/PACKED.txt" 2>/dev/null | paste -sd ';' -)"
+}
+
 do_build() {
   environment >"$BUILD_LOG" 2>&1
   local note
@@ -502,6 +576,15 @@ do_bench() {
     { echo; cat "$tmp"; } >>"$TRAIN_OUT"
     rm -f "$tmp"
   done
+  # The ResNet training steps, Spire against PyTorch on cuda:0 (PyTorch with the caller's
+  # LD_LIBRARY_PATH, as do_torch).
+  local torch_ld="${ORIG_LD}"
+  (( ORIG_LD_SET )) || torch_ld="-"
+  # shellcheck disable=SC2086
+  TORCH_LD_LIBRARY_PATH="$torch_ld" run_bench "resnet_step" "$tmp" "$REPO/bench/resnet_vs_torch.sh" \
+    --build "$BUILD_DIR" --no-build --device gpu ${RESNET_ARGS:-}
+  { echo; cat "$tmp"; } >>"$TRAIN_OUT"
+  rm -f "$tmp"
   # Multi-GPU training throughput of the main job (K = 1..N GPUs, replicated trainer).
   run_bench "trainer_throughput" "$tmp" "$REPO/bench/trainer_throughput.sh" --build "$BUILD_DIR" \
     --gpus "$(( ngpu > 0 ? ngpu : 1 ))" --trainers replicated
@@ -587,7 +670,9 @@ ran_bench=0 ran_torch=0 torch_skipped=0
 build_ok=1
 setup_deps
 for note in ${DEPS_NOTES[@]+"${DEPS_NOTES[@]}"}; do echo "gpu_check: $note"; done
-if (( want_build )); then
+if [[ -n "$PREBUILT" ]]; then
+  use_prebuilt || build_ok=0
+elif (( want_build )); then
   do_build || build_ok=0
 fi
 
@@ -603,8 +688,8 @@ if (( !build_ok )); then
   if (( want_bench )); then failed bench "NOT RUN: the build failed"; fi
 else
   if (( want_test )); then do_tests; fi
-  if (( want_memcheck )); then do_memcheck; fi
   if (( want_bench )); then do_bench; ran_bench=1; fi
 fi
 if (( want_torch )); then do_torch; ran_torch=1; fi
+if (( build_ok && want_memcheck )); then do_memcheck; fi
 finish

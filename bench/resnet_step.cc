@@ -24,8 +24,14 @@
 // times less than a step, to see where a step's time goes: forward = the training-mode
 // forward pass and the cost; backward = that and every gradient, without the updates.
 //
+// --device gpu builds the graph under DeviceScope(cuda:0) (variables, the step and the
+// batch fed from the host every step, as PyTorch's half with --device cuda), times windows
+// ended by synchronize_device, and adds device_peak_mib (the CUDA allocator's peak bytes in
+// use) to the RESULT line; --tf32 1 lets cuBLAS/cuDNN use TF32 (off by default).
+//
 //   build/bench/resnet_step --model resnet50 --batch 32 --threads 2 [--steps 2]
 //                           [--windows 3] [--warmup 2] [--part step] [--lr 0.1]
+//                           [--device cpu|gpu] [--tf32 0|1]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -39,6 +45,7 @@
 
 #include "examples/resnet/resnet_model.h"
 #include "bench/bench_flags.h"
+#include "core/device_backend.h"
 #include "spire.h"
 
 using namespace spire;
@@ -54,11 +61,14 @@ struct Options {
   int warmup = -1;  // -1: 3 for resnet20, 2 for resnet50
   std::string part = "step";
   double lr = 0.1;
+  bool gpu = false;
+  bool tf32 = false;
 };
 
 const char* kUsage =
     "usage: resnet_step [--model resnet20|resnet50] [--batch B] [--threads T] [--steps S]\n"
     "                   [--windows W] [--warmup N] [--part step|forward|backward] [--lr LR]\n"
+    "                   [--device cpu|gpu] [--tf32 0|1]\n"
     "One training step of a tensorpack ResNet (resnet20: 32x32, batch 128 by default;\n"
     "resnet50: 224x224, batch 32), timed: images/s of the median of W windows of S steps\n"
     "after N warm-up steps, and the peak resident memory (VmHWM). Ends with a RESULT line.\n";
@@ -95,6 +105,12 @@ bool parse(int argc, char** argv, Options& o) {
       if (v != "step" && v != "forward" && v != "backward")
         throw Error("resnet_step: --part is step, forward or backward, got '" + v + "'");
       o.part = v;
+    } else if (a == "--device") {
+      if (v != "cpu" && v != "gpu")
+        throw Error("resnet_step: --device is cpu or gpu, got '" + v + "'");
+      o.gpu = v == "gpu";
+    } else if (a == "--tf32") {
+      o.tf32 = parse_int(a, v, 0, 1) == 1;
     } else if (a == "--lr") {
       char* end = nullptr;
       o.lr = std::strtod(v.c_str(), &end);
@@ -135,9 +151,14 @@ int run(const Options& o) {
   const int64_t size = r20 ? 32 : 224, classes = r20 ? 10 : 1000;
   const double weight_decay = r20 ? 2e-4 : 1e-4;
 
+  const Device device = o.gpu ? Device::cuda(0) : Device::cpu(0);
+  if (o.gpu && spire::device_count(DeviceType::CUDA) == 0)
+    throw Error("resnet_step: --device gpu, but no CUDA device is visible to Spire (no GPU or "
+                "driver, or a build without the CUDA backend)");
   Graph g;
   DefaultGraphGuard guard(g);
   g.set_seed(1234);
+  DeviceScope on_device(g, device);
   Output image = ops::placeholder(DType::F32, {o.batch, size, size, 3}, "image");
   Output label = ops::placeholder(DType::I64, {o.batch}, "label");
   Output cost;
@@ -169,13 +190,20 @@ int run(const Options& o) {
 
   SessionOptions so;
   so.num_threads = o.threads;
+  so.allow_tf32 = o.tf32;
   Session s(g, so);
   s.run_targets({global_variables_initializer(&g)});
+  // Fetching the cost copies it to the host, which waits for the step's device work.
   auto step = [&] { return s.run({cost}, feeds, targets)[0].element_as_double(0); };
+  Allocator* device_alloc = get_allocator(device);
+  if (o.gpu) {
+    spire::synchronize_device(device);
+    device_alloc->reset_peak();
+  }
 
-  std::fprintf(stderr, "resnet_step: %s batch %lld, %d threads, part %s: %d warm-up steps, "
+  std::fprintf(stderr, "resnet_step: %s batch %lld on %s, %d threads, part %s: %d warm-up steps, "
                "%d windows of %d steps\n", o.model.c_str(), static_cast<long long>(o.batch),
-               o.threads, o.part.c_str(), o.warmup, o.windows, o.steps);
+               device.to_string().c_str(), o.threads, o.part.c_str(), o.warmup, o.windows, o.steps);
   double loss_first = std::nan(""), loss_last = std::nan("");
   for (int i = 0; i < o.warmup; ++i) {
     loss_last = step();
@@ -189,6 +217,7 @@ int run(const Options& o) {
       loss_last = step();
       if (std::isnan(loss_first)) loss_first = loss_last;
     }
+    if (o.gpu) spire::synchronize_device(device);  // the last step's updates too
     per_step.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
                        o.steps);
     std::fprintf(stderr, "resnet_step: window %d: %.1f ms/step, loss %.4f\n", w,
@@ -197,12 +226,20 @@ int run(const Options& o) {
   const double cpu_per_step = (process_cpu_seconds() - cpu0) / (o.windows * o.steps);
   std::sort(per_step.begin(), per_step.end());
   const double median = per_step[per_step.size() / 2];
+  std::string device_fields;
+  if (o.gpu) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, " device=gpu tf32=%d device_peak_mib=%.1f", o.tf32 ? 1 : 0,
+                  static_cast<double>(device_alloc->memory_stats().peak_in_use) / (1 << 20));
+    device_fields = buf;
+  }
   std::printf("RESULT engine=spire model=%s batch=%lld threads=%d images_per_s=%.2f "
               "ms_per_step=%.2f ms_best=%.2f cpu_ms_per_step=%.2f peak_rss_mib=%.1f start_rss_mib=%.1f "
-              "loss_first=%.4f loss_last=%.4f part=%s\n",
+              "loss_first=%.4f loss_last=%.4f part=%s%s\n",
               o.model.c_str(), static_cast<long long>(o.batch), o.threads,
               static_cast<double>(o.batch) / median, median * 1e3, per_step.front() * 1e3,
-              cpu_per_step * 1e3,              proc_status_mib("VmHWM"), start_rss, loss_first, loss_last, o.part.c_str());
+              cpu_per_step * 1e3, proc_status_mib("VmHWM"), start_rss, loss_first, loss_last,
+              o.part.c_str(), device_fields.c_str());
   return 0;
 }
 

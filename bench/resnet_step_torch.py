@@ -38,6 +38,13 @@ VmRSS after importing torch, before the model is built). Last line:
 
 --part forward|backward times less than a step (the forward pass and cost; that and
 backward, without the update), as resnet_step's --part.
+
+--device cuda runs on cuda:0 (as resnet_step --device gpu): the batch is copied from the
+host every step (Spire feeds it the same way), loss.item() ends each step, windows end
+with torch.cuda.synchronize(), and the RESULT line adds device=gpu tf32=0|1 and
+device_peak_mib (torch.cuda.max_memory_allocated). --tf32 sets cuDNN's and cuBLAS's
+allow_tf32 (default 0: off for both, as Spire's default; PyTorch's own default allows
+TF32 in cuDNN).
 Exits 0 with a "skipped" message (and no RESULT line) when PyTorch is not installed.
 """
 
@@ -56,6 +63,8 @@ def parse_args():
     p.add_argument("--warmup", type=int, default=-1, help="untimed steps first (default 3 / 2)")
     p.add_argument("--part", default="step", choices=["step", "forward", "backward"])
     p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--tf32", type=int, default=0, choices=[0, 1])
     a = p.parse_args()
     r20 = a.model == "resnet20"
     a.batch = a.batch or (128 if r20 else 32)
@@ -178,7 +187,15 @@ def main():
     torch.manual_seed(1234)
     r20 = args.model == "resnet20"
     size, classes, wd = (32, 10, 2e-4) if r20 else (224, 1000, 1e-4)
-    net = build(torch, args.model).train()
+    gpu = args.device == "cuda"
+    if gpu:
+        if not torch.cuda.is_available():
+            print("resnet_step_torch: --device cuda, but torch.cuda.is_available() is False", file=sys.stderr)
+            return 1
+        torch.backends.cudnn.allow_tf32 = bool(args.tf32)
+        torch.backends.cuda.matmul.allow_tf32 = bool(args.tf32)
+    dev = torch.device(args.device)
+    net = build(torch, args.model).to(dev).train()
     decayed = [m.weight for m in net.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
     opt = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=0.9, nesterov=True)
     gen = torch.Generator().manual_seed(42)
@@ -187,7 +204,8 @@ def main():
 
     def cost():
         l2 = torch.stack([w.square().sum() for w in decayed]).sum() * (wd / 2)
-        return F.cross_entropy(net(images), labels) + l2
+        x, y = (images.to(dev), labels.to(dev)) if gpu else (images, labels)
+        return F.cross_entropy(net(x), y) + l2
 
     def step():
         if args.part == "forward":
@@ -204,6 +222,9 @@ def main():
           f"{torch.get_num_threads()} threads, part {args.part}: {args.warmup} warm-up steps, "
           f"{args.windows} windows of {args.steps} steps", file=sys.stderr, flush=True)
     loss_first = loss_last = float("nan")
+    if gpu:  # the peak of the steps, from the model and batch made (as resnet_step's)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
     for i in range(args.warmup):
         loss_last = step()
         if i == 0:
@@ -216,6 +237,8 @@ def main():
             loss_last = step()
             if loss_first != loss_first:
                 loss_first = loss_last
+        if gpu:
+            torch.cuda.synchronize()
         ms.append((time.perf_counter() - t0) * 1e3 / args.steps)
         print(f"resnet_step_torch: window {w}: {ms[-1]:.1f} ms/step, loss {loss_last:.4f}",
               file=sys.stderr, flush=True)
@@ -226,7 +249,9 @@ def main():
           f"images_per_s={1e3 * args.batch / median:.2f} ms_per_step={median:.2f} "
           f"ms_best={ms_sorted[0]:.2f} cpu_ms_per_step={cpu_ms:.2f} peak_rss_mib={proc_status_mib('VmHWM'):.1f} "
           f"start_rss_mib={start_rss:.1f} loss_first={loss_first:.4f} "
-          f"loss_last={loss_last:.4f} part={args.part}", flush=True)
+          f"loss_last={loss_last:.4f} part={args.part}"
+          + (f" device=gpu tf32={args.tf32} device_peak_mib={torch.cuda.max_memory_allocated() / 2**20:.1f}"
+             if gpu else ""), flush=True)
     return 0
 
 

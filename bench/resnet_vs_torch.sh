@@ -9,13 +9,21 @@
 # are described at the top of the two programs.
 #
 # Usage: bench/resnet_vs_torch.sh [--build DIR] [--no-build] [--threads LIST]
-#                                 [--configs LIST] [--rounds N] [--quick]
+#                                 [--configs LIST] [--rounds N] [--quick] [--device cpu|gpu]
 #   --build DIR     build directory (default: build; configured CPU-only when it has no
 #                   CMakeCache.txt); the resnet_step target is built there first
 #   --no-build      do not build; DIR/bench/resnet_step must exist
 #   --threads LIST  thread counts, comma-separated (default: 1,2)
 #   --configs LIST  model:batch pairs (default: resnet20:128,resnet50:16,resnet50:32)
 #   --rounds N      runs of each engine per configuration, alternating (default: 2)
+#   --device gpu    both engines on the first GPU (resnet_step --device gpu, the PyTorch
+#                   script's --device cuda; TF32 off in both): threads default to 4 (Spire's
+#                   kernel threads and PyTorch's, for what stays on the CPU), more steps
+#                   per window, and the memory compared is each engine's peak of GPU memory in
+#                   use (device_peak_mib) instead of the process's RSS. The environment
+#                   variable TORCH_LD_LIBRARY_PATH, when set, is the PyTorch runs'
+#                   LD_LIBRARY_PATH ('-': none), so that libraries put there for Spire do
+#                   not replace PyTorch's own CUDA libraries.
 #   --quick         a smoke test in well under a minute: one round, 1 thread (unless
 #                   --threads), small batches (resnet20:16,resnet50:2 unless --configs),
 #                   one warm-up step and one timed step; its ratios mean nothing
@@ -37,6 +45,7 @@ CONFIGS=""
 ROUNDS=2
 QUICK=0
 THREADS_SET=0
+DEVICE=cpu
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) BUILD=$2; shift 2 ;;
@@ -45,10 +54,13 @@ while [[ $# -gt 0 ]]; do
     --configs) CONFIGS=$2; shift 2 ;;
     --rounds) ROUNDS=$2; shift 2 ;;
     --quick) QUICK=1; shift ;;
+    --device) DEVICE=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "resnet_vs_torch: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+[[ $DEVICE == cpu || $DEVICE == gpu ]] || { echo "resnet_vs_torch: --device is cpu or gpu" >&2; exit 2; }
+if [[ $DEVICE == gpu ]] && (( !THREADS_SET )); then THREADS=4; fi
 if (( QUICK )); then
   ROUNDS=1
   (( THREADS_SET )) || THREADS=1
@@ -80,6 +92,7 @@ fi
 # step_args MODEL: warm-up and timing flags of one run.
 step_args() {
   if (( QUICK )); then echo "--warmup 1 --windows 1 --steps 1"
+  elif [[ $DEVICE == gpu ]]; then echo "--warmup 5 --windows 5 --steps 10"
   elif [[ $1 == resnet20 ]]; then echo "--warmup 3 --windows 5 --steps 3"
   else echo "--warmup 2 --windows 3 --steps 1"; fi
 }
@@ -100,8 +113,14 @@ run() {
   local args=($(step_args "$model"))
   if [[ $engine == spire ]]; then
     cmd=("$BIN")
+    [[ $DEVICE == gpu ]] && cmd+=(--device gpu)
   else
-    cmd=(env OMP_NUM_THREADS="$t" MKL_NUM_THREADS="$t" python3 "$HERE/resnet_step_torch.py")
+    local ld=()
+    if [[ -n ${TORCH_LD_LIBRARY_PATH+x} ]]; then
+      if [[ $TORCH_LD_LIBRARY_PATH == - ]]; then ld=(-u LD_LIBRARY_PATH); else ld=(LD_LIBRARY_PATH="$TORCH_LD_LIBRARY_PATH"); fi
+    fi
+    cmd=(env "${ld[@]}" OMP_NUM_THREADS="$t" MKL_NUM_THREADS="$t" python3 "$HERE/resnet_step_torch.py")
+    [[ $DEVICE == gpu ]] && cmd+=(--device cuda)
   fi
   if ! out=$("${cmd[@]}" --model "$model" --batch "$batch" --threads "$t" "${args[@]}" 2>&1); then
     echo "resnet_vs_torch: $engine $model batch $batch, $t threads failed:" >&2
@@ -120,8 +139,12 @@ run() {
   local ips rss rss0 loss cpu key="$engine $model $batch $t"
   ips=$(field "$line" images_per_s)
   cpu=$(field "$line" cpu_ms_per_step)
-  rss=$(field "$line" peak_rss_mib)
-  rss0=$(field "$line" start_rss_mib)
+  if [[ $DEVICE == gpu ]]; then
+    rss=$(field "$line" device_peak_mib) rss0=0
+  else
+    rss=$(field "$line" peak_rss_mib)
+    rss0=$(field "$line" start_rss_mib)
+  fi
   loss=$(field "$line" loss_last)
   [[ $loss =~ ^-?[0-9] ]] || echo "resnet_vs_torch: warning: $engine $model's loss is $loss (lr too high for fake data?)" >&2
   if awk -v a="${IPS[$key]:-0}" -v b="$ips" 'BEGIN { exit !(b > a) }'; then
@@ -132,7 +155,11 @@ run() {
 }
 
 echo "resnet_vs_torch: $(date -u '+%F %H:%M UTC'), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')),"
-echo "  load average $(cut -d' ' -f1-3 /proc/loadavg); configurations $CONFIGS, threads $THREADS, $ROUNDS rounds$( (( QUICK )) && echo ', quick')"
+echo "  load average $(cut -d' ' -f1-3 /proc/loadavg); configurations $CONFIGS, threads $THREADS, $ROUNDS rounds$( (( QUICK )) && echo ', quick'), device $DEVICE"
+if [[ $DEVICE == gpu ]]; then
+  echo "  GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1);" \
+    "the peak and above-start columns are GPU memory in use (device_peak_mib), not RSS"
+fi
 START=$SECONDS
 for c in ${CONFIGS//,/ }; do
   model=${c%%:*} batch=${c##*:}
