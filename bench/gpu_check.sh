@@ -63,7 +63,9 @@ set -u -o pipefail
 # The GPU test suites (CudaCoverage, CudaParity, FusedApplyGpu, Gpu, GpuCollectives, ParityCases,
 # Placement) and the short memcheck subset.
 GPU_TEST_FILTER="${GPU_TEST_FILTER:-Cuda*:*Gpu*:*Parity*:Placement*}"
-MEMCHECK_FILTER="${MEMCHECK_FILTER:-CudaParity.*:Gpu.*}"
+# (Gpu.OutOfMemoryIsAClearError is left out of memcheck: the failed cudaMalloc it provokes on
+# purpose is an API error to compute-sanitizer.)
+MEMCHECK_FILTER="${MEMCHECK_FILTER:-CudaParity.*:Gpu.*:-Gpu.OutOfMemoryIsAClearError}"
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PREBUILT="${SPIRE_PREBUILT:-}"

@@ -24,16 +24,19 @@ class Gpu : public ::testing::Test {
   }
   Allocator* alloc() { return get_allocator(Device::cuda(0)); }
   // Tests of the cache itself skip when SPIRE_CUDA_NO_CACHING turns it off
-  // (bench/gpu_check.sh does so for compute-sanitizer).
-  void require_caching() {
+  // (bench/gpu_check.sh does so for compute-sanitizer). GTEST_SKIP must be in
+  // the test body: in a helper it returns from the helper only.
+  static bool caching_off() {
     const char* e = std::getenv("SPIRE_CUDA_NO_CACHING");
-    if (e != nullptr && *e != '\0' && std::string(e) != "0")
-      GTEST_SKIP() << "SPIRE_CUDA_NO_CACHING is set: the allocator does not cache";
+    return e != nullptr && *e != '\0' && std::string(e) != "0";
   }
 };
 
+#define SPIRE_REQUIRE_CACHING() \
+  if (caching_off()) GTEST_SKIP() << "SPIRE_CUDA_NO_CACHING is set: the allocator does not cache"
+
 TEST_F(Gpu, AllocatorReusesBlocksAndReturnsToTheBaselineAfter10000Runs) {
-  require_caching();
+  SPIRE_REQUIRE_CACHING();
   Graph g;
   DefaultGraphGuard guard(g);
   DeviceScope gpu(g, Device::cuda(0));
@@ -63,7 +66,7 @@ TEST_F(Gpu, OutOfMemoryIsAClearError) {
 }
 
 TEST_F(Gpu, EmptyCacheReturnsFreeSegments) {
-  require_caching();
+  SPIRE_REQUIRE_CACHING();
   { Tensor t(DType::F32, {64 << 20}, Device::cuda(0)); }
   synchronize_device(Device::cuda(0));
   EXPECT_GT(alloc()->memory_stats().cached, 0u);
