@@ -46,8 +46,8 @@ endfunction()
 spire_label(asan-skip "^ParityCases[.]RunOnTheCpuTwiceWithTheSameResult$")
 # The models' PyTorch parity: the ops' kernels again at model scale (a minute in
 # Release, tens under a sanitizer); their tests ran them under ASan and TSan.
-spire_label(asan-skip "^ResNetParity[.]")
-spire_label(tsan-skip "^ResNetParity[.]")
+spire_label(asan-skip "^(ResNetParity|GptParity)[.]")
+spire_label(tsan-skip "^(ResNetParity|GptParity)[.]")
 # The attention op against PyTorch: the same kernels as the AttentionOps and forward
 # tests, which run under both sanitizers.
 spire_label(asan-skip "^AttentionTorchParity[.]")
