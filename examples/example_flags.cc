@@ -66,6 +66,20 @@ std::string find_mnist_dir(const std::string& given) {
               tried[1], "'; pass --data DIR, a directory with ", kMnistFiles);
 }
 
+std::string find_data_file(const std::string& relative) {
+  const std::vector<std::string> tried = {
+      "../shared/data/" + relative, std::string(SPIRE_EXAMPLES_SOURCE_DIR) + "/../../shared/data/" + relative};
+  for (const auto& p : tried) {
+    std::FILE* f = std::fopen(p.c_str(), "rb");
+    if (f == nullptr) continue;
+    std::fclose(f);
+    char resolved[PATH_MAX];
+    return realpath(p.c_str(), resolved) ? std::string(resolved) : p;
+  }
+  throw_error("'", relative, "' not found in '", tried[0], "' (relative to the current directory) nor in '",
+              tried[1], "'; pass --data FILE");
+}
+
 const char* trainer_flags_usage() {
   return "  --device D           cpu (default), gpu, gpu:N, cuda or cuda:N: where the graph runs\n"
          "                       (simple and horovod trainers)\n"

@@ -43,6 +43,10 @@ void split_flag(int argc, char** argv, int* i, std::string* key, std::string* va
 /// and the four files needed.
 std::string find_mnist_dir(const std::string& given);
 
+/// The file ../shared/data/<relative>, relative to the current directory or to the
+/// repository; throws spire::Error naming both places when neither has it.
+std::string find_data_file(const std::string& relative);
+
 /// Usage lines of the trainer flags, for an example's --help.
 const char* trainer_flags_usage();
 
