@@ -12,8 +12,13 @@
 //   RESULT engine=spire config=C precision=P threads=T tokens_per_s=X ms_per_step=X
 //          ms_best=X cpu_ms_per_step=X peak_rss_mib=X start_rss_mib=X loss_last=X
 //
+// --device gpu builds the graph under DeviceScope(cuda:0) (the batch fed from the host every
+// step), ends each window with synchronize_device and adds device_peak_mib (the CUDA
+// allocator's peak bytes in use) to the RESULT line (PyTorch's half: --device cuda).
+//
 //   build/bench/gpt_step --config baby|shakespeare_char [--batch B] [--threads T]
 //                        [--precision f32|bf16] [--steps S] [--windows W] [--warmup N]
+//                        [--device cpu|gpu]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -24,6 +29,7 @@
 #include <vector>
 
 #include "bench/bench_flags.h"
+#include "core/device_backend.h"
 #include "examples/gpt/gpt_model.h"
 #include "spire.h"
 
@@ -39,11 +45,13 @@ struct Options {
   int steps = 0;   // 0: 10 (baby), 2 (shakespeare_char)
   int windows = 3;
   int warmup = 2;
+  bool gpu = false;
 };
 
 const char* kUsage =
     "usage: gpt_step [--config baby|shakespeare_char] [--batch B] [--threads T]\n"
     "                [--precision f32|bf16] [--steps S] [--windows W] [--warmup N]\n"
+    "                [--device cpu|gpu]\n"
     "One nanoGPT training step (forward, backward, clipping, AdamW), timed: tokens/s of the\n"
     "median of W windows of S steps after N warm-up steps, and the peak resident memory.\n";
 
@@ -68,6 +76,9 @@ bool parse(int argc, char** argv, Options& o) {
     } else if (a == "--precision") {
       if (v != "f32" && v != "bf16") throw Error("gpt_step: --precision is f32 or bf16, got '" + v + "'");
       o.precision = v;
+    } else if (a == "--device") {
+      if (v != "cpu" && v != "gpu") throw Error("gpt_step: --device is cpu or gpu, got '" + v + "'");
+      o.gpu = v == "gpu";
     } else if (a == "--steps") {
       o.steps = static_cast<int>(num(1, 1 << 20));
     } else if (a == "--windows") {
@@ -105,9 +116,13 @@ int run(const Options& o) {
   if (o.config == "shakespeare_char") c.n_layer = 6, c.n_head = 6, c.n_embd = 384, c.block_size = 256;
   c.vocab_size = 65;
   const int64_t T = c.block_size;
+  const Device device = o.gpu ? Device::cuda(0) : Device::cpu(0);
+  if (o.gpu && spire::device_count(DeviceType::CUDA) == 0)
+    throw Error("gpt_step: --device gpu, but no CUDA device is visible to Spire");
   Graph g;
   DefaultGraphGuard guard(g);
   g.set_seed(1234);
+  DeviceScope on_device(g, device);
   set_precision_policy(o.precision == "bf16" ? PrecisionPolicy::kMixedBFloat16 : PrecisionPolicy::kFloat32);
   Output idx = ops::placeholder(DType::I64, {o.batch, T}, "idx");
   Output targets = ops::placeholder(DType::I64, {o.batch, T}, "targets");
@@ -130,6 +145,8 @@ int run(const Options& o) {
   Session s(g, so);
   s.run_targets({global_variables_initializer(&g)});
   auto step = [&] { return s.run({loss}, feeds, {train_op})[0].element_as_double(0); };
+  Allocator* device_alloc = get_allocator(device);
+  if (o.gpu) spire::synchronize_device(device), device_alloc->reset_peak();
 
   std::fprintf(stderr, "gpt_step: %s (%.2fM parameters) batch %lld x %lld, %s, %d threads: %d warm-up steps, "
                "%d windows of %d steps\n", o.config.c_str(), c.num_parameters() / 1e6,
@@ -142,16 +159,21 @@ int run(const Options& o) {
   for (int w = 0; w < o.windows; ++w) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < o.steps; ++i) loss_last = step();
+    if (o.gpu) spire::synchronize_device(device);
     per_step.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / o.steps);
   }
   const double cpu_per_step = (process_cpu_seconds() - cpu0) / (o.windows * o.steps);
   std::sort(per_step.begin(), per_step.end());
   const double median = per_step[per_step.size() / 2];
+  char gpu_fields[80] = "";
+  if (o.gpu)
+    std::snprintf(gpu_fields, sizeof gpu_fields, " device=gpu device_peak_mib=%.1f",
+                  static_cast<double>(device_alloc->memory_stats().peak_in_use) / (1 << 20));
   std::printf("RESULT engine=spire config=%s precision=%s threads=%d tokens_per_s=%.1f ms_per_step=%.2f "
-              "ms_best=%.2f cpu_ms_per_step=%.2f peak_rss_mib=%.1f start_rss_mib=%.1f loss_last=%.4f\n",
+              "ms_best=%.2f cpu_ms_per_step=%.2f peak_rss_mib=%.1f start_rss_mib=%.1f loss_last=%.4f%s\n",
               o.config.c_str(), o.precision.c_str(), o.threads, static_cast<double>(o.batch * T) / median,
               median * 1e3, per_step.front() * 1e3, cpu_per_step * 1e3, proc_status_mib("VmHWM"), start_rss,
-              loss_last);
+              loss_last, gpu_fields);
   return 0;
 }
 

@@ -10,6 +10,7 @@
 #
 # Usage: bench/gpt_vs_torch.sh [--build DIR] [--no-build] [--threads LIST] [--configs LIST]
 #                              [--precisions LIST] [--rounds N] [--compile] [--quick]
+#                              [--device cpu|gpu]
 #   --build DIR        build directory (default build); gpt_step is built there first
 #   --no-build         do not build
 #   --threads LIST     thread counts (default 1,2)
@@ -18,6 +19,11 @@
 #   --rounds N         runs of each engine per configuration (default 2)
 #   --compile          also time torch.compile (a third engine, in the table; no RATIO)
 #   --quick            one round, one thread, 1 warm-up and 1 timed step: a smoke test
+#   --device gpu       both engines on the first GPU (gpt_step --device gpu, nanogpt_torch.py
+#                      --device cuda; TF32 off in both); the memory compared is each engine's
+#                      peak of GPU memory in use (device_peak_mib). TORCH_LD_LIBRARY_PATH, when
+#                      set, is the PyTorch runs' LD_LIBRARY_PATH ('-': none), as in
+#                      resnet_vs_torch.sh.
 # Ends with one line per configuration, precision and thread count:
 #   RATIO <config> <precision> <threads> <Spire tokens/s / PyTorch eager tokens/s> <Spire peak MiB / PyTorch peak MiB>
 # Exit status 1 when a run failed.
@@ -30,6 +36,7 @@ PRECISIONS=f32,bf16
 ROUNDS=2
 COMPILE=0
 QUICK=0
+DEVICE=cpu
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) BUILD=$2; shift 2 ;;
@@ -40,10 +47,12 @@ while [[ $# -gt 0 ]]; do
     --rounds) ROUNDS=$2; shift 2 ;;
     --compile) COMPILE=1; shift ;;
     --quick) QUICK=1; ROUNDS=1; THREADS=1; shift ;;
+    --device) DEVICE=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpt_vs_torch: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+[[ $DEVICE == cpu || $DEVICE == gpu ]] || { echo "gpt_vs_torch: --device is cpu or gpu" >&2; exit 2; }
 for c in ${CONFIGS//,/ }; do
   [[ $c =~ ^(baby|shakespeare_char):[1-9][0-9]*$ ]] || { echo "gpt_vs_torch: bad configuration '$c'" >&2; exit 2; }
 done
@@ -66,6 +75,7 @@ model_flags() {  # nanogpt_torch.py's flags of a configuration
 }
 step_args() {  # warm-up and timing flags (Spire's names; PyTorch's are the same)
   if (( QUICK )); then echo "--warmup 1 --windows 1 --steps 1"
+  elif [[ $DEVICE == gpu ]]; then echo "--warmup 5 --windows 5 --steps 10"
   elif [[ $1 == baby ]]; then echo "--warmup 3 --windows 3 --steps 10"
   else echo "--warmup 1 --windows 3 --steps 2"; fi
 }
@@ -79,11 +89,17 @@ run() {  # ENGINE CONFIG BATCH PRECISION THREADS
   # shellcheck disable=SC2207
   local args=($(step_args "$config"))
   case $engine in
-    spire) cmd=("$BIN" --config "$config" --batch "$batch" --precision "$prec" --threads "$t") ;;
+    spire) cmd=("$BIN" --config "$config" --batch "$batch" --precision "$prec" --threads "$t")
+      [[ $DEVICE == gpu ]] && cmd+=(--device gpu) ;;
     torch|compile)
+      local ld=()
+      if [[ -n ${TORCH_LD_LIBRARY_PATH+x} ]]; then
+        if [[ $TORCH_LD_LIBRARY_PATH == - ]]; then ld=(-u LD_LIBRARY_PATH); else ld=(LD_LIBRARY_PATH="$TORCH_LD_LIBRARY_PATH"); fi
+      fi
       # shellcheck disable=SC2207
-      cmd=(env OMP_NUM_THREADS="$t" MKL_NUM_THREADS="$t" python3 "$HERE/nanogpt_torch.py" step
+      cmd=(env "${ld[@]}" OMP_NUM_THREADS="$t" MKL_NUM_THREADS="$t" python3 "$HERE/nanogpt_torch.py" step
            $(model_flags "$config") --batch_size "$batch" --precision "$prec" --threads "$t")
+      [[ $DEVICE == gpu ]] && cmd+=(--device cuda)
       [[ $engine == compile ]] && cmd+=(--compile) ;;
   esac
   if ! out=$("${cmd[@]}" "${args[@]}" 2>&1); then
@@ -97,7 +113,7 @@ run() {  # ENGINE CONFIG BATCH PRECISION THREADS
   echo "$line  (load $(cut -d' ' -f1-3 /proc/loadavg))"
   local key="$engine $config $batch $prec $t" tps rss
   tps=$(field "$line" tokens_per_s)
-  rss=$(field "$line" peak_rss_mib)
+  if [[ $DEVICE == gpu ]]; then rss=$(field "$line" device_peak_mib); else rss=$(field "$line" peak_rss_mib); fi
   if awk -v a="${TPS[$key]:-0}" -v b="$tps" 'BEGIN { exit !(b > a) }'; then
     TPS[$key]=$tps CPU[$key]=$(field "$line" cpu_ms_per_step)
   fi
@@ -105,7 +121,8 @@ run() {  # ENGINE CONFIG BATCH PRECISION THREADS
 }
 
 echo "gpt_vs_torch: $(date -u '+%F %H:%M UTC'), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')),"
-echo "  load $(cut -d' ' -f1-3 /proc/loadavg); configurations $CONFIGS, precisions $PRECISIONS, threads $THREADS, $ROUNDS rounds"
+echo "  load $(cut -d' ' -f1-3 /proc/loadavg); configurations $CONFIGS, precisions $PRECISIONS, threads $THREADS, $ROUNDS rounds, device $DEVICE"
+[[ $DEVICE == gpu ]] && echo "  GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1); MiB columns are GPU memory in use"
 START=$SECONDS
 for c in ${CONFIGS//,/ }; do
   config=${c%%:*} batch=${c##*:}

@@ -10,7 +10,8 @@
 #             visible GPUs with Spire's ring and with NCCL, and trainer_throughput.sh
 #             (MNIST training on 1..N GPUs, replicated) (appended to gpu_train_step.txt)
 #             and resnet_vs_torch.sh --device gpu (the ResNet-50 and ResNet-20 training steps
-#             of Spire and PyTorch on the GPU, alternating; appended to gpu_train_step.txt)
+#             of Spire and PyTorch on the GPU, alternating; appended to gpu_train_step.txt),
+#             gpt_vs_torch.sh --device gpu (nanoGPT's shakespeare_char step, f32 and bf16)
 #   torch     bench/mnist_step_torch.py (the same training step in PyTorch)
 # then prints a summary and the benchmark tables, the kernel table last. The steps run in the
 # order test, bench, torch, memcheck (the slowest last).
@@ -54,7 +55,7 @@
 #   MEMCHECK_ENV         VAR=value words set for the memcheck run only (default
 #                        SPIRE_CUDA_NO_CACHING=1: one cudaMalloc per buffer, so memcheck
 #                        sees every buffer's bounds)
-#   GPU_KERNELS_ARGS, TRAIN_STEP_ARGS, TORCH_ARGS, RESNET_ARGS   extra arguments (e.g. --quick)
+#   GPU_KERNELS_ARGS, TRAIN_STEP_ARGS, TORCH_ARGS, RESNET_ARGS, GPT_ARGS   extra arguments (e.g. --quick)
 #   PYTHON               interpreter for the PyTorch script (default python3)
 #   TEST_TIMEOUT, MEMCHECK_TIMEOUT, BENCH_TIMEOUT, TORCH_TIMEOUT   seconds per step
 set -u -o pipefail
@@ -585,6 +586,12 @@ do_bench() {
   # shellcheck disable=SC2086
   TORCH_LD_LIBRARY_PATH="$torch_ld" run_bench "resnet_step" "$tmp" "$REPO/bench/resnet_vs_torch.sh" \
     --build "$BUILD_DIR" --no-build --device gpu ${RESNET_ARGS:-}
+  { echo; cat "$tmp"; } >>"$TRAIN_OUT"
+  rm -f "$tmp"
+  # The GPT training step (nanoGPT's shakespeare_char, batch 64), f32 and bf16, beside PyTorch.
+  # shellcheck disable=SC2086
+  TORCH_LD_LIBRARY_PATH="$torch_ld" run_bench "gpt_step" "$tmp" "$REPO/bench/gpt_vs_torch.sh" \
+    --build "$BUILD_DIR" --no-build --device gpu --configs shakespeare_char:64 --threads 4 --rounds 1 ${GPT_ARGS:-}
   { echo; cat "$tmp"; } >>"$TRAIN_OUT"
   rm -f "$tmp"
   # Multi-GPU training throughput of the main job (K = 1..N GPUs, replicated trainer).

@@ -301,7 +301,12 @@ def cmd_step(a):
     torch.manual_seed(a.seed)
     cfg = dict(vocab_size=a.vocab_size, block_size=a.block_size, n_layer=a.n_layer, n_head=a.n_head,
                n_embd=a.n_embd, bias=a.bias, dropout=a.dropout, gelu="none")
-    model = build_gpt_class()(cfg)
+    dev = torch.device(a.device)
+    gpu = a.device == "cuda"
+    if gpu:  # TF32 off, as Spire's default
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    model = build_gpt_class()(cfg).to(dev)
     if a.compile:
         model = torch.compile(model)
     opt = (model._orig_mod if a.compile else model).configure_optimizers(0.1, 1e-3, (0.9, 0.99))
@@ -311,14 +316,19 @@ def cmd_step(a):
     autocast = a.precision == "bf16"
 
     def step():
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            _, loss = model(x, y)
+        # The batch comes from the host every step (as Spire's feeds).
+        xb, yb = (x.to(dev), y.to(dev)) if gpu else (x, y)
+        with torch.autocast(a.device, dtype=torch.bfloat16, enabled=autocast):
+            _, loss = model(xb, yb)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         return loss.item()
 
+    if gpu:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
     for _ in range(a.warmup):
         step()
     ms = []
@@ -328,6 +338,8 @@ def cmd_step(a):
         t0 = time.perf_counter()
         for _ in range(a.steps):
             loss = step()
+        if gpu:
+            torch.cuda.synchronize()
         ms.append((time.perf_counter() - t0) * 1e3 / a.steps)
     cpu_ms = (time.process_time() - cpu0) * 1e3 / (a.windows * a.steps)
     ms.sort()
@@ -336,7 +348,9 @@ def cmd_step(a):
     print("RESULT engine=torch%s precision=%s threads=%d tokens_per_s=%.1f ms_per_step=%.2f ms_best=%.2f "
           "cpu_ms_per_step=%.2f peak_rss_mib=%.1f start_rss_mib=%.1f loss_last=%.4f" %
           ("-compile" if a.compile else "", a.precision, torch.get_num_threads(), tokens * 1e3 / med, med, ms[0],
-           cpu_ms, peak_rss_mib(), start_rss, loss), flush=True)
+           cpu_ms, peak_rss_mib(), start_rss, loss)
+          + (" device=gpu device_peak_mib=%.1f" % (torch.cuda.max_memory_allocated() / 2**20) if gpu else ""),
+          flush=True)
     return 0
 
 
@@ -364,6 +378,7 @@ def main():
     s.add_argument("--vocab_size", type=int, default=65)
     s.add_argument("--precision", default="f32", choices=["f32", "bf16"])
     s.add_argument("--compile", action="store_true")
+    s.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     s.add_argument("--warmup", type=int, default=3)
     s.add_argument("--windows", type=int, default=3)
     s.add_argument("--steps", type=int, default=5)

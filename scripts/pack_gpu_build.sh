@@ -5,12 +5,13 @@
 #
 # Layout (what gpu_check.sh runs, at the paths of a build directory):
 #   tests/spire_tests  bench/{gpu_kernels,gpu_train_step,allreduce_bandwidth,resnet_step,
-#   attention_bench}  examples/mnist_convnet
+#   gpt_step,attention_bench}  examples/{mnist_convnet,gpt}
 #   lib/   Spire's libraries (by soname) and the libraries they need that a bare machine may lack
 #          (MPI, hwloc, libevent, libjpeg, libpng, zlib, ...): everything ldd finds except the C
 #          and C++ runtimes and the CUDA libraries (cudart, cuBLAS, cuDNN, NCCL), which the GPU
 #          machine's toolkit or pip packages provide (gpu_check.sh finds them).
 #   data/mnist/   the MNIST files of ../shared/data/mnist when they exist (trainer_throughput.sh)
+#   data/shakespeare/shakespeare.txt   the GPT example's corpus, when it exists
 #   PACKED.txt    the commit, the build's type and CUDA architectures, and the date.
 # Binaries and libraries are stripped of symbols (not of anything they run).
 #
@@ -37,7 +38,7 @@ ARCHS="${ARCHS:-90}"
 [[ "$BUILD_TYPE" == Release ]] || echo "pack_gpu_build: warning: $BUILD is a '$BUILD_TYPE' build, not Release" >&2
 
 BINS=(tests/spire_tests bench/gpu_kernels bench/gpu_train_step bench/allreduce_bandwidth
-      bench/resnet_step bench/attention_bench examples/mnist_convnet)
+      bench/resnet_step bench/gpt_step bench/attention_bench examples/mnist_convnet examples/gpt)
 targets=()
 for b in "${BINS[@]}"; do targets+=("$(basename "$b")"); done
 cmake --build "$BUILD" -j2 --target "${targets[@]}" >/dev/null || die "building ${targets[*]} in $BUILD failed"
@@ -64,6 +65,10 @@ strip --strip-unneeded "$PREFIX"/lib/*.so* "${BINS[@]/#/$PREFIX/}" 2>/dev/null |
 if [[ -d "$REPO/../shared/data/mnist" ]]; then
   mkdir -p "$PREFIX/data/mnist"
   cp -L "$REPO/../shared/data/mnist/"*.gz "$PREFIX/data/mnist/"
+fi
+if [[ -f "$REPO/../shared/data/shakespeare/shakespeare.txt" ]]; then
+  mkdir -p "$PREFIX/data/shakespeare"
+  cp -L "$REPO/../shared/data/shakespeare/shakespeare.txt" "$PREFIX/data/shakespeare/"
 fi
 
 {
