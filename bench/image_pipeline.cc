@@ -38,7 +38,7 @@
 #include <vector>
 
 #include "examples/resnet/resnet_data.h"
-#include "bench/bench_flags.h"
+#include "bench/bench_util.h"
 #include "spire.h"
 #include "tests/support/image_writer.h"
 #include "tests/support/temp_dir.h"

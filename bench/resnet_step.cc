@@ -44,13 +44,16 @@
 #include <vector>
 
 #include "examples/resnet/resnet_model.h"
-#include "bench/bench_flags.h"
+#include "bench/bench_util.h"
 #include "core/device_backend.h"
 #include "spire.h"
 
 using namespace spire;
 
 namespace {
+
+using spire::bench::proc_status_mib;
+using spire::bench::process_cpu_seconds;
 
 struct Options {
   std::string model = "resnet20";
@@ -127,23 +130,7 @@ bool parse(int argc, char** argv, Options& o) {
   return true;
 }
 
-// Seconds of CPU time of the whole process (all its threads) so far.
-double process_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
 
-// A "Vm...:   123 kB" field of /proc/self/status in MiB (-1 where it cannot be read).
-double proc_status_mib(const char* field) {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  const std::string key = std::string(field) + ":";
-  while (std::getline(f, line)) {
-    if (line.compare(0, key.size(), key) == 0) return std::strtod(line.c_str() + key.size(), nullptr) / 1024.0;
-  }
-  return -1;
-}
 
 int run(const Options& o) {
   const double start_rss = proc_status_mib("VmRSS");
