@@ -97,7 +97,7 @@ run() {  # ENGINE CONFIG BATCH PRECISION THREADS
         if [[ $TORCH_LD_LIBRARY_PATH == - ]]; then ld=(-u LD_LIBRARY_PATH); else ld=(LD_LIBRARY_PATH="$TORCH_LD_LIBRARY_PATH"); fi
       fi
       # shellcheck disable=SC2207
-      cmd=(env "${ld[@]}" OMP_NUM_THREADS="$t" MKL_NUM_THREADS="$t" python3 "$HERE/nanogpt_torch.py" step
+      cmd=(env ${ld[@]+"${ld[@]}"} OMP_NUM_THREADS="$t" MKL_NUM_THREADS="$t" python3 "$HERE/nanogpt_torch.py" step
            $(model_flags "$config") --batch_size "$batch" --precision "$prec" --threads "$t")
       [[ $DEVICE == gpu ]] && cmd+=(--device cuda)
       [[ $engine == compile ]] && cmd+=(--compile) ;;

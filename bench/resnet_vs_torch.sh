@@ -119,7 +119,7 @@ run() {
     if [[ -n ${TORCH_LD_LIBRARY_PATH+x} ]]; then
       if [[ $TORCH_LD_LIBRARY_PATH == - ]]; then ld=(-u LD_LIBRARY_PATH); else ld=(LD_LIBRARY_PATH="$TORCH_LD_LIBRARY_PATH"); fi
     fi
-    cmd=(env "${ld[@]}" OMP_NUM_THREADS="$t" MKL_NUM_THREADS="$t" python3 "$HERE/resnet_step_torch.py")
+    cmd=(env ${ld[@]+"${ld[@]}"} OMP_NUM_THREADS="$t" MKL_NUM_THREADS="$t" python3 "$HERE/resnet_step_torch.py")
     [[ $DEVICE == gpu ]] && cmd+=(--device cuda)
   fi
   if ! out=$("${cmd[@]}" --model "$model" --batch "$batch" --threads "$t" "${args[@]}" 2>&1); then

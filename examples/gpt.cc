@@ -93,7 +93,7 @@ void apply_preset(const std::string& name, Flags* f) {
     f->batch = 12, f->model.dropout = 0.0;
   } else if (name == "shakespeare_char") {
     f->model.n_layer = 6, f->model.n_head = 6, f->model.n_embd = 384, f->model.block_size = 256;
-    f->batch = 64, f->model.dropout = 0.2, f->max_iters = 5000;
+    f->batch = 64, f->model.dropout = 0.2, f->max_iters = 5000, f->eval_iters = 200;
   } else {
     throw Error("--config is baby or shakespeare_char, got '" + name + "'");
   }
@@ -157,7 +157,8 @@ bool parse_flags(int argc, char** argv, Flags* f) {
   }
   if (f->lr_decay_iters < 0) f->lr_decay_iters = f->max_iters;
   if (f->lr_decay_iters <= f->warmup_iters)
-    throw Error("--lr-decay-iters must exceed --warmup-iters (" + std::to_string(f->warmup_iters) + ")");
+    throw Error("--lr-decay-iters (default: --max-iters) must exceed --warmup-iters (" +
+                std::to_string(f->warmup_iters) + ")");
   if (!(f->temperature > 0)) throw Error("--temperature must be > 0");
   if (f->grad_clip < 0) throw Error("--grad-clip must be >= 0 (0: no clipping)");
   if (f->max_iters % f->eval_interval != 0)
@@ -166,6 +167,9 @@ bool parse_flags(int argc, char** argv, Flags* f) {
   if (f->data.empty()) f->data = find_data_file("shakespeare/shakespeare.txt");
   if (f->logdir.empty()) f->logdir = "train_log/gpt-" + config;
   f->model.check();
+  if (f->t.trainer == "async")
+    throw Error("--trainer async: the GPT example counts an epoch in optimizer steps, which the "
+                "asynchronous trainer makes one per tower; use simple, replicated, ps or horovod");
   finish_trainer_flags(&f->t);
   return true;
 }
@@ -210,12 +214,13 @@ int train(const Flags& f) {
   std::unique_ptr<SingleCostTrainer> trainer = make_trainer(f.t);
   const int64_t towers = std::max<int64_t>(1, static_cast<int64_t>(tower_devices(f.t).size()));
   const int64_t shards = trainer->data_shard().second;
-  // An epoch is eval_interval optimizer steps of accum micro-steps each; every tower and every
-  // rank draws its own batches (distinct seeds per rank).
+  // An epoch is eval_interval optimizer steps of accum micro-steps each, and every tower of
+  // every rank takes its own batch per micro-step. One stream of batches, the same on every
+  // rank: the trainer's launch shards it (ShardData: rank r keeps every N-th batch), so the
+  // dataflow's epoch is the trainer's and a resume continues the stream.
   const int64_t micro_steps = f.eval_interval * f.accum;
-  const uint64_t seed = f.seed + 1000003ULL * static_cast<uint64_t>(trainer->data_shard().first);
   auto train_data = std::make_shared<TextWindowData>(data, TextSplit::kTrain, f.model.block_size, f.batch,
-                                                     micro_steps * towers, seed);
+                                                     micro_steps * towers * shards, f.seed);
   auto val_data = std::make_shared<TextWindowData>(data, TextSplit::kVal, f.model.block_size, f.batch,
                                                    f.eval_iters, f.seed + 7);
   logger::info("GPT: ", flags.model.n_layer, " layers, ", flags.model.n_head, " heads, width ", flags.model.n_embd,
@@ -248,7 +253,7 @@ int train(const Flags& f) {
     return 0;
   double loss = 0;
   int epoch = 0;
-  if (final_stat(*trainer, f.logdir, "validation_loss", &loss, &epoch))
+  if (final_stat(*trainer, f.logdir, "validation_loss", &loss, &epoch) && epoch > 0)
     std::printf("final validation_loss (iteration %lld, %s/stats.json): %.4f\n",
                 static_cast<long long>(epoch * f.eval_interval), f.logdir.c_str(), loss);
   else
@@ -288,6 +293,10 @@ int sample(const Flags& f) {
   }
   std::mt19937_64 rng(f.seed);
   for (int64_t n = 0; n < f.num_samples; ++n) {
+    for (unsigned char ch : f.start)
+      if (!vocab.contains(ch))
+        throw Error("--start: byte " + std::to_string(ch) + " is not in the vocabulary of " + f.logdir +
+                    "/vocab.txt (the training text's bytes)");
     std::vector<int64_t> tokens = vocab.encode(f.start);
     if (tokens.empty()) throw Error("--start must not be empty");
     for (int64_t step = 0; step < f.sample; ++step) {
@@ -308,7 +317,9 @@ int sample(const Flags& f) {
       std::discrete_distribution<int64_t> pick(w.begin(), w.end());
       tokens.push_back(pick(rng));
     }
-    std::printf("%s\n", vocab.decode(tokens).c_str());
+    const std::string text = vocab.decode(tokens);  // may hold NUL bytes
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::printf("\n");
     if (n + 1 < f.num_samples) std::printf("---------------\n");
   }
   return 0;
