@@ -58,9 +58,9 @@ def build_gpt_class():
             B, T, C = x.size()
             q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
             q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-            # No dropout on the attention probabilities: Spire's fused attention has none
-            # (nanoGPT applies `dropout` here too), so the peers train the same model.
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=True)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=None,
+                                               dropout_p=self.dropout if self.training else 0,
+                                               is_causal=True)
             y = y.transpose(1, 2).contiguous().view(B, T, C)
             return self.resid_dropout(self.c_proj(y))
 

@@ -2,6 +2,7 @@
 #include "examples/gpt/gpt_model.h"
 
 #include <cmath>
+#include <limits>
 
 namespace spire_examples {
 
@@ -48,16 +49,44 @@ Output dropout(const std::string& name, const Output& x, const GptConfig& c) {
   return Dropout(name, x, DropoutOptions().rate(c.dropout));
 }
 
+bool training() {
+  const TowerContext* tower = get_current_tower_context();
+  return tower == nullptr || tower->is_training();  // Dropout's default outside a tower
+}
+
+// nanoGPT's fallback attention (its path without flash attention), for dropout on the
+// attention probabilities, which the fused op does not have: the scaled scores q k^T
+// [B, H, T, T], -inf above the diagonal, softmax, dropout, the weighted sum of v.
+Output attention_with_dropout(const Output& q, const Output& k, const Output& v, int64_t T,
+                              const GptConfig& c) {
+  const int64_t D = c.n_embd / c.n_head;
+  Tensor mask(c.dtype, Shape{T, T});
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = 0; j < T; ++j) {
+      const double m = j <= i ? 0.0 : -std::numeric_limits<double>::infinity();
+      if (c.dtype == DType::F64) mask.data<double>()[i * T + j] = m;
+      else mask.data<float>()[i * T + j] = static_cast<float>(m);
+    }
+  Output att = ops::mul(autocast_batch_matmul(q, k, false, /*adj_b=*/true),
+                        ops::scalar(1.0 / std::sqrt(static_cast<double>(D)), c.dtype));
+  att = ops::softmax(ops::add(att, ops::constant(mask, "causal_mask")));
+  att = Dropout("attn_dropout", att, DropoutOptions().rate(c.dropout));
+  return autocast_batch_matmul(att, v);
+}
+
 // Causal self-attention of x [B*T, C]: q, k, v from one projection (in that order),
-// heads [B, H, T, D], the fused attention op, heads re-joined, the output projection.
+// heads [B, H, T, D], the fused attention op (or, with dropout in a training tower,
+// attention_with_dropout), heads re-joined, the output projection.
 Output attention(const Output& x, int64_t T, const GptConfig& c) {
   const int64_t C = c.n_embd, H = c.n_head, D = C / H;
   VariableScopeGuard scope("attn");
   Output qkv = dense("c_attn", x, 3 * C, 0.02, c);
   std::vector<Output> parts = ops::split(qkv, 3, 1);
   auto heads = [&](const Output& t) { return ops::transpose(ops::reshape(t, Shape{-1, T, H, D}), {0, 2, 1, 3}); };
-  Output y = ops::scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]),
-                                               /*causal=*/true);
+  Output y = c.dropout > 0 && training()
+                 ? attention_with_dropout(heads(parts[0]), heads(parts[1]), heads(parts[2]), T, c)
+                 : ops::scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]),
+                                                     /*causal=*/true);
   y = ops::reshape(ops::transpose(y, {0, 2, 1, 3}), Shape{-1, C});
   y = dense("c_proj", y, C, 0.02 / std::sqrt(2.0 * static_cast<double>(c.n_layer)), c);
   return dropout("resid_dropout", y, c);

@@ -29,9 +29,11 @@ struct GptConfig {
   int64_t n_layer = 4;
   int64_t n_head = 4;
   int64_t n_embd = 128;
-  /// Dropout after the embeddings, after each attention and MLP projection (nanoGPT's
-  /// resid_dropout and the MLP's). nanoGPT's dropout on the attention probabilities is
-  /// not implemented: the fused attention op has none (its dropout_p must be 0).
+  /// Dropout at nanoGPT's four sites: after the embeddings, on the attention
+  /// probabilities, after each attention and MLP projection. The fused attention op has no
+  /// dropout, so in a training tower with dropout > 0 attention is built from primitive ops
+  /// as nanoGPT's fallback path (the [B, H, T, T] scores are materialized); otherwise
+  /// (dropout 0, or inference) it is the fused op.
   double dropout = 0.0;
   bool bias = false;  // biases in the dense layers and LayerNorms (nanoGPT's runs: none)
   spire::ops::GeluApproximate gelu = spire::ops::GeluApproximate::kNone;  // exact erf GELU
