@@ -24,6 +24,7 @@ void visit_elementwise_table(Visitor&& v) {
   v.binary("Mul", Mul{}, {F32, F64, I32, I64});
   v.binary("Div", Div{}, {F32, F64});
   v.binary("Pow", Pow{}, {F32, F64});
+  v.binary("GeluGrad", GeluGrad{}, {F32, F64});
   v.binary("Maximum", Maximum{}, {F32, F64, I32, I64});
   v.binary("Minimum", Minimum{}, {F32, F64, I32, I64});
   v.binary("Equal", Equal{}, {F32, F64, I32, I64, B});

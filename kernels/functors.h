@@ -133,10 +133,21 @@ struct Sigmoid {
 struct Tanh {
   template <typename T> SPIRE_HD T operator()(T a) const { using std::tanh; return tanh(a); }
 };
+/// Exact GELU, x Phi(x) = 0.5 x (1 + erf(x / sqrt(2))).
 struct Gelu {
   template <typename T> SPIRE_HD T operator()(T a) const {
     using std::erf;
     return T(0.5) * a * (T(1) + erf(a * T(0.70710678118654752440)));
+  }
+};
+/// The exact GELU's gradient dy * (Phi(x) + x phi(x)) (GeluGrad: binary, dy first).
+struct GeluGrad {
+  template <typename T> SPIRE_HD T operator()(T dy, T x) const {
+    using std::erf;
+    using std::exp;
+    const T cdf = T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)));
+    const T pdf = T(0.39894228040143267794) * exp(T(-0.5) * x * x);
+    return dy * (cdf + x * pdf);
   }
 };
 /// GELU's tanh approximation (GPT-2, llm.c; PyTorch's approximate="tanh"):

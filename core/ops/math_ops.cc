@@ -214,16 +214,33 @@ SPIRE_REGISTER_OP("Gelu").input("x").attr("approximate", "none")
       Output x = c.input(0);
       if (parse_gelu_approximate(c.attr<std::string>("approximate")) == GeluApproximate::kTanh)
         return {mul(c.grad(), gelu_tanh_derivative(x))};
-      // d/dx [x Phi(x)] = Phi(x) + x phi(x)
-      Output cdf = mul(scalar_like(0.5, x),
-                       add(scalar_like(1, x), erf(mul(x, scalar_like(M_SQRT1_2, x)))));
-      Output pdf = mul(scalar_like(1.0 / std::sqrt(2 * M_PI), x),
-                       exp(mul(scalar_like(-0.5, x), square(x))));
-      return {mul(c.grad(), add(cdf, mul(x, pdf)))};
+      // d/dx [x Phi(x)] = Phi(x) + x phi(x), one fused pass.
+      return {gelu_grad(c.grad(), x)};
     })
     .doc("GELU, torch.nn.functional.gelu: x * Phi(x) with approximate=\"none\" (the "
          "default), 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) with approximate=\"tanh\" "
          "(GPT-2, llm.c). Its gradient is built from differentiable ops (second order).");
+
+SPIRE_REGISTER_OP("GeluGrad").input("dy").input("x")
+    .shape_fn([](InferContext& c) {
+      if (c.input_shape(0) != c.input_shape(1) || c.input_dtype(0) != c.input_dtype(1))
+        c.fail("dy and x must have one shape and dtype, got ", c.input_shape(0).to_string(), " ",
+               dtype_name(c.input_dtype(0)), " and ", c.input_shape(1).to_string(), " ",
+               dtype_name(c.input_dtype(1)));
+      if (!is_floating(c.input_dtype(0))) c.fail("needs a float dtype, got ", dtype_name(c.input_dtype(0)));
+      c.set_output(0, c.input_dtype(0), c.input_shape(0));
+    })
+    .grad([](GradContext& c) -> Grads {
+      // out = dy * G'(x): d/d(dy) = G'(x); d/dx = dy * G''(x), G''(x) = phi(x) (2 - x^2).
+      Output dy = c.input(0), x = c.input(1), g = c.grad();
+      Output pdf = mul(scalar_like(1.0 / std::sqrt(2 * M_PI), x),
+                       exp(mul(scalar_like(-0.5, x), square(x))));
+      Output second = mul(pdf, sub(scalar_like(2, x), square(x)));
+      return {gelu_grad(g, x), mul(mul(g, dy), second)};
+    })
+    .doc("The exact GELU's gradient dy * (Phi(x) + x phi(x)) in one elementwise pass (Gelu's "
+         "gradient with approximate=\"none\"); its own gradient is built from differentiable "
+         "ops.");
 
 SPIRE_REGISTER_OP("Softplus").input("x").shape_fn(float_unary_shape)
     .grad([](GradContext& c) -> Grads { return {mul(c.grad(), sigmoid(c.input(0)))}; });
@@ -317,6 +334,9 @@ Output relu(const Output& x, const std::string& n) { return unary("Relu", x, n);
 Output sigmoid(const Output& x, const std::string& n) { return unary("Sigmoid", x, n); }
 Output tanh(const Output& x, const std::string& n) { return unary("Tanh", x, n); }
 Output gelu(const Output& x, const std::string& n) { return unary("Gelu", x, n); }
+Output gelu_grad(const Output& dy, const Output& x, const std::string& n) {
+  return add_op("GeluGrad", {dy, x}, {}, n)->output(0);
+}
 Output gelu(const Output& x, GeluApproximate approximate, const std::string& n) {
   return unary("Gelu", x, n, {{"approximate", gelu_approximate_name(approximate)}});
 }

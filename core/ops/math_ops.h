@@ -49,6 +49,9 @@ const char* gelu_approximate_name(GeluApproximate a);
 Output gelu(const Output& x, const std::string& name = "");
 /// GELU in the given form (torch.nn.functional.gelu(x, approximate=...)).
 Output gelu(const Output& x, GeluApproximate approximate, const std::string& name = "");
+/// The exact GELU's gradient, dy * (Phi(x) + x phi(x)) in one pass (GeluGrad; dy and x of
+/// one shape and float dtype). Differentiable (second order).
+Output gelu_grad(const Output& dy, const Output& x, const std::string& name = "");
 Output softplus(const Output& x, const std::string& name = "");
 Output leaky_relu(const Output& x, double alpha = 0.2, const std::string& name = "");
 

@@ -36,6 +36,8 @@ SPIRE_GRAD_CASE(relu, {"Relu", "away from 0", {{4, 3}}, [](const In& x) -> Outs 
 SPIRE_GRAD_CASE(sigmoid, {"Sigmoid", "odd", {{2, 5}}, [](const In& x) -> Outs { return {ops::sigmoid(x[0])}; }, nullptr, 2e-6, true});
 SPIRE_GRAD_CASE(tanh, {"Tanh", "odd", {{2, 5}}, [](const In& x) -> Outs { return {ops::tanh(x[0])}; }, nullptr, 2e-6, true});
 SPIRE_GRAD_CASE(gelu, {"Gelu", "odd", {{3, 3}}, [](const In& x) -> Outs { return {ops::gelu(x[0])}; }, nullptr, 2e-6, true});
+SPIRE_GRAD_CASE(gelu_grad, {"GeluGrad", "odd", {{2, 5}, {2, 5}}, [](const In& x) -> Outs {
+  return {ops::gelu_grad(x[0], x[1])}; }, nullptr, 2e-6, true});
 SPIRE_GRAD_CASE(gelu_tanh, {"Gelu", "tanh approximation", {{2, 7}}, [](const In& x) -> Outs {
   return {ops::gelu(x[0], ops::GeluApproximate::kTanh)}; }, nullptr, 2e-6, true});
 SPIRE_GRAD_CASE(softplus, {"Softplus", "odd", {{3, 3}}, [](const In& x) -> Outs { return {ops::softplus(x[0])}; }, nullptr, 2e-6, true});

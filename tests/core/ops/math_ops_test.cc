@@ -151,6 +151,23 @@ SPIRE_FORWARD_TEST(Tanh, Values) { check_unary(ops::tanh, {0, 1, -1}, {0, 0.7615
 SPIRE_FORWARD_TEST(Gelu, Values) {
   check_unary(ops::gelu, {0, 1, -1, 2}, {0, 0.8413447461, -0.1586552539, 1.9544997361});
 }
+SPIRE_FORWARD_TEST(GeluGrad, Values) {
+  // dy * (Phi(x) + x phi(x)), the derivative evaluated in double (Python's math.erf).
+  for (DType dt : {DType::F64, DType::F32}) {
+    Graph g;
+    DefaultGraphGuard guard(g);
+    Output dy = ops::constant(vec({5}, {1, 2, -1, 0.5, 3}, dt));
+    Output x = ops::constant(vec({5}, {0, 1, -1, 2, -6}, dt));
+    const Tensor got = run({ops::gelu_grad(dy, x)})[0];
+    const std::vector<double> want = {0.5, 2 * 1.0833154705876864, -1 * -0.08331547058768629,
+                                      0.5 * 1.085231801078197, 3 * -3.546870945402639e-08};
+    for (int i = 0; i < 5; ++i)
+      EXPECT_NEAR(got.element_as_double(i), want[static_cast<size_t>(i)], dt == DType::F64 ? 1e-12 : 2e-6)
+          << dtype_name(dt) << " element " << i;
+    expect_error([&] { ops::gelu_grad(dy, ops::constant(vec({2}, {1, 2}, dt))); },
+                 {"GeluGrad", "one shape and dtype", "[5]", "[2]"});
+  }
+}
 SPIRE_FORWARD_TEST(Gelu, TanhApproximation) {
   // PyTorch's gelu(x, approximate="tanh") at these points (0.5 x (1 + tanh(sqrt(2/pi) (x +
   // 0.044715 x^3))) evaluated in double); they differ from the exact values above by up to 1e-4.

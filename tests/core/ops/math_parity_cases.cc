@@ -121,6 +121,7 @@ SPIRE_PARITY_CASE(exp_float_big, {unary("Exp", ops::exp, kFloat, kBig)});
 SPIRE_PARITY_CASE(tanh_float_seven, {unary("Tanh", ops::tanh, kFloat, kSeven)});
 SPIRE_PARITY_CASE(sigmoid_float_one, {unary("Sigmoid", ops::sigmoid, kFloat, kOne)});
 SPIRE_PARITY_CASE(gelu_float_big, {unary("Gelu", ops::gelu, kFloat, kBig)});
+SPIRE_PARITY_CASE(gelu_grad_float_big, {binary("GeluGrad", ops::gelu_grad, kFloat, kBig, kBig)});
 SPIRE_PARITY_CASE(gelu_tanh_float_big, {"Gelu", "tanh approximation " + kBig.to_string(), {input(kBig, kFloat)},
   [](const In& x) -> Outs { return {ops::gelu(x[0], ops::GeluApproximate::kTanh)}; }});
 SPIRE_PARITY_CASE(leaky_relu_big, {"LeakyRelu", "float alpha 0.3 " + kBig.to_string(), {input(kBig, kFloat)},
