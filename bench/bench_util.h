@@ -4,10 +4,13 @@
 // process's CPU time and its memory figures from /proc/self/status.
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <ctime>
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 
@@ -40,6 +43,35 @@ inline double proc_status_mib(const char* field) {
   while (std::getline(f, line))
     if (line.compare(0, key.size(), key) == 0) return std::strtod(line.c_str() + key.size(), nullptr) / 1024.0;
   return -1;
+}
+
+/// What time_windows measured: seconds per step of each window, sorted ascending, and the
+/// process's CPU seconds per step over all windows.
+struct WindowTimes {
+  std::vector<double> per_step;
+  double cpu_per_step = 0;
+  /// The upper median window (the benchmarks' figure).
+  double median() const { return per_step[per_step.size() / 2]; }
+  double best() const { return per_step.front(); }
+};
+
+/// Times `windows` (>= 1) windows of `steps` calls of step(); end_window() runs at the end of
+/// each window before the clock is read (e.g. waiting for a GPU), and on_window(w, seconds per
+/// step) after it.
+template <typename Step, typename EndWindow, typename OnWindow>
+WindowTimes time_windows(int windows, int steps, Step&& step, EndWindow&& end_window, OnWindow&& on_window) {
+  WindowTimes t;
+  const double cpu0 = process_cpu_seconds();
+  for (int w = 0; w < windows; ++w) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < steps; ++i) step();
+    end_window();
+    t.per_step.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps);
+    on_window(w, t.per_step.back());
+  }
+  t.cpu_per_step = (process_cpu_seconds() - cpu0) / (windows * steps);
+  std::sort(t.per_step.begin(), t.per_step.end());
+  return t;
 }
 
 }  // namespace spire::bench

@@ -38,7 +38,6 @@ using namespace spire;
 namespace {
 
 using spire::bench::proc_status_mib;
-using spire::bench::process_cpu_seconds;
 
 struct Options {
   std::string config = "baby";
@@ -144,17 +143,13 @@ int run(const Options& o) {
                o.warmup, o.windows, o.steps);
   double loss_last = 0;
   for (int i = 0; i < o.warmup; ++i) loss_last = step();
-  std::vector<double> per_step;
-  const double cpu0 = process_cpu_seconds();
-  for (int w = 0; w < o.windows; ++w) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < o.steps; ++i) loss_last = step();
-    if (o.gpu) spire::synchronize_device(device);
-    per_step.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / o.steps);
-  }
-  const double cpu_per_step = (process_cpu_seconds() - cpu0) / (o.windows * o.steps);
-  std::sort(per_step.begin(), per_step.end());
-  const double median = per_step[per_step.size() / 2];
+  const spire::bench::WindowTimes t = spire::bench::time_windows(
+      o.windows, o.steps, [&] { loss_last = step(); },
+      [&] {
+        if (o.gpu) spire::synchronize_device(device);
+      },
+      [](int, double) {});
+  const double median = t.median();
   char gpu_fields[80] = "";
   if (o.gpu)
     std::snprintf(gpu_fields, sizeof gpu_fields, " device=gpu device_peak_mib=%.1f",
@@ -162,7 +157,7 @@ int run(const Options& o) {
   std::printf("RESULT engine=spire config=%s precision=%s threads=%d tokens_per_s=%.1f ms_per_step=%.2f "
               "ms_best=%.2f cpu_ms_per_step=%.2f peak_rss_mib=%.1f start_rss_mib=%.1f loss_last=%.4f%s\n",
               o.config.c_str(), o.precision.c_str(), o.threads, static_cast<double>(o.batch * T) / median,
-              median * 1e3, per_step.front() * 1e3, cpu_per_step * 1e3, proc_status_mib("VmHWM"), start_rss,
+              median * 1e3, t.best() * 1e3, t.cpu_per_step * 1e3, proc_status_mib("VmHWM"), start_rss,
               loss_last, gpu_fields);
   return 0;
 }

@@ -53,7 +53,6 @@ using namespace spire;
 namespace {
 
 using spire::bench::proc_status_mib;
-using spire::bench::process_cpu_seconds;
 
 struct Options {
   std::string model = "resnet20";
@@ -196,23 +195,19 @@ int run(const Options& o) {
     loss_last = step();
     if (i == 0) loss_first = loss_last;
   }
-  std::vector<double> per_step;
-  const double cpu0 = process_cpu_seconds();
-  for (int w = 0; w < o.windows; ++w) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < o.steps; ++i) {
-      loss_last = step();
-      if (std::isnan(loss_first)) loss_first = loss_last;
-    }
-    if (o.gpu) spire::synchronize_device(device);  // the last step's updates too
-    per_step.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
-                       o.steps);
-    std::fprintf(stderr, "resnet_step: window %d: %.1f ms/step, loss %.4f\n", w,
-                 per_step.back() * 1e3, loss_last);
-  }
-  const double cpu_per_step = (process_cpu_seconds() - cpu0) / (o.windows * o.steps);
-  std::sort(per_step.begin(), per_step.end());
-  const double median = per_step[per_step.size() / 2];
+  const spire::bench::WindowTimes t = spire::bench::time_windows(
+      o.windows, o.steps,
+      [&] {
+        loss_last = step();
+        if (std::isnan(loss_first)) loss_first = loss_last;
+      },
+      [&] {
+        if (o.gpu) spire::synchronize_device(device);  // the last step's updates too
+      },
+      [&](int w, double seconds) {
+        std::fprintf(stderr, "resnet_step: window %d: %.1f ms/step, loss %.4f\n", w, seconds * 1e3, loss_last);
+      });
+  const double median = t.median();
   std::string device_fields;
   if (o.gpu) {
     char buf[96];
@@ -224,8 +219,8 @@ int run(const Options& o) {
               "ms_per_step=%.2f ms_best=%.2f cpu_ms_per_step=%.2f peak_rss_mib=%.1f start_rss_mib=%.1f "
               "loss_first=%.4f loss_last=%.4f part=%s%s\n",
               o.model.c_str(), static_cast<long long>(o.batch), o.threads,
-              static_cast<double>(o.batch) / median, median * 1e3, per_step.front() * 1e3,
-              cpu_per_step * 1e3, proc_status_mib("VmHWM"), start_rss, loss_first, loss_last,
+              static_cast<double>(o.batch) / median, median * 1e3, t.best() * 1e3,
+              t.cpu_per_step * 1e3, proc_status_mib("VmHWM"), start_rss, loss_first, loss_last,
               o.part.c_str(), device_fields.c_str());
   return 0;
 }

@@ -20,6 +20,26 @@ GptConfig tiny(DType dtype) {
   return c;
 }
 
+// The loss of a training tower ("") and of an inference tower ("infer") on the same
+// variables, for tokens [b, t].
+struct TwoTowers {
+  Output idx, targets, train_loss, infer_loss;
+};
+TwoTowers build_two_towers(const GptConfig& c, int64_t b, int64_t t) {
+  TwoTowers m;
+  m.idx = ops::placeholder(DType::I64, {b, t}, "idx");
+  m.targets = ops::placeholder(DType::I64, {b, t}, "targets");
+  {
+    TowerContext tower("", true);
+    m.train_loss = spire_examples::gpt_loss(spire_examples::gpt_logits(m.idx, c), m.targets);
+  }
+  {
+    TowerContext tower("infer", false);
+    m.infer_loss = spire_examples::gpt_loss(spire_examples::gpt_logits(m.idx, c), m.targets);
+  }
+  return m;
+}
+
 Tensor tokens(int64_t b, int64_t t, int64_t vocab, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int64_t> pick(0, vocab - 1);
@@ -37,17 +57,7 @@ TEST(GptModel, AttentionWithDropoutPathEqualsTheFusedOpWhenNothingIsDropped) {
   Graph g;
   DefaultGraphGuard guard(g);
   g.set_seed(3);
-  Output idx = ops::placeholder(DType::I64, {3, 7}, "idx");
-  Output targets = ops::placeholder(DType::I64, {3, 7}, "targets");
-  Output train_loss, infer_loss;
-  {
-    TowerContext tower("", true);
-    train_loss = spire_examples::gpt_loss(spire_examples::gpt_logits(idx, c), targets);
-  }
-  {
-    TowerContext tower("infer", false);
-    infer_loss = spire_examples::gpt_loss(spire_examples::gpt_logits(idx, c), targets);
-  }
+  const TwoTowers m = build_two_towers(c, 3, 7);
   bool fallback = false, fused_in_inference = false;
   for (const auto& n : g.nodes()) {
     if (n->name().find("attn_dropout") != std::string::npos && n->name().rfind("infer", 0) != 0) fallback = true;
@@ -57,12 +67,12 @@ TEST(GptModel, AttentionWithDropoutPathEqualsTheFusedOpWhenNothingIsDropped) {
   EXPECT_TRUE(fused_in_inference) << "the inference tower should use the fused op";
   Session s(g);
   s.run_targets({global_variables_initializer(&g)});
-  const FeedDict feeds = {{idx, tokens(3, 7, c.vocab_size, 1)}, {targets, tokens(3, 7, c.vocab_size, 2)}};
-  const std::vector<Tensor> out = s.run({train_loss, infer_loss}, feeds);
+  const FeedDict feeds = {{m.idx, tokens(3, 7, c.vocab_size, 1)}, {m.targets, tokens(3, 7, c.vocab_size, 2)}};
+  const std::vector<Tensor> out = s.run({m.train_loss, m.infer_loss}, feeds);
   EXPECT_NEAR(out[0].element_as_double(0), out[1].element_as_double(0), 1e-12);
   // And the gradient through the fallback path reaches every variable.
   std::vector<Output> vars = trainable_variables();
-  std::vector<Output> grads = gradients({train_loss}, vars);
+  std::vector<Output> grads = gradients({m.train_loss}, vars);
   for (size_t i = 0; i < vars.size(); ++i) EXPECT_TRUE(grads[i].valid()) << vars[i].node->name();
 }
 
@@ -72,24 +82,14 @@ TEST(GptModel, DropoutChangesTheTrainingLossOnlyInTraining) {
   Graph g;
   DefaultGraphGuard guard(g);
   g.set_seed(5);
-  Output idx = ops::placeholder(DType::I64, {4, 9}, "idx");
-  Output targets = ops::placeholder(DType::I64, {4, 9}, "targets");
-  Output train_loss, infer_loss;
-  {
-    TowerContext tower("", true);
-    train_loss = spire_examples::gpt_loss(spire_examples::gpt_logits(idx, c), targets);
-  }
-  {
-    TowerContext tower("infer", false);
-    infer_loss = spire_examples::gpt_loss(spire_examples::gpt_logits(idx, c), targets);
-  }
+  const TwoTowers m = build_two_towers(c, 4, 9);
   Session s(g);
   s.run_targets({global_variables_initializer(&g)});
-  const FeedDict feeds = {{idx, tokens(4, 9, c.vocab_size, 3)}, {targets, tokens(4, 9, c.vocab_size, 4)}};
-  const double a = s.run({train_loss}, feeds)[0].element_as_double(0);
-  const double b = s.run({train_loss}, feeds)[0].element_as_double(0);
-  const double i1 = s.run({infer_loss}, feeds)[0].element_as_double(0);
-  const double i2 = s.run({infer_loss}, feeds)[0].element_as_double(0);
+  const FeedDict feeds = {{m.idx, tokens(4, 9, c.vocab_size, 3)}, {m.targets, tokens(4, 9, c.vocab_size, 4)}};
+  const double a = s.run({m.train_loss}, feeds)[0].element_as_double(0);
+  const double b = s.run({m.train_loss}, feeds)[0].element_as_double(0);
+  const double i1 = s.run({m.infer_loss}, feeds)[0].element_as_double(0);
+  const double i2 = s.run({m.infer_loss}, feeds)[0].element_as_double(0);
   EXPECT_TRUE(std::isfinite(a) && std::isfinite(b));
   EXPECT_NE(a, b) << "two training runs should drop different units";
   EXPECT_NE(a, i1);
