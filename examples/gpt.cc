@@ -64,7 +64,7 @@ void usage(const char* argv0) {
       "       %s --sample N [flags]  print N tokens generated from --logdir's latest checkpoint\n"
       "Model (nanoGPT's names): --config baby (4 layers, 4 heads, width 128, context 64, batch 12;\n"
       "  the default) or shakespeare_char (6, 6, 384, 256, batch 64, dropout 0.2), then\n"
-      "  --n-layer N --n-head N --n-embd N --block-size N --dropout P --bias --gelu none|tanh\n"
+      "  --n-layer N --n-head N --n-embd N --block-size N --dropout P --bias[=true|false] --gelu none|tanh\n"
       "Data: --data FILE (default ../shared/data/shakespeare/shakespeare.txt), --batch B,\n"
       "  --seed S (batches are drawn from a SplitMix64 stream seeded per epoch)\n"
       "Schedule: --max-iters N (2000) --lr X (1e-3) --min-lr X (1e-4) --warmup-iters N (100)\n"
@@ -112,8 +112,8 @@ bool parse_flags(int argc, char** argv, Flags* f) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") return false;
-    if (a == "--bias") {
-      f->model.bias = true;
+    if (a == "--bias" || a == "--bias=true" || a == "--bias=false") {
+      f->model.bias = a != "--bias=false";
       continue;
     }
     std::string key, v;
@@ -249,7 +249,12 @@ int train(const Flags& f) {
   config.max_epoch = static_cast<int>(f.max_iters / f.eval_interval);
   config.logdir = f.logdir;
   if (!launch_example_training(f.t, config, *trainer,
-                               [&](int epoch) { train_data->set_next_epoch(epoch - 1); }))
+                               [&](int epoch) {
+                                 // Both streams continue where the interrupted run left them
+                                 // (one validation pass per finished epoch).
+                                 train_data->set_next_epoch(epoch - 1);
+                                 val_data->set_next_epoch(epoch - 1);
+                               }))
     return 0;
   double loss = 0;
   int epoch = 0;

@@ -109,15 +109,25 @@ def main():
             if not ok:
                 failures.append("horovod equals accum-mean")
 
-        # Resume: the finished simple run, asked for 80 iterations, trains 20 more from step 60.
-        logdir = os.path.join(tmp, "simple")
-        rc, out = run([program, "--data", text, "--logdir", logdir, "--max-iters", "80"] + TINY, env)
+        # Resume: a run of 40 of 80 scheduled iterations, run again with --max-iters 80, trains
+        # on from step 40 with the training and validation batches (and learning rates) that an
+        # uninterrupted 80-iteration run has: the same validation losses.
+        sched = ["--lr-decay-iters", "80"]
+        logdir = os.path.join(tmp, "resumed")
+        run([program, "--data", text, "--logdir", logdir, "--max-iters", "40"] + sched + TINY, env)
+        rc, out = run([program, "--data", text, "--logdir", logdir, "--max-iters", "80"] + sched + TINY, env)
         losses = val_losses(logdir)
-        ok = rc == 0 and "Resuming from epoch 4" in out and [s for s, _ in losses] == [20, 40, 60, 80]
-        print("%-12s steps %s %s" % ("resume", [s for s, _ in losses], "ok" if ok else "FAIL"))
+        straight_dir = os.path.join(tmp, "straight")
+        rc2, out2 = run([program, "--data", text, "--logdir", straight_dir, "--max-iters", "80"] + sched + TINY, env)
+        straight = val_losses(straight_dir)
+        ok = (rc == 0 and rc2 == 0 and "Resuming from epoch 3" in out and [s for s, _ in losses] == [20, 40, 60, 80]
+              and len(straight) == 4 and all(abs(a[1] - b[1]) < 1e-5 for a, b in zip(losses, straight)))
+        print("%-12s steps %s, losses %s (uninterrupted %s) %s" %
+              ("resume", [s for s, _ in losses], [round(l, 5) for _, l in losses],
+               [round(l, 5) for _, l in straight], "ok" if ok else "FAIL"))
         if not ok:
             failures.append("resume")
-            print(out[-3000:])
+            print(out[-3000:], out2[-3000:])
 
         # Sampling from the resumed run's latest checkpoint.
         rc, out = run([program, "--data", text, "--logdir", logdir, "--sample", "60", "--start", "the ",
