@@ -20,10 +20,7 @@
 //                        [--precision f32|bf16] [--steps S] [--windows W] [--warmup N]
 //                        [--device cpu|gpu]
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <ctime>
-#include <fstream>
 #include <random>
 #include <string>
 #include <vector>

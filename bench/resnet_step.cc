@@ -33,12 +33,9 @@
 //                           [--windows 3] [--warmup 2] [--part step] [--lr 0.1]
 //                           [--device cpu|gpu] [--tf32 0|1]
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
-#include <fstream>
 #include <random>
 #include <string>
 #include <vector>

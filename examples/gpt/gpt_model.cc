@@ -54,37 +54,43 @@ bool training() {
   return tower == nullptr || tower->is_training();  // Dropout's default outside a tower
 }
 
-// nanoGPT's fallback attention (its path without flash attention), for dropout on the
-// attention probabilities, which the fused op does not have: the scaled scores q k^T
-// [B, H, T, T], -inf above the diagonal, softmax, dropout, the weighted sum of v.
-Output attention_with_dropout(const Output& q, const Output& k, const Output& v, int64_t T,
-                              const GptConfig& c) {
-  const int64_t D = c.n_embd / c.n_head;
-  Tensor mask(c.dtype, Shape{T, T});
+// The additive causal mask of attention_with_dropout: 0 on and below the diagonal, -inf
+// above (nanoGPT's masked_fill), [T, T]. Made once per model, shared by its blocks.
+Output causal_mask(int64_t T, DType dtype) {
+  Tensor mask(dtype, Shape{T, T});
   for (int64_t i = 0; i < T; ++i)
     for (int64_t j = 0; j < T; ++j) {
       const double m = j <= i ? 0.0 : -std::numeric_limits<double>::infinity();
-      if (c.dtype == DType::F64) mask.data<double>()[i * T + j] = m;
+      if (dtype == DType::F64) mask.data<double>()[i * T + j] = m;
       else mask.data<float>()[i * T + j] = static_cast<float>(m);
     }
+  return ops::constant(mask, "causal_mask");
+}
+
+// nanoGPT's fallback attention (its path without flash attention), for dropout on the
+// attention probabilities, which the fused op does not have: the scaled scores q k^T
+// [B, H, T, T] plus the causal mask, softmax, dropout, the weighted sum of v.
+Output attention_with_dropout(const Output& q, const Output& k, const Output& v, const Output& mask,
+                              const GptConfig& c) {
+  const int64_t D = c.n_embd / c.n_head;
   Output att = ops::mul(autocast_batch_matmul(q, k, false, /*adj_b=*/true),
                         ops::scalar(1.0 / std::sqrt(static_cast<double>(D)), c.dtype));
-  att = ops::softmax(ops::add(att, ops::constant(mask, "causal_mask")));
+  att = ops::softmax(ops::add(att, mask));
   att = Dropout("attn_dropout", att, DropoutOptions().rate(c.dropout));
   return autocast_batch_matmul(att, v);
 }
 
 // Causal self-attention of x [B*T, C]: q, k, v from one projection (in that order),
-// heads [B, H, T, D], the fused attention op (or, with dropout in a training tower,
-// attention_with_dropout), heads re-joined, the output projection.
-Output attention(const Output& x, int64_t T, const GptConfig& c) {
+// heads [B, H, T, D], the fused attention op (or, given a causal mask: with dropout in a
+// training tower, attention_with_dropout), heads re-joined, the output projection.
+Output attention(const Output& x, int64_t T, const Output& mask, const GptConfig& c) {
   const int64_t C = c.n_embd, H = c.n_head, D = C / H;
   VariableScopeGuard scope("attn");
   Output qkv = dense("c_attn", x, 3 * C, 0.02, c);
   std::vector<Output> parts = ops::split(qkv, 3, 1);
   auto heads = [&](const Output& t) { return ops::transpose(ops::reshape(t, Shape{-1, T, H, D}), {0, 2, 1, 3}); };
-  Output y = c.dropout > 0 && training()
-                 ? attention_with_dropout(heads(parts[0]), heads(parts[1]), heads(parts[2]), T, c)
+  Output y = mask.valid()
+                 ? attention_with_dropout(heads(parts[0]), heads(parts[1]), heads(parts[2]), mask, c)
                  : ops::scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]),
                                                      /*causal=*/true);
   y = ops::reshape(ops::transpose(y, {0, 2, 1, 3}), Shape{-1, C});
@@ -124,9 +130,10 @@ Output gpt_logits(const Output& idx, const GptConfig& c) {
   Output pos = T == c.block_size ? wpe : ops::slice(wpe, {0, 0}, {T, C});
   Output x = ops::add(ops::gather(wte, idx), pos);
   x = dropout("drop", ops::reshape(x, Shape{-1, C}), c);
+  const Output mask = c.dropout > 0 && training() ? causal_mask(T, c.dtype) : Output{};
   for (int64_t i = 0; i < c.n_layer; ++i) {
     VariableScopeGuard scope("h" + std::to_string(i));
-    x = ops::add(x, attention(layer_norm("ln_1", x, c), T, c));
+    x = ops::add(x, attention(layer_norm("ln_1", x, c), T, mask, c));
     x = ops::add(x, mlp(layer_norm("ln_2", x, c), c));
   }
   x = layer_norm("ln_f", x, c);
