@@ -76,8 +76,9 @@ void BM_SumF32(benchmark::State& state) {
 }
 BENCHMARK(BM_SumF32)->RangeMultiplier(4)->Range(1 << 20, 1 << 26)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-// conv2d on NHWC batches: {batch, size, size, in_channels} with a 3x3 filter.
-void conv_bench(benchmark::State& state, bool backward) {
+// conv2d on NHWC batches: {batch, size, size, in_channels} with a 3x3 filter, SAME padding.
+// part 0: forward; 1: both gradients; 2: the input gradient alone; 3: the filter gradient alone.
+void conv_bench(benchmark::State& state, int part) {
   const int64_t batch = state.range(0), size = state.range(1), cin = state.range(2), cout = state.range(3);
   const SessionOptions options = with_threads(state.range(4));
   Graph g;
@@ -85,26 +86,23 @@ void conv_bench(benchmark::State& state, bool backward) {
   Output x = ops::placeholder(DType::F32, {batch, size, size, cin}, "x");
   Output w = ops::placeholder(DType::F32, {3, 3, cin, cout}, "w");
   Output y = ops::conv2d(x, w, {1, 1}, "SAME");
+  Output dy = ops::placeholder(DType::F32, {batch, size, size, cout}, "dy");
   std::vector<Output> fetches = {y};
-  if (backward) {
-    Output dy = ops::placeholder(DType::F32, {batch, size, size, cout}, "dy");
-    fetches = gradients({y}, {x, w}, {dy});
-    Session s(g, options);
-    FeedDict feeds = {{x, random_f32({batch, size, size, cin}, 1)},
-                      {w, random_f32({3, 3, cin, cout}, 2)},
-                      {dy, random_f32({batch, size, size, cout}, 3)}};
-    for (auto _ : state) benchmark::DoNotOptimize(s.run(fetches, feeds));
-  } else {
-    Session s(g, options);
-    FeedDict feeds = {{x, random_f32({batch, size, size, cin}, 1)}, {w, random_f32({3, 3, cin, cout}, 2)}};
-    for (auto _ : state) benchmark::DoNotOptimize(s.run(fetches, feeds));
-  }
-  double flops = 2.0 * batch * size * size * cout * 9 * cin * (backward ? 2 : 1);
+  if (part == 1) fetches = gradients({y}, {x, w}, {dy});
+  if (part == 2) fetches = gradients({y}, {x}, {dy});
+  if (part == 3) fetches = gradients({y}, {w}, {dy});
+  Session s(g, options);
+  FeedDict feeds = {{x, random_f32({batch, size, size, cin}, 1)}, {w, random_f32({3, 3, cin, cout}, 2)}};
+  if (part != 0) feeds.push_back({dy, random_f32({batch, size, size, cout}, 3)});
+  for (auto _ : state) benchmark::DoNotOptimize(s.run(fetches, feeds));
+  double flops = 2.0 * batch * size * size * cout * 9 * cin * (part == 1 ? 2 : 1);
   state.counters["GFLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate,
                                                  benchmark::Counter::kIs1000);
 }
-void BM_Conv2DForward(benchmark::State& state) { conv_bench(state, false); }
-void BM_Conv2DBackward(benchmark::State& state) { conv_bench(state, true); }
+void BM_Conv2DForward(benchmark::State& state) { conv_bench(state, 0); }
+void BM_Conv2DBackward(benchmark::State& state) { conv_bench(state, 1); }
+void BM_Conv2DBackpropInput(benchmark::State& state) { conv_bench(state, 2); }
+void BM_Conv2DBackpropFilter(benchmark::State& state) { conv_bench(state, 3); }
 // MNIST-sized: 64 x 28x28x1 -> 32 channels, and 64 x 14x14x32 -> 64; CIFAR-sized: 64 x 32x32x3 -> 64,
 // 64 x 16x16x64 -> 128; each on 1 and 2 threads.
 #define CONV_ARGS                                                                          \
@@ -114,6 +112,14 @@ void BM_Conv2DBackward(benchmark::State& state) { conv_bench(state, true); }
       ->UseRealTime()
 BENCHMARK(BM_Conv2DForward) CONV_ARGS;
 BENCHMARK(BM_Conv2DBackward) CONV_ARGS;
+// ResNet-20's three stages at batch 128 (32x32x16, 16x16x32, 8x8x64; 3x3, stride 1), 1 thread:
+// each part alone, to compare with PyTorch's convolution and its two gradients.
+#define RESNET20_ARGS                                                                       \
+  ->Args({128, 32, 16, 16, 1})->Args({128, 16, 32, 32, 1})->Args({128, 8, 64, 64, 1})    \
+      ->Unit(benchmark::kMillisecond)->UseRealTime()
+BENCHMARK(BM_Conv2DForward) RESNET20_ARGS;
+BENCHMARK(BM_Conv2DBackpropInput) RESNET20_ARGS;
+BENCHMARK(BM_Conv2DBackpropFilter) RESNET20_ARGS;
 
 // Executor overhead: a chain of 1000 tiny nodes on a scalar. Identity nodes
 // measure the executor alone (no allocation); Neg nodes add a tiny kernel

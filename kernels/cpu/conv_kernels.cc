@@ -11,6 +11,8 @@
 // col matrix of its own images and runs its own GEMM): forward and input gradient are then
 // bitwise identical to one thread; the filter gradient sums per-thread partial gradients in a
 // fixed order. A batch smaller than the thread count splits the GEMMs instead.
+// Stride-1, undilated convolutions with at least 8 input channels and whole vectors of output
+// channels (the ResNets' 3x3 layers) skip im2col: kernels/cpu/direct_conv.h.
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -18,6 +20,7 @@
 
 #include "core/kernel_registry.h"
 #include "kernels/conv_geometry.h"
+#include "kernels/cpu/direct_conv.h"
 #include "kernels/cpu/gemm.h"
 
 namespace spire::cpu {
@@ -41,6 +44,30 @@ struct ConvGeom : kernels::ConvGeometry {
 };
 
 ConvGeom conv_geom(const kernels::ConvGeometry& base) { return ConvGeom{base}; }
+
+// The direct kernels' view of a stride-1, undilated convolution (only then meaningful).
+DirectConvShape direct_shape(const ConvGeom& g) {
+  return {g.n, g.h, g.w, g.c, g.kh, g.kw, g.o, g.oh, g.ow, g.pt, g.pl};
+}
+bool unit_stride(const ConvGeom& g) { return g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1; }
+
+// The input gradient of a stride-1 convolution as a forward convolution of dy: the filter
+// rotated by 180 degrees with c and o swapped, padding kh-1-pt / kw-1-pl.
+DirectConvShape direct_input_grad_shape(const ConvGeom& g) {
+  return {g.n, g.oh, g.ow, g.o, g.kh, g.kw, g.c, g.h, g.w, g.kh - 1 - g.pt, g.kw - 1 - g.pl};
+}
+template <typename T>
+std::vector<T> rotated_filter(const ConvGeom& g, const T* w) {
+  std::vector<T> r(static_cast<size_t>(g.kh * g.kw * g.c * g.o));
+  for (int64_t ky = 0; ky < g.kh; ++ky)
+    for (int64_t kx = 0; kx < g.kw; ++kx) {
+      const T* src = w + ((g.kh - 1 - ky) * g.kw + (g.kw - 1 - kx)) * g.c * g.o;
+      T* dst = r.data() + (ky * g.kw + kx) * g.o * g.c;
+      for (int64_t ci = 0; ci < g.c; ++ci)
+        for (int64_t oi = 0; oi < g.o; ++oi) dst[oi * g.c + ci] = src[ci * g.o + oi];
+    }
+  return r;
+}
 
 // Uninitialized scratch that grows on demand (each thread's share of a kernel owns one).
 template <typename T>
@@ -171,6 +198,10 @@ void conv2d_kernel(KernelContext& ctx) {
   const T* px = x.data<T>();
   const T* pf = f.data<T>();
   T* py = y.data<T>();
+  if (!g.pointwise() && unit_stride(g) && direct_conv_applies<T>(direct_shape(g))) {
+    direct_conv2d(direct_shape(g), px, pf, py, ctx.thread_pool());
+    return;
+  }
   const int64_t chunk = g.chunk(), rows = g.rows_per_image(), kkc = g.kkc();
   // Images [b0, b1), with `pool` splitting each GEMM (null inside a per-thread share).
   auto images = [&](int64_t b0, int64_t b1, ThreadPool* pool) {
@@ -201,6 +232,11 @@ void conv2d_backprop_input_kernel(KernelContext& ctx) {
          ctx.thread_pool());
     return;
   }
+  if (unit_stride(g) && direct_conv_applies<T>(direct_input_grad_shape(g))) {
+    const std::vector<T> rotated = rotated_filter(g, pf);
+    direct_conv2d(direct_input_grad_shape(g), pdy, rotated.data(), pdx, ctx.thread_pool());
+    return;
+  }
   const int64_t chunk = g.chunk(), image = g.h * g.w * g.c;
   auto images = [&](int64_t b0, int64_t b1, ThreadPool* pool) {
     std::fill(pdx + b0 * image, pdx + b1 * image, T(0));
@@ -227,6 +263,10 @@ void conv2d_backprop_filter_kernel(KernelContext& ctx) {
   const T* pdy = dy.data<T>();
   T* pdw = dw.data<T>();
   const int64_t rows = g.rows_per_image(), kkc = g.kkc();
+  if (!g.pointwise() && unit_stride(g) && direct_conv_applies<T>(direct_shape(g))) {
+    direct_conv2d_filter_grad(direct_shape(g), px, pdy, pdw, ctx.thread_pool());
+    return;
+  }
   const int64_t chunk = g.chunk(), size = dw.num_elements();
   // dw (= out, zeroed first) += the gradient of images [b0, b1).
   auto images = [&](int64_t b0, int64_t b1, T* out, ThreadPool* pool) {
