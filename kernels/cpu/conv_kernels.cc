@@ -50,6 +50,12 @@ DirectConvShape direct_shape(const ConvGeom& g) {
   return {g.n, g.h, g.w, g.c, g.kh, g.kw, g.o, g.oh, g.ow, g.pt, g.pl};
 }
 bool unit_stride(const ConvGeom& g) { return g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1; }
+// Whether the direct kernels take convolution g, whose direct problem is d (the forward
+// shape, or the input gradient's): never for 1x1 stride-1 (already a plain GEMM).
+template <typename T>
+bool use_direct(const ConvGeom& g, const DirectConvShape& d) {
+  return !g.pointwise() && unit_stride(g) && direct_conv_applies<T>(d);
+}
 
 // The input gradient of a stride-1 convolution as a forward convolution of dy: the filter
 // rotated by 180 degrees with c and o swapped, padding kh-1-pt / kw-1-pl.
@@ -198,7 +204,7 @@ void conv2d_kernel(KernelContext& ctx) {
   const T* px = x.data<T>();
   const T* pf = f.data<T>();
   T* py = y.data<T>();
-  if (!g.pointwise() && unit_stride(g) && direct_conv_applies<T>(direct_shape(g))) {
+  if (use_direct<T>(g, direct_shape(g))) {
     direct_conv2d(direct_shape(g), px, pf, py, ctx.thread_pool());
     return;
   }
@@ -232,7 +238,7 @@ void conv2d_backprop_input_kernel(KernelContext& ctx) {
          ctx.thread_pool());
     return;
   }
-  if (unit_stride(g) && direct_conv_applies<T>(direct_input_grad_shape(g))) {
+  if (use_direct<T>(g, direct_input_grad_shape(g))) {
     const std::vector<T> rotated = rotated_filter(g, pf);
     direct_conv2d(direct_input_grad_shape(g), pdy, rotated.data(), pdx, ctx.thread_pool());
     return;
@@ -263,7 +269,7 @@ void conv2d_backprop_filter_kernel(KernelContext& ctx) {
   const T* pdy = dy.data<T>();
   T* pdw = dw.data<T>();
   const int64_t rows = g.rows_per_image(), kkc = g.kkc();
-  if (!g.pointwise() && unit_stride(g) && direct_conv_applies<T>(direct_shape(g))) {
+  if (use_direct<T>(g, direct_shape(g))) {
     direct_conv2d_filter_grad(direct_shape(g), px, pdy, pdw, ctx.thread_pool());
     return;
   }

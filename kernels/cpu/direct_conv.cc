@@ -9,10 +9,11 @@
 #include "kernels/cpu/direct_conv.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
-#include <string>
 #include <cstring>
 #include <new>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -37,15 +38,17 @@ struct VecOf {
   typedef T type __attribute__((vector_size(W * sizeof(T))));
 };
 
-// Padded input rows per band are bounded so a band's strip (about 128 KiB of f32) stays in
-// the core's L2 cache while every tap reads it.
+// Padded input rows per band are bounded so a band's strip (128 KiB of f32, 256 KiB of f64;
+// more only when one band of a single output row needs it) stays in the core's L2 cache
+// while every tap reads it.
 constexpr int64_t kStripElements = int64_t{1} << 15;
 // The filter rows (kh * kw * c) a tile streams per output: above this the im2col GEMM, which
 // blocks over k, is the better lowering.
 constexpr int64_t kMaxDepth = 1024;
 
 /// Per-thread 64-byte-aligned strip of padded input rows; grows on demand and is reused by
-/// later calls on the same thread (a pool's threads run one loop at a time).
+/// later calls on the same thread (a pool's threads run one loop at a time). Like the GEMM's
+/// pack buffers, each thread keeps its largest strip until it exits.
 class Strip {
  public:
   Strip() = default;
@@ -57,7 +60,7 @@ class Strip {
     const size_t bytes = static_cast<size_t>(count) * sizeof(T);
     if (bytes > capacity_) {
       release();
-      data_ = ::operator new(bytes, std::align_val_t{64});
+      data_ = ::operator new (bytes, std::align_val_t{64});
       capacity_ = bytes;
     }
     return static_cast<T*>(data_);
@@ -65,7 +68,7 @@ class Strip {
 
  private:
   void release() {
-    if (data_ != nullptr) ::operator delete(data_, std::align_val_t{64});
+    if (data_ != nullptr) ::operator delete (data_, std::align_val_t{64});
     data_ = nullptr;
     capacity_ = 0;
   }
@@ -89,17 +92,46 @@ void pad_rows(const DirectConvShape& s, const T* xi, int64_t r0, int64_t r1, int
       continue;
     }
     std::fill(dst, dst + lo * c, T(0));
-    std::memcpy(dst + lo * c, xi + (iy * s.w + lo - s.pl) * c, static_cast<size_t>((hi - lo) * c) * sizeof(T));
+    if (hi > lo)
+      std::memcpy(dst + lo * c, xi + (iy * s.w + lo - s.pl) * c,
+                  static_cast<size_t>((hi - lo) * c) * sizeof(T));
     std::fill(dst + hi * c, dst + wp * c, T(0));
   }
 }
 
+/// pad_rows with each row stored channel-major (column q of channel ch at ch * wp + q): the
+/// forward kernel's layout, where the MR pixels of one tap and channel are adjacent, so the
+/// tile's broadcasts are constant offsets from one pointer.
+template <class T>
+void pad_rows_channel_major(const DirectConvShape& s, const T* xi, int64_t r0, int64_t r1,
+                            int64_t wp, T* p) {
+  const int64_t c = s.c;
+  const int64_t lo = std::clamp<int64_t>(s.pl, 0, wp);
+  const int64_t hi = std::clamp<int64_t>(s.pl + s.w, lo, wp);
+  for (int64_t r = r0; r < r1; ++r) {
+    T* dst = p + (r - r0) * wp * c;
+    const int64_t iy = r - s.pt;
+    if (iy < 0 || iy >= s.h) {
+      std::fill(dst, dst + wp * c, T(0));
+      continue;
+    }
+    const T* src = xi + iy * s.w * c;  // column q of channel ch: src[(q - pl) * c + ch]
+    for (int64_t ch = 0; ch < c; ++ch) {
+      T* d = dst + ch * wp;
+      std::fill(d, d + lo, T(0));
+      for (int64_t q = lo; q < hi; ++q) d[q] = src[(q - s.pl) * c + ch];
+      std::fill(d + hi, d + wp, T(0));
+    }
+  }
+}
+
 /// y[i, 0:NV*W] (row stride ldy) = the MR output pixels starting at strip position a (tap
-/// (0, 0), channel 0; pixels c apart, strip rows prow apart) times the filter block b (rows
-/// of ldb, ordered (ky, kx, c)).
+/// (0, 0), channel 0, in the channel-major strip: pixels adjacent, channels wp apart, strip
+/// rows prow apart) times the filter block b (rows of ldb, ordered (ky, kx, c)).
 template <class T, int W, int MR, int NV>
-SPIRE_DC_INLINE void fwd_tile(const T* __restrict a, int64_t c, int64_t kh, int64_t kw, int64_t prow,
-                              const T* __restrict b, int64_t ldb, T* __restrict y, int64_t ldy) {
+SPIRE_DC_INLINE void fwd_tile(const T* __restrict a, int64_t c, int64_t kh, int64_t kw,
+                              int64_t prow, int64_t wp, const T* __restrict b, int64_t ldb,
+                              T* __restrict y, int64_t ldy) {
   using V = typename VecOf<T, W>::type;
   V acc[MR][NV];
 #pragma GCC unroll 32
@@ -108,16 +140,17 @@ SPIRE_DC_INLINE void fwd_tile(const T* __restrict a, int64_t c, int64_t kh, int6
     for (int v = 0; v < NV; ++v) acc[i][v] = V{};
   for (int64_t ky = 0; ky < kh; ++ky)
     for (int64_t kx = 0; kx < kw; ++kx) {
-      const T* ap = a + ky * prow + kx * c;
+      const T* ap = a + ky * prow + kx;
       const T* bp = b + (ky * kw + kx) * c * ldb;
 #pragma GCC unroll 2
       for (int64_t ch = 0; ch < c; ++ch) {
         V bv[NV];
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) std::memcpy(&bv[v], bp + ch * ldb + v * W, sizeof(V));
+        const T* ac = ap + ch * wp;
 #pragma GCC unroll 32
         for (int i = 0; i < MR; ++i) {
-          const T ai = ap[i * c + ch];
+          const T ai = ac[i];
 #pragma GCC unroll 4
           for (int v = 0; v < NV; ++v) acc[i][v] += bv[v] * ai;
         }
@@ -132,17 +165,22 @@ SPIRE_DC_INLINE void fwd_tile(const T* __restrict a, int64_t c, int64_t kh, int6
 /// One output row from pixel ox on: tiles of MR pixels while they fit, then the next MR.
 /// The last MR must be 1.
 template <class T, int W, int NV, int MR, int... Rest>
-SPIRE_DC_INLINE void fwd_row(const T* a, int64_t c, int64_t kh, int64_t kw, int64_t prow, const T* b,
-                             int64_t ldb, T* y, int64_t ldy, int64_t ox, int64_t ow) {
-  for (; ow - ox >= MR; ox += MR) fwd_tile<T, W, MR, NV>(a + ox * c, c, kh, kw, prow, b, ldb, y + ox * ldy, ldy);
-  if constexpr (sizeof...(Rest) > 0) fwd_row<T, W, NV, Rest...>(a, c, kh, kw, prow, b, ldb, y, ldy, ox, ow);
+SPIRE_DC_INLINE void fwd_row(const T* a, int64_t c, int64_t kh, int64_t kw, int64_t prow,
+                             int64_t wp, const T* b, int64_t ldb, T* y, int64_t ldy, int64_t ox,
+                             int64_t ow) {
+  static_assert(sizeof...(Rest) > 0 || MR == 1, "the last tile must be one pixel wide");
+  for (; ow - ox >= MR; ox += MR)
+    fwd_tile<T, W, MR, NV>(a + ox, c, kh, kw, prow, wp, b, ldb, y + ox * ldy, ldy);
+  if constexpr (sizeof...(Rest) > 0)
+    fwd_row<T, W, NV, Rest...>(a, c, kh, kw, prow, wp, b, ldb, y, ldy, ox, ow);
 }
 
 /// dw[i, 0:NV*W] (row stride ldw) += sum over rows r < nrows and pixels p < npix of
 /// a[r * prow + p * c + i] * dy[r * dyrow + p * ldo + (0:NV*W)], for MC channels i.
 template <class T, int W, int MC, int NV>
-SPIRE_DC_INLINE void dw_tile(const T* __restrict a, int64_t c, int64_t prow, const T* __restrict dy, int64_t ldo,
-                             int64_t dyrow, int64_t nrows, int64_t npix, T* __restrict dw, int64_t ldw) {
+SPIRE_DC_INLINE void dw_tile(const T* __restrict a, int64_t c, int64_t prow, const T* __restrict dy,
+                             int64_t ldo, int64_t dyrow, int64_t nrows, int64_t npix,
+                             T* __restrict dw, int64_t ldw) {
   using V = typename VecOf<T, W>::type;
   V acc[MC][NV];
 #pragma GCC unroll 32
@@ -174,8 +212,10 @@ SPIRE_DC_INLINE void dw_tile(const T* __restrict a, int64_t c, int64_t prow, con
 /// Every channel of one (tap, output block): tiles of MC channels while they fit, then the
 /// next MC. The last MC must be 1.
 template <class T, int W, int NV, int MC, int... Rest>
-SPIRE_DC_INLINE void dw_channels(const T* a, int64_t c, int64_t prow, const T* dy, int64_t ldo, int64_t dyrow,
-                                 int64_t nrows, int64_t npix, T* dw, int64_t ldw, int64_t ci) {
+SPIRE_DC_INLINE void dw_channels(const T* a, int64_t c, int64_t prow, const T* dy, int64_t ldo,
+                                 int64_t dyrow, int64_t nrows, int64_t npix, T* dw, int64_t ldw,
+                                 int64_t ci) {
+  static_assert(sizeof...(Rest) > 0 || MC == 1, "the last tile must be one channel tall");
   for (; c - ci >= MC; ci += MC)
     dw_tile<T, W, MC, NV>(a + ci, c, prow, dy, ldo, dyrow, nrows, npix, dw + ci * ldw, ldw);
   if constexpr (sizeof...(Rest) > 0)
@@ -186,66 +226,78 @@ SPIRE_DC_INLINE void dw_channels(const T* a, int64_t c, int64_t prow, const T* d
 // Tiles: NV = 1 or 2 vectors of outputs and up to 16 (AVX-512, 32 registers) or 12 (AVX2, 16
 // registers) accumulators per vector; the pixel / channel counts fall back to smaller tiles.
 
-#define SPIRE_DC_VARIANT(NAME, TARGET, LANES_BYTES, R1, R2)                                          \
-  template <class T>                                                                                 \
-  struct NAME {                                                                                      \
-    static constexpr int W = LANES_BYTES / sizeof(T);                                                \
-    TARGET __attribute__((noinline)) static void row1(const T* a, int64_t c, int64_t kh, int64_t kw,  \
-                                                      int64_t prow, const T* b, int64_t ldb, T* y,   \
-                                                      int64_t ldy, int64_t ow) {                     \
-      fwd_row<T, W, 1, R1>(a, c, kh, kw, prow, b, ldb, y, ldy, 0, ow);                               \
-    }                                                                                                \
-    TARGET __attribute__((noinline)) static void row2(const T* a, int64_t c, int64_t kh, int64_t kw,  \
-                                                      int64_t prow, const T* b, int64_t ldb, T* y,   \
-                                                      int64_t ldy, int64_t ow) {                     \
-      fwd_row<T, W, 2, R2>(a, c, kh, kw, prow, b, ldb, y, ldy, 0, ow);                               \
-    }                                                                                                \
-    TARGET __attribute__((noinline)) static void dw1(const T* a, int64_t c, int64_t prow, const T* dy, \
-                                                     int64_t ldo, int64_t dyrow, int64_t nrows,      \
-                                                     int64_t npix, T* dw, int64_t ldw) {             \
-      dw_channels<T, W, 1, R1>(a, c, prow, dy, ldo, dyrow, nrows, npix, dw, ldw, 0);                 \
-    }                                                                                                \
-    TARGET __attribute__((noinline)) static void dw2(const T* a, int64_t c, int64_t prow, const T* dy, \
-                                                     int64_t ldo, int64_t dyrow, int64_t nrows,      \
-                                                     int64_t npix, T* dw, int64_t ldw) {             \
-      dw_channels<T, W, 2, R2>(a, c, prow, dy, ldo, dyrow, nrows, npix, dw, ldw, 0);                 \
-    }                                                                                                \
+#define SPIRE_DC_VARIANT(NAME, TARGET, LANES_BYTES, R1, R2)                                   \
+  template <class T>                                                                          \
+  struct NAME {                                                                               \
+    static constexpr int W = LANES_BYTES / sizeof(T);                                         \
+    TARGET __attribute__((noinline)) static void row1(const T* a, int64_t c, int64_t kh,      \
+                                                      int64_t kw, int64_t prow, const T* b,   \
+                                                      int64_t ldb, T* y, int64_t ldy,         \
+                                                      int64_t ow) {                           \
+      fwd_row<T, W, 1, R1>(a, c, kh, kw, prow, prow / c, b, ldb, y, ldy, 0, ow);              \
+    }                                                                                         \
+    TARGET __attribute__((noinline)) static void row2(const T* a, int64_t c, int64_t kh,      \
+                                                      int64_t kw, int64_t prow, const T* b,   \
+                                                      int64_t ldb, T* y, int64_t ldy,         \
+                                                      int64_t ow) {                           \
+      fwd_row<T, W, 2, R2>(a, c, kh, kw, prow, prow / c, b, ldb, y, ldy, 0, ow);              \
+    }                                                                                         \
+    TARGET __attribute__((noinline)) static void dw1(const T* a, int64_t c, int64_t prow,     \
+                                                     const T* dy, int64_t ldo, int64_t dyrow, \
+                                                     int64_t nrows, int64_t npix, T* dw,      \
+                                                     int64_t ldw) {                           \
+      dw_channels<T, W, 1, R1>(a, c, prow, dy, ldo, dyrow, nrows, npix, dw, ldw, 0);          \
+    }                                                                                         \
+    TARGET __attribute__((noinline)) static void dw2(const T* a, int64_t c, int64_t prow,     \
+                                                     const T* dy, int64_t ldo, int64_t dyrow, \
+                                                     int64_t nrows, int64_t npix, T* dw,      \
+                                                     int64_t ldw) {                           \
+      dw_channels<T, W, 2, R2>(a, c, prow, dy, ldo, dyrow, nrows, npix, dw, ldw, 0);          \
+    }                                                                                         \
   };
 
 #if SPIRE_DC_HAVE_X86
-#define SPIRE_DC_TILES_512_1 16, 8, 4, 1
-#define SPIRE_DC_TILES_512_2 12, 8, 4, 1
-#define SPIRE_DC_TILES_256_1 12, 8, 4, 1
+#define SPIRE_DC_TILES_512_1 16, 8, 4, 2, 1
+#define SPIRE_DC_TILES_512_2 12, 8, 4, 2, 1
+#define SPIRE_DC_TILES_256_1 12, 8, 4, 2, 1
 #define SPIRE_DC_TILES_256_2 6, 4, 2, 1
 SPIRE_DC_VARIANT(Avx512Dc, SPIRE_DC_AVX512, 64, SPIRE_DC_TILES_512_1, SPIRE_DC_TILES_512_2)
 SPIRE_DC_VARIANT(Avx2Dc, SPIRE_DC_AVX2, 32, SPIRE_DC_TILES_256_1, SPIRE_DC_TILES_256_2)
 #endif
 
 /// Calls fn(img, oy0, oy1, strip) for each band of output rows among rows [u0, u1) of the
-/// flattened [n * oh] output, with the band's padded input rows copied to the thread's strip.
+/// flattened [n * oh] output, with the band's padded input rows copied to the thread's strip
+/// (channel-major rows when `channel_major`).
 template <class T, class F>
-void for_bands(const DirectConvShape& s, const T* x, int64_t u0, int64_t u1, F&& fn) {
+void for_bands(const DirectConvShape& s, const T* x, int64_t u0, int64_t u1, bool channel_major,
+               F&& fn) {
   const int64_t wp = s.ow + s.kw - 1, prow = wp * s.c;
   const int64_t band = std::clamp<int64_t>(kStripElements / prow - (s.kh - 1), 1, s.oh);
   for (int64_t u = u0; u < u1;) {
     const int64_t img = u / s.oh, oy0 = u % s.oh;
     const int64_t oy1 = std::min({s.oh, oy0 + band, oy0 + (u1 - u)});
     T* strip = tl_strip.get<T>((oy1 - oy0 + s.kh - 1) * prow);
-    pad_rows(s, x + img * s.h * s.w * s.c, oy0, oy1 + s.kh - 1, wp, strip);
+    if (channel_major)
+      pad_rows_channel_major(s, x + img * s.h * s.w * s.c, oy0, oy1 + s.kh - 1, wp, strip);
+    else
+      pad_rows(s, x + img * s.h * s.w * s.c, oy0, oy1 + s.kh - 1, wp, strip);
     fn(img, oy0, oy1, static_cast<const T*>(strip));
     u += oy1 - oy0;
   }
 }
 
 /// Multiply-adds of one output row: the unit of work split across threads.
-int64_t row_macs(const DirectConvShape& s) { return std::max<int64_t>(1, s.ow * s.o * s.kh * s.kw * s.c); }
+int64_t row_macs(const DirectConvShape& s) {
+  return std::max<int64_t>(1, s.ow * s.o * s.kh * s.kw * s.c);
+}
 
 template <class T, template <class> class Isa>
 void forward(const DirectConvShape& s, const T* x, const T* w, T* y, ThreadPool* pool) {
   constexpr int W = Isa<T>::W;
+  if (s.n <= 0 || s.oh <= 0 || s.ow <= 0 || s.o <= 0) return;
   const int64_t prow = (s.ow + s.kw - 1) * s.c;
   auto rows = [&](int64_t u0, int64_t u1) {
-    for_bands<T>(s, x, u0, u1, [&](int64_t img, int64_t oy0, int64_t oy1, const T* strip) {
+    for_bands<T>(s, x, u0, u1, true, [&](int64_t img, int64_t oy0, int64_t oy1, const T* strip) {
       for (int64_t oy = oy0; oy < oy1; ++oy) {
         const T* a = strip + (oy - oy0) * prow;
         T* yrow = y + (img * s.oh + oy) * s.ow * s.o;
@@ -272,9 +324,14 @@ void filter_grad(const DirectConvShape& s, const T* x, const T* dy, T* dw, Threa
   constexpr int W = Isa<T>::W;
   const int64_t prow = (s.ow + s.kw - 1) * s.c, size = s.kh * s.kw * s.c * s.o;
   const int64_t units = s.n * s.oh;
+  if (size <= 0) return;
+  if (units <= 0 || s.ow <= 0) {
+    std::fill(dw, dw + size, T(0));
+    return;
+  }
   // Rows [u0, u1) of the batch added into out.
   auto rows = [&](int64_t u0, int64_t u1, T* out) {
-    for_bands<T>(s, x, u0, u1, [&](int64_t img, int64_t oy0, int64_t oy1, const T* strip) {
+    for_bands<T>(s, x, u0, u1, false, [&](int64_t img, int64_t oy0, int64_t oy1, const T* strip) {
       const T* dyb = dy + (img * s.oh + oy0) * s.ow * s.o;
       for (int64_t ky = 0; ky < s.kh; ++ky)
         for (int64_t kx = 0; kx < s.kw; ++kx) {
@@ -312,24 +369,32 @@ void filter_grad(const DirectConvShape& s, const T* x, const T* dy, T* dw, Threa
 }
 
 [[noreturn]] void no_variant() {
-  throw_error("direct convolution: no AVX2 or AVX-512 variant on this CPU (check direct_conv_applies first)");
+  throw_error(
+      "direct convolution: no AVX2 or AVX-512 variant on this CPU (check direct_conv_applies "
+      "first)");
 }
 
 template <class T>
-void forward_isa(GemmIsa isa, const DirectConvShape& s, const T* x, const T* w, T* y, ThreadPool* pool) {
+void forward_isa(GemmIsa isa, const DirectConvShape& s, const T* x, const T* w, T* y,
+                 ThreadPool* pool) {
 #if SPIRE_DC_HAVE_X86
-  if (isa == GemmIsa::kAvx512 && detail::gemm_isa_supported(isa)) return forward<T, Avx512Dc>(s, x, w, y, pool);
-  if (isa == GemmIsa::kAvx2 && detail::gemm_isa_supported(isa)) return forward<T, Avx2Dc>(s, x, w, y, pool);
+  if (isa == GemmIsa::kAvx512 && detail::gemm_isa_supported(isa))
+    return forward<T, Avx512Dc>(s, x, w, y, pool);
+  if (isa == GemmIsa::kAvx2 && detail::gemm_isa_supported(isa))
+    return forward<T, Avx2Dc>(s, x, w, y, pool);
 #endif
   (void)s, (void)x, (void)w, (void)y, (void)pool;
   no_variant();
 }
 
 template <class T>
-void filter_grad_isa(GemmIsa isa, const DirectConvShape& s, const T* x, const T* dy, T* dw, ThreadPool* pool) {
+void filter_grad_isa(GemmIsa isa, const DirectConvShape& s, const T* x, const T* dy, T* dw,
+                     ThreadPool* pool) {
 #if SPIRE_DC_HAVE_X86
-  if (isa == GemmIsa::kAvx512 && detail::gemm_isa_supported(isa)) return filter_grad<T, Avx512Dc>(s, x, dy, dw, pool);
-  if (isa == GemmIsa::kAvx2 && detail::gemm_isa_supported(isa)) return filter_grad<T, Avx2Dc>(s, x, dy, dw, pool);
+  if (isa == GemmIsa::kAvx512 && detail::gemm_isa_supported(isa))
+    return filter_grad<T, Avx512Dc>(s, x, dy, dw, pool);
+  if (isa == GemmIsa::kAvx2 && detail::gemm_isa_supported(isa))
+    return filter_grad<T, Avx2Dc>(s, x, dy, dw, pool);
 #endif
   (void)s, (void)x, (void)dy, (void)dw, (void)pool;
   no_variant();
@@ -353,16 +418,16 @@ int direct_conv_lanes(GemmIsa isa) {
 template int direct_conv_lanes<float>(GemmIsa);
 template int direct_conv_lanes<double>(GemmIsa);
 
-void direct_conv2d_with_isa(GemmIsa isa, const DirectConvShape& s, const float* x, const float* w, float* y,
-                            ThreadPool* pool) {
+void direct_conv2d_with_isa(GemmIsa isa, const DirectConvShape& s, const float* x, const float* w,
+                            float* y, ThreadPool* pool) {
   forward_isa(isa, s, x, w, y, pool);
 }
-void direct_conv2d_with_isa(GemmIsa isa, const DirectConvShape& s, const double* x, const double* w, double* y,
-                            ThreadPool* pool) {
+void direct_conv2d_with_isa(GemmIsa isa, const DirectConvShape& s, const double* x, const double* w,
+                            double* y, ThreadPool* pool) {
   forward_isa(isa, s, x, w, y, pool);
 }
-void direct_conv2d_filter_grad_with_isa(GemmIsa isa, const DirectConvShape& s, const float* x, const float* dy,
-                                        float* dw, ThreadPool* pool) {
+void direct_conv2d_filter_grad_with_isa(GemmIsa isa, const DirectConvShape& s, const float* x,
+                                        const float* dy, float* dw, ThreadPool* pool) {
   filter_grad_isa(isa, s, x, dy, dw, pool);
 }
 void direct_conv2d_filter_grad_with_isa(GemmIsa isa, const DirectConvShape& s, const double* x,
@@ -374,37 +439,44 @@ void direct_conv2d_filter_grad_with_isa(GemmIsa isa, const DirectConvShape& s, c
 
 namespace {
 // SPIRE_CPU_DIRECT_CONV=0 in the environment sends every convolution to im2col (for A/B
-// measurements); read once.
-bool direct_conv_enabled() {
-  static const bool enabled = [] {
+// measurements); read once, overridable by detail::set_direct_conv_enabled.
+std::atomic<bool>& direct_conv_switch() {
+  static std::atomic<bool> enabled{[] {
     const char* v = std::getenv("SPIRE_CPU_DIRECT_CONV");
     return v == nullptr || std::string(v) != "0";
-  }();
+  }()};
   return enabled;
 }
+bool direct_conv_enabled() { return direct_conv_switch().load(std::memory_order_relaxed); }
 }  // namespace
+
+namespace detail {
+bool set_direct_conv_enabled(bool enabled) { return direct_conv_switch().exchange(enabled); }
+}  // namespace detail
 
 template <class T>
 bool direct_conv_applies(const DirectConvShape& s) {
   const int lanes = detail::direct_conv_lanes<T>(detail::gemm_best_isa());
-  return direct_conv_enabled() && lanes > 0 && s.n > 0 && s.oh > 0 && s.ow > 0 && s.o > 0 && s.o % lanes == 0 && s.c >= 8 &&
-         s.kh * s.kw * s.c <= kMaxDepth;
+  return direct_conv_enabled() && lanes > 0 && s.n > 0 && s.oh > 0 && s.ow > 0 && s.o > 0 &&
+         s.o % lanes == 0 && s.c >= 8 && s.kh * s.kw * s.c <= kMaxDepth;
 }
 template bool direct_conv_applies<float>(const DirectConvShape&);
 template bool direct_conv_applies<double>(const DirectConvShape&);
 
-void direct_conv2d(const DirectConvShape& s, const float* x, const float* w, float* y, ThreadPool* pool) {
+void direct_conv2d(const DirectConvShape& s, const float* x, const float* w, float* y,
+                   ThreadPool* pool) {
   forward_isa(detail::gemm_best_isa(), s, x, w, y, pool);
 }
-void direct_conv2d(const DirectConvShape& s, const double* x, const double* w, double* y, ThreadPool* pool) {
+void direct_conv2d(const DirectConvShape& s, const double* x, const double* w, double* y,
+                   ThreadPool* pool) {
   forward_isa(detail::gemm_best_isa(), s, x, w, y, pool);
 }
 void direct_conv2d_filter_grad(const DirectConvShape& s, const float* x, const float* dy, float* dw,
                                ThreadPool* pool) {
   filter_grad_isa(detail::gemm_best_isa(), s, x, dy, dw, pool);
 }
-void direct_conv2d_filter_grad(const DirectConvShape& s, const double* x, const double* dy, double* dw,
-                               ThreadPool* pool) {
+void direct_conv2d_filter_grad(const DirectConvShape& s, const double* x, const double* dy,
+                               double* dw, ThreadPool* pool) {
   filter_grad_isa(detail::gemm_best_isa(), s, x, dy, dw, pool);
 }
 

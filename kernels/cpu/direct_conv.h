@@ -45,15 +45,17 @@ bool direct_conv_applies(const DirectConvShape& s);
 
 /// y = the convolution of x with w; y is [n, oh, ow, o] and overwritten. Requires
 /// direct_conv_applies<T>(s). `pool` may be null.
-void direct_conv2d(const DirectConvShape& s, const float* x, const float* w, float* y, ThreadPool* pool);
-void direct_conv2d(const DirectConvShape& s, const double* x, const double* w, double* y, ThreadPool* pool);
+void direct_conv2d(const DirectConvShape& s, const float* x, const float* w, float* y,
+                   ThreadPool* pool);
+void direct_conv2d(const DirectConvShape& s, const double* x, const double* w, double* y,
+                   ThreadPool* pool);
 
 /// dw [kh, kw, c, o] = the filter gradient of that convolution for output gradient dy
 /// (overwritten). Requires direct_conv_applies<T>(s).
 void direct_conv2d_filter_grad(const DirectConvShape& s, const float* x, const float* dy, float* dw,
                                ThreadPool* pool);
-void direct_conv2d_filter_grad(const DirectConvShape& s, const double* x, const double* dy, double* dw,
-                               ThreadPool* pool);
+void direct_conv2d_filter_grad(const DirectConvShape& s, const double* x, const double* dy,
+                               double* dw, ThreadPool* pool);
 
 namespace detail {
 /// The kernels above forced onto one instruction set (tests run every variant this CPU has);
@@ -66,6 +68,10 @@ void direct_conv2d_filter_grad_with_isa(GemmIsa isa, const DirectConvShape& s, c
                                         const float* dy, float* dw, ThreadPool* pool);
 void direct_conv2d_filter_grad_with_isa(GemmIsa isa, const DirectConvShape& s, const double* x,
                                         const double* dy, double* dw, ThreadPool* pool);
+/// Turns the direct path on or off for the whole process (tests compare it with im2col on
+/// the same shapes); returns the previous setting. The default comes from
+/// SPIRE_CPU_DIRECT_CONV.
+bool set_direct_conv_enabled(bool enabled);
 /// The vector width (elements of T) of `isa`'s kernels: o must be a multiple of it.
 template <class T>
 int direct_conv_lanes(GemmIsa isa);
