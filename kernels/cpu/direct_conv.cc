@@ -126,9 +126,11 @@ void pad_rows_channel_major(const DirectConvShape& s, const T* xi, int64_t r0, i
 }
 
 /// y[i, 0:NV*W] (row stride ldy) = the MR output pixels starting at strip position a (tap
-/// (0, 0), channel 0, in the channel-major strip: pixels adjacent, channels wp apart, strip
-/// rows prow apart) times the filter block b (rows of ldb, ordered (ky, kx, c)).
-template <class T, int W, int MR, int NV>
+/// (0, 0), channel 0; strip rows prow apart) times the filter block b (rows of ldb, ordered
+/// (ky, kx, c)). CS > 0: the strip is NHWC with CS (== c) channels, a compile-time pixel
+/// stride; CS == 0: the strip is channel-major (pixels adjacent, channels wp apart). Either
+/// way the MR broadcasts of one (tap, channel) are constant offsets from one pointer.
+template <class T, int W, int MR, int NV, int CS>
 SPIRE_DC_INLINE void fwd_tile(const T* __restrict a, int64_t c, int64_t kh, int64_t kw,
                               int64_t prow, int64_t wp, const T* __restrict b, int64_t ldb,
                               T* __restrict y, int64_t ldy) {
@@ -140,17 +142,17 @@ SPIRE_DC_INLINE void fwd_tile(const T* __restrict a, int64_t c, int64_t kh, int6
     for (int v = 0; v < NV; ++v) acc[i][v] = V{};
   for (int64_t ky = 0; ky < kh; ++ky)
     for (int64_t kx = 0; kx < kw; ++kx) {
-      const T* ap = a + ky * prow + kx;
+      const T* ap = a + ky * prow + kx * (CS > 0 ? CS : 1);
       const T* bp = b + (ky * kw + kx) * c * ldb;
 #pragma GCC unroll 2
       for (int64_t ch = 0; ch < c; ++ch) {
         V bv[NV];
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) std::memcpy(&bv[v], bp + ch * ldb + v * W, sizeof(V));
-        const T* ac = ap + ch * wp;
+        const T* ac = CS > 0 ? ap + ch : ap + ch * wp;
 #pragma GCC unroll 32
         for (int i = 0; i < MR; ++i) {
-          const T ai = ac[i];
+          const T ai = ac[i * (CS > 0 ? CS : 1)];
 #pragma GCC unroll 4
           for (int v = 0; v < NV; ++v) acc[i][v] += bv[v] * ai;
         }
@@ -164,15 +166,16 @@ SPIRE_DC_INLINE void fwd_tile(const T* __restrict a, int64_t c, int64_t kh, int6
 
 /// One output row from pixel ox on: tiles of MR pixels while they fit, then the next MR.
 /// The last MR must be 1.
-template <class T, int W, int NV, int MR, int... Rest>
+template <class T, int W, int NV, int CS, int MR, int... Rest>
 SPIRE_DC_INLINE void fwd_row(const T* a, int64_t c, int64_t kh, int64_t kw, int64_t prow,
                              int64_t wp, const T* b, int64_t ldb, T* y, int64_t ldy, int64_t ox,
                              int64_t ow) {
   static_assert(sizeof...(Rest) > 0 || MR == 1, "the last tile must be one pixel wide");
   for (; ow - ox >= MR; ox += MR)
-    fwd_tile<T, W, MR, NV>(a + ox, c, kh, kw, prow, wp, b, ldb, y + ox * ldy, ldy);
+    fwd_tile<T, W, MR, NV, CS>(a + ox * (CS > 0 ? CS : 1), c, kh, kw, prow, wp, b, ldb,
+                               y + ox * ldy, ldy);
   if constexpr (sizeof...(Rest) > 0)
-    fwd_row<T, W, NV, Rest...>(a, c, kh, kw, prow, wp, b, ldb, y, ldy, ox, ow);
+    fwd_row<T, W, NV, CS, Rest...>(a, c, kh, kw, prow, wp, b, ldb, y, ldy, ox, ow);
 }
 
 /// dw[i, 0:NV*W] (row stride ldw) += sum over rows r < nrows and pixels p < npix of
@@ -230,17 +233,19 @@ SPIRE_DC_INLINE void dw_channels(const T* a, int64_t c, int64_t prow, const T* d
   template <class T>                                                                          \
   struct NAME {                                                                               \
     static constexpr int W = LANES_BYTES / sizeof(T);                                         \
+    template <int CS>                                                                         \
     TARGET __attribute__((noinline)) static void row1(const T* a, int64_t c, int64_t kh,      \
                                                       int64_t kw, int64_t prow, const T* b,   \
                                                       int64_t ldb, T* y, int64_t ldy,         \
                                                       int64_t ow) {                           \
-      fwd_row<T, W, 1, R1>(a, c, kh, kw, prow, prow / c, b, ldb, y, ldy, 0, ow);              \
+      fwd_row<T, W, 1, CS, R1>(a, c, kh, kw, prow, prow / c, b, ldb, y, ldy, 0, ow);          \
     }                                                                                         \
+    template <int CS>                                                                         \
     TARGET __attribute__((noinline)) static void row2(const T* a, int64_t c, int64_t kh,      \
                                                       int64_t kw, int64_t prow, const T* b,   \
                                                       int64_t ldb, T* y, int64_t ldy,         \
                                                       int64_t ow) {                           \
-      fwd_row<T, W, 2, R2>(a, c, kh, kw, prow, prow / c, b, ldb, y, ldy, 0, ow);              \
+      fwd_row<T, W, 2, CS, R2>(a, c, kh, kw, prow, prow / c, b, ldb, y, ldy, 0, ow);          \
     }                                                                                         \
     TARGET __attribute__((noinline)) static void dw1(const T* a, int64_t c, int64_t prow,     \
                                                      const T* dy, int64_t ldo, int64_t dyrow, \
@@ -291,21 +296,21 @@ int64_t row_macs(const DirectConvShape& s) {
   return std::max<int64_t>(1, s.ow * s.o * s.kh * s.kw * s.c);
 }
 
-template <class T, template <class> class Isa>
-void forward(const DirectConvShape& s, const T* x, const T* w, T* y, ThreadPool* pool) {
+/// forward with the strip layout of CS (see fwd_tile): NHWC when the channel count is CS.
+template <class T, template <class> class Isa, int CS>
+void forward_layout(const DirectConvShape& s, const T* x, const T* w, T* y, ThreadPool* pool) {
   constexpr int W = Isa<T>::W;
-  if (s.n <= 0 || s.oh <= 0 || s.ow <= 0 || s.o <= 0) return;
   const int64_t prow = (s.ow + s.kw - 1) * s.c;
   auto rows = [&](int64_t u0, int64_t u1) {
-    for_bands<T>(s, x, u0, u1, true, [&](int64_t img, int64_t oy0, int64_t oy1, const T* strip) {
+    for_bands<T>(s, x, u0, u1, CS == 0, [&](int64_t img, int64_t oy0, int64_t oy1, const T* strip) {
       for (int64_t oy = oy0; oy < oy1; ++oy) {
         const T* a = strip + (oy - oy0) * prow;
         T* yrow = y + (img * s.oh + oy) * s.ow * s.o;
         for (int64_t o0 = 0; o0 < s.o; o0 += 2 * W) {
           if (s.o - o0 >= 2 * W)
-            Isa<T>::row2(a, s.c, s.kh, s.kw, prow, w + o0, s.o, yrow + o0, s.o, s.ow);
+            Isa<T>::template row2<CS>(a, s.c, s.kh, s.kw, prow, w + o0, s.o, yrow + o0, s.o, s.ow);
           else
-            Isa<T>::row1(a, s.c, s.kh, s.kw, prow, w + o0, s.o, yrow + o0, s.o, s.ow);
+            Isa<T>::template row1<CS>(a, s.c, s.kh, s.kw, prow, w + o0, s.o, yrow + o0, s.o, s.ow);
         }
       }
     });
@@ -317,6 +322,23 @@ void forward(const DirectConvShape& s, const T* x, const T* w, T* y, ThreadPool*
     return;
   }
   pool->parallel_for(units, grain, ThreadPool::RangeFn(rows));
+}
+
+/// The forward pass: the NHWC strip (a plain copy) for the common channel counts 16, 32 and
+/// 64, whose pixel stride the tiles take as a constant; the channel-major strip otherwise.
+template <class T, template <class> class Isa>
+void forward(const DirectConvShape& s, const T* x, const T* w, T* y, ThreadPool* pool) {
+  if (s.n <= 0 || s.oh <= 0 || s.ow <= 0 || s.o <= 0) return;
+  switch (s.c) {
+    case 16:
+      return forward_layout<T, Isa, 16>(s, x, w, y, pool);
+    case 32:
+      return forward_layout<T, Isa, 32>(s, x, w, y, pool);
+    case 64:
+      return forward_layout<T, Isa, 64>(s, x, w, y, pool);
+    default:
+      return forward_layout<T, Isa, 0>(s, x, w, y, pool);
+  }
 }
 
 template <class T, template <class> class Isa>
