@@ -4,11 +4,16 @@
 // tensors are split over the session's thread pool (disjoint output ranges,
 // so results do not depend on the thread count). Shape checks and the
 // table registrar are shared with the CUDA kernels: kernels/elementwise_attrs.h.
+// The contiguous f32 loops are compiled per instruction set (AVX-512, AVX2+FMA, baseline)
+// and picked at run time like the GEMM's, so functors written with plain arithmetic (and
+// kernels/vector_math.h) run 16 or 8 lanes at a time; the library itself needs no -march.
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/kernel_registry.h"
 #include "kernels/cpu/broadcast.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/elementwise_attrs.h"
 #include "kernels/elementwise_table.h"
 #include "kernels/functors.h"
@@ -19,6 +24,74 @@ namespace {
 constexpr DType kFloat[] = {DType::F32, DType::F64};
 
 using kernels::broadcast_or_fail;
+
+// ---- f32 loops per instruction set ---------------------------------------------------------
+// The same loop compiled three times; the functor inlines into each (its code has no target
+// of its own), and GCC vectorizes what it can. Results are those of the scalar arithmetic,
+// up to the FMA contractions the AVX variants may use.
+#if defined(__x86_64__) || defined(__i386__)
+#define SPIRE_EW_X86 1
+#define SPIRE_EW_AVX512 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,fma")))
+#define SPIRE_EW_AVX2 __attribute__((target("avx2,fma")))
+#else
+#define SPIRE_EW_X86 0
+#endif
+
+// Which operand of a binary loop is one broadcast value (kNone: both are arrays).
+enum class Scalar { kNone, kA, kB };
+
+#define SPIRE_EW_LOOPS(SUFFIX, TARGET)                                                     \
+  template <class F>                                                                       \
+  TARGET void unary_##SUFFIX(const float* x, float* y, int64_t n, F f) {                   \
+    for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);                                        \
+  }                                                                                        \
+  template <Scalar S, class F>                                                             \
+  TARGET void binary_##SUFFIX(const float* a, const float* b, float* c, int64_t n, F f) {  \
+    if constexpr (S == Scalar::kNone) {                                                    \
+      for (int64_t i = 0; i < n; ++i) c[i] = f(a[i], b[i]);                                \
+    } else if constexpr (S == Scalar::kB) {                                                \
+      const float bv = b[0];                                                               \
+      for (int64_t i = 0; i < n; ++i) c[i] = f(a[i], bv);                                  \
+    } else {                                                                               \
+      const float av = a[0];                                                               \
+      for (int64_t i = 0; i < n; ++i) c[i] = f(av, b[i]);                                  \
+    }                                                                                      \
+  }
+SPIRE_EW_LOOPS(baseline, )
+#if SPIRE_EW_X86
+SPIRE_EW_LOOPS(avx2, SPIRE_EW_AVX2)
+SPIRE_EW_LOOPS(avx512, SPIRE_EW_AVX512)
+#endif
+
+template <class F>
+void unary_f32(const float* x, float* y, int64_t n, F f) {
+#if SPIRE_EW_X86
+  switch (detail::gemm_best_isa()) {
+    case detail::GemmIsa::kAvx512:
+      return unary_avx512(x, y, n, f);
+    case detail::GemmIsa::kAvx2:
+      return unary_avx2(x, y, n, f);
+    default:
+      break;
+  }
+#endif
+  unary_baseline(x, y, n, f);
+}
+
+template <Scalar S, class F>
+void binary_f32(const float* a, const float* b, float* c, int64_t n, F f) {
+#if SPIRE_EW_X86
+  switch (detail::gemm_best_isa()) {
+    case detail::GemmIsa::kAvx512:
+      return binary_avx512<S>(a, b, c, n, f);
+    case detail::GemmIsa::kAvx2:
+      return binary_avx2<S>(a, b, c, n, f);
+    default:
+      break;
+  }
+#endif
+  binary_baseline<S>(a, b, c, n, f);
+}
 
 template <typename T, typename F>
 void binary_kernel(KernelContext& ctx, F f) {
@@ -36,6 +109,11 @@ void binary_kernel(KernelContext& ctx, F f) {
     const T* a = px + off[0];
     const T* b = py + off[1];
     R* c = pz + o;
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<R, float>) {
+      if (inner[0] == 1 && inner[1] == 1) return binary_f32<Scalar::kNone>(a, b, c, n, f);
+      if (inner[0] == 1) return binary_f32<Scalar::kB>(a, b, c, n, f);
+      if (inner[1] == 1) return binary_f32<Scalar::kA>(a, b, c, n, f);
+    }
     if (inner[0] == 1 && inner[1] == 1) {
       for (int64_t i = 0; i < n; ++i) c[i] = f(a[i], b[i]);
     } else if (inner[0] == 1) {
@@ -59,7 +137,10 @@ void unary_kernel(KernelContext& ctx, F f) {
   const T* px = x.data<T>();
   R* py = y.data<R>();
   ctx.parallel_for(x.num_elements(), kElementwiseGrain, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) py[i] = f(px[i]);
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<R, float>)
+      unary_f32(px + b, py + b, e - b, f);
+    else
+      for (int64_t i = b; i < e; ++i) py[i] = f(px[i]);
   });
 }
 
