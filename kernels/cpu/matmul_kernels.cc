@@ -7,13 +7,16 @@
 // f16 / bf16 (mixed precision, docs/training.md): the CPU has no 16-bit arithmetic here, so
 // both operands are widened to f32 (exact), multiplied by the f32 GEMM (f32 accumulation, as
 // cuBLAS's CUBLAS_COMPUTE_32F) and the product is rounded to the 16-bit dtype once, to nearest
-// even. The result equals the f32 product of the same 16-bit inputs, rounded.
+// even. The result equals the f32 product of the same 16-bit inputs, rounded. On CPUs with
+// AVX512-BF16 a bf16 MatMul multiplies its operands as they are (kernels/cpu/gemm_bf16.h):
+// the same exact products, summed in f32 in another order.
 #include <algorithm>
 #include <vector>
 
 #include "core/kernel_registry.h"
 #include "kernels/cpu/broadcast.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/functors.h"
 #include "kernels/matmul_shapes.h"
 
@@ -59,8 +62,15 @@ void half_matmul_kernel(KernelContext& ctx) {
   const Tensor& b = ctx.input(1);
   const kernels::MatMulDims d = kernels::matmul_dims(ctx);
   Tensor& c = ctx.allocate_output(0, Shape{d.m, d.n});
-  const std::vector<float> fa = widen(ctx, a), fb = widen(ctx, b);
   std::vector<float> fc(static_cast<size_t>(d.m * d.n));
+  if (a.dtype() == DType::BF16 && gemm_bf16_supported()) {
+    gemm_bf16(d.ta, d.tb, d.m, d.n, d.k, static_cast<const uint16_t*>(a.raw_data()), a.dim(1),
+              static_cast<const uint16_t*>(b.raw_data()), b.dim(1), fc.data(), d.n,
+              ctx.thread_pool());
+    narrow(ctx, fc, c);
+    return;
+  }
+  const std::vector<float> fa = widen(ctx, a), fb = widen(ctx, b);
   gemm(d.ta, d.tb, d.m, d.n, d.k, 1.0f, fa.data(), a.dim(1), fb.data(), b.dim(1), 0.0f,
        fc.data(), d.n, ctx.thread_pool());
   narrow(ctx, fc, c);

@@ -1,0 +1,31 @@
+// A bf16 GEMM for CPUs with AVX512-BF16 (AMD Zen 4/5, Intel Cooper Lake and later): the bf16
+// MatMul kernel (kernels/cpu/matmul_kernels.cc) multiplies its 16-bit operands directly
+// instead of widening both to f32 first. Same packed, cache-blocked structure as the f32 GEMM
+// (kernels/cpu/gemm.h), with the k dimension packed in pairs: each VDPBF16PS adds the products
+// of two consecutive k of 16 columns to f32 accumulators, twice the multiply-adds of an f32
+// FMA per instruction. The products of bf16 values are exact in f32; the sums are rounded in
+// f32 (pairs first), with denormal inputs and results read as zero, as the instruction does.
+// Where the CPU lacks AVX512-BF16 the caller keeps the widening path.
+#pragma once
+
+#include <cstdint>
+
+namespace spire {
+class ThreadPool;
+}
+
+namespace spire::cpu {
+
+/// Whether gemm_bf16 can run on this CPU (AVX512-BF16 with AVX-512 F/BW/VL).
+bool gemm_bf16_supported();
+
+/// C (f32, row-major, row stride ldc, overwritten) = op(A) op(B) for bf16 A and B given as
+/// their 16-bit patterns, row-major with row strides lda / ldb; op(X) is X or X^T per the
+/// flag, op(A) m x k, op(B) k x n. Requires gemm_bf16_supported(). The product is split over
+/// `pool` (may be null) by whole register tiles; every element's sum is the same for any
+/// thread count.
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a,
+               int64_t lda, const uint16_t* b, int64_t ldb, float* c, int64_t ldc,
+               ThreadPool* pool);
+
+}  // namespace spire::cpu
