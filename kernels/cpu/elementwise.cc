@@ -13,7 +13,7 @@
 
 #include "core/kernel_registry.h"
 #include "kernels/cpu/broadcast.h"
-#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/vector_loops.h"
 #include "kernels/elementwise_attrs.h"
 #include "kernels/elementwise_table.h"
 #include "kernels/functors.h"
@@ -24,74 +24,6 @@ namespace {
 constexpr DType kFloat[] = {DType::F32, DType::F64};
 
 using kernels::broadcast_or_fail;
-
-// ---- f32 loops per instruction set ---------------------------------------------------------
-// The same loop compiled three times; the functor inlines into each (its code has no target
-// of its own), and GCC vectorizes what it can. Results are those of the scalar arithmetic,
-// up to the FMA contractions the AVX variants may use.
-#if defined(__x86_64__) || defined(__i386__)
-#define SPIRE_EW_X86 1
-#define SPIRE_EW_AVX512 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,fma")))
-#define SPIRE_EW_AVX2 __attribute__((target("avx2,fma")))
-#else
-#define SPIRE_EW_X86 0
-#endif
-
-// Which operand of a binary loop is one broadcast value (kNone: both are arrays).
-enum class Scalar { kNone, kA, kB };
-
-#define SPIRE_EW_LOOPS(SUFFIX, TARGET)                                                     \
-  template <class F>                                                                       \
-  TARGET void unary_##SUFFIX(const float* x, float* y, int64_t n, F f) {                   \
-    for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);                                        \
-  }                                                                                        \
-  template <Scalar S, class F>                                                             \
-  TARGET void binary_##SUFFIX(const float* a, const float* b, float* c, int64_t n, F f) {  \
-    if constexpr (S == Scalar::kNone) {                                                    \
-      for (int64_t i = 0; i < n; ++i) c[i] = f(a[i], b[i]);                                \
-    } else if constexpr (S == Scalar::kB) {                                                \
-      const float bv = b[0];                                                               \
-      for (int64_t i = 0; i < n; ++i) c[i] = f(a[i], bv);                                  \
-    } else {                                                                               \
-      const float av = a[0];                                                               \
-      for (int64_t i = 0; i < n; ++i) c[i] = f(av, b[i]);                                  \
-    }                                                                                      \
-  }
-SPIRE_EW_LOOPS(baseline, )
-#if SPIRE_EW_X86
-SPIRE_EW_LOOPS(avx2, SPIRE_EW_AVX2)
-SPIRE_EW_LOOPS(avx512, SPIRE_EW_AVX512)
-#endif
-
-template <class F>
-void unary_f32(const float* x, float* y, int64_t n, F f) {
-#if SPIRE_EW_X86
-  switch (detail::gemm_best_isa()) {
-    case detail::GemmIsa::kAvx512:
-      return unary_avx512(x, y, n, f);
-    case detail::GemmIsa::kAvx2:
-      return unary_avx2(x, y, n, f);
-    default:
-      break;
-  }
-#endif
-  unary_baseline(x, y, n, f);
-}
-
-template <Scalar S, class F>
-void binary_f32(const float* a, const float* b, float* c, int64_t n, F f) {
-#if SPIRE_EW_X86
-  switch (detail::gemm_best_isa()) {
-    case detail::GemmIsa::kAvx512:
-      return binary_avx512<S>(a, b, c, n, f);
-    case detail::GemmIsa::kAvx2:
-      return binary_avx2<S>(a, b, c, n, f);
-    default:
-      break;
-  }
-#endif
-  binary_baseline<S>(a, b, c, n, f);
-}
 
 template <typename T, typename F>
 void binary_kernel(KernelContext& ctx, F f) {
@@ -110,9 +42,9 @@ void binary_kernel(KernelContext& ctx, F f) {
     const T* b = py + off[1];
     R* c = pz + o;
     if constexpr (std::is_same_v<T, float> && std::is_same_v<R, float>) {
-      if (inner[0] == 1 && inner[1] == 1) return binary_f32<Scalar::kNone>(a, b, c, n, f);
-      if (inner[0] == 1) return binary_f32<Scalar::kB>(a, b, c, n, f);
-      if (inner[1] == 1) return binary_f32<Scalar::kA>(a, b, c, n, f);
+      if (inner[0] == 1 && inner[1] == 1) return binary_vec<VecScalar::kNone>(a, b, c, n, f);
+      if (inner[0] == 1) return binary_vec<VecScalar::kB>(a, b, c, n, f);
+      if (inner[1] == 1) return binary_vec<VecScalar::kA>(a, b, c, n, f);
     }
     if (inner[0] == 1 && inner[1] == 1) {
       for (int64_t i = 0; i < n; ++i) c[i] = f(a[i], b[i]);
@@ -138,7 +70,7 @@ void unary_kernel(KernelContext& ctx, F f) {
   R* py = y.data<R>();
   ctx.parallel_for(x.num_elements(), kElementwiseGrain, [&](int64_t b, int64_t e) {
     if constexpr (std::is_same_v<T, float> && std::is_same_v<R, float>)
-      unary_f32(px + b, py + b, e - b, f);
+      unary_vec(px + b, py + b, e - b, f);
     else
       for (int64_t i = b; i < e; ++i) py[i] = f(px[i]);
   });
@@ -193,6 +125,16 @@ void cast_half_kernel(KernelContext& ctx, const Tensor& x, Tensor& y) {
     const functors::HalfToHalf f{x.dtype() == DType::BF16, y.dtype() == DType::BF16};
     ctx.parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) hy[i] = f(hx[i]);
+    });
+  } else if (x.dtype() == DType::BF16 && y.dtype() == DType::F32) {
+    float* py = y.data<float>();
+    ctx.parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
+      unary_vec(hx + b, py + b, e - b, [](uint16_t h) { return functors::bf16_bits_to_float(h); });
+    });
+  } else if (x.dtype() == DType::F32 && y.dtype() == DType::BF16) {
+    const float* px = x.data<float>();
+    ctx.parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
+      unary_vec(px + b, hy + b, e - b, [](float f) { return functors::float_to_bf16_bits(f); });
     });
   } else if (is_half(x.dtype())) {
     visit_dtype(y.dtype(), "Cast", [&](auto to) {

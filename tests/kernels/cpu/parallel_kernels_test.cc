@@ -154,6 +154,10 @@ TEST(ParallelKernelsTest, ElementwiseBroadcastAndReductionsAgree) {
       {"max_big", ops::max(big), true},
       {"log_softmax_mid", ops::log_softmax(a, 1), true},
       {"dropout", ops::dropout(a, 0.5, 7), true},
+      {"gelu", ops::gelu(a), true},
+      {"gelu_grad", ops::gelu_grad(c, a), true},
+      {"gelu_grad_big", ops::gelu_grad(big, big), true},
+      {"bf16_round_trip", ops::cast(ops::cast(a, DType::BF16), DType::F32), true},
   };
   FeedDict feeds = {{a, random_tensor(DType::F32, {64, 40, 33}, 4)},
                     {b, random_tensor(DType::F32, {40, 1}, 5)},
