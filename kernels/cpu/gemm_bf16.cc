@@ -20,10 +20,13 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define SPIRE_BF16_X86 1
+// Packing runs only where the kernel does (AVX-512 CPUs): vectorized for AVX-512 too.
+#define SPIRE_BF16_PACK_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
 #define SPIRE_BF16_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")))
 #else
 #define SPIRE_BF16_X86 0
+#define SPIRE_BF16_PACK_TARGET
 #endif
 
 namespace spire::cpu {
@@ -73,14 +76,35 @@ struct Strided {
 };
 
 /// Packs rows [0, rows) x k [0, kc) of `src` as panels of R rows: for each k pair q, R pairs
-/// (row-major within the panel), zero-padded.
+/// (row-major within the panel), zero-padded. Two layouts of the source copy whole runs:
+/// k contiguous (each pair is one 32-bit word of the source) and rows contiguous (each pair
+/// interleaves two source rows, a loop the compiler vectorizes); others go element by element.
 template <int R>
-void pack_pairs(const Strided& src, int64_t rows, int64_t kc, uint16_t* dst) {
-  const int64_t pairs = (kc + 1) / 2;
+SPIRE_BF16_PACK_TARGET void pack_pairs(const Strided& src, int64_t rows, int64_t kc,
+                                       uint16_t* dst) {
+  const int64_t pairs = (kc + 1) / 2, full = kc / 2;  // full: pairs with both k in range
   for (int64_t r0 = 0; r0 < rows; r0 += R) {
     const int64_t r = std::min<int64_t>(R, rows - r0);
     uint16_t* panel = dst + r0 * pairs * 2;
-    for (int64_t q = 0; q < pairs; ++q) {
+    int64_t q = 0;
+    if (r == R && src.s_p == 1) {
+      for (; q < full; ++q) {
+        uint16_t* __restrict d = panel + q * R * 2;
+        for (int64_t i = 0; i < R; ++i)
+          std::memcpy(d + 2 * i, src.p + (r0 + i) * src.s_i + 2 * q, 2 * sizeof(uint16_t));
+      }
+    } else if (r == R && src.s_i == 1) {
+      for (; q < full; ++q) {
+        uint16_t* __restrict d = panel + q * R * 2;
+        const uint16_t* __restrict row0 = src.p + r0 + 2 * q * src.s_p;
+        const uint16_t* __restrict row1 = row0 + src.s_p;
+        for (int64_t i = 0; i < R; ++i) {
+          d[2 * i] = row0[i];
+          d[2 * i + 1] = row1[i];
+        }
+      }
+    }
+    for (; q < pairs; ++q) {
       uint16_t* d = panel + q * R * 2;
       const int64_t p0 = 2 * q;
       const bool second = p0 + 1 < kc;

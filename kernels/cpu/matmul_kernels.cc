@@ -17,6 +17,7 @@
 #include "kernels/cpu/broadcast.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_bf16.h"
+#include "kernels/cpu/vector_loops.h"
 #include "kernels/functors.h"
 #include "kernels/matmul_shapes.h"
 
@@ -31,7 +32,10 @@ std::vector<float> widen(KernelContext& ctx, const Tensor& t) {
   const functors::FromHalf<float> f{t.dtype() == DType::BF16};
   float* o = out.data();
   ctx.parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) o[i] = f(p[i]);
+    if (t.dtype() == DType::BF16)
+      unary_vec(p + b, o + b, e - b, [](uint16_t h) { return functors::bf16_bits_to_float(h); });
+    else
+      for (int64_t i = b; i < e; ++i) o[i] = f(p[i]);
   });
   return out;
 }
@@ -42,7 +46,10 @@ void narrow(KernelContext& ctx, const std::vector<float>& src, Tensor& t) {
   const functors::ToHalf f{t.dtype() == DType::BF16};
   const float* s = src.data();
   ctx.parallel_for(t.num_elements(), kElementwiseGrain, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) p[i] = f(s[i]);
+    if (t.dtype() == DType::BF16)
+      unary_vec(s + b, p + b, e - b, [](float x) { return functors::float_to_bf16_bits(x); });
+    else
+      for (int64_t i = b; i < e; ++i) p[i] = f(s[i]);
   });
 }
 
