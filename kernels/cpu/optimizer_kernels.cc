@@ -5,12 +5,52 @@
 // that variable's update only), in place or into new buffers per the
 // copy-on-write rule of FusedApplyBinding::acquire. A gated node whose
 // apply_if is 0 returns before locking anything: every value stays as it is.
+// The element loop is compiled per instruction set like kernels/cpu/vector_loops.h's (this
+// file, too, builds without FMA contraction: a variable's update must not depend on where
+// the threads split it).
 #include "core/kernel_registry.h"
 #include "kernels/cpu/broadcast.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/optimizer_functors.h"
 
 namespace spire::cpu {
 namespace {
+
+// Elements [begin, end): each read from in[s], updated by f, written to out[s] (in[s] may
+// equal out[s]: one iteration reads and writes only its own element, hence ivdep).
+#define SPIRE_APPLY_LOOP(SUFFIX, TARGET)                                                    \
+  template <int K, typename T, typename F>                                                  \
+  TARGET void apply_##SUFFIX(const T* const* in, T* const* out, const T* g, int64_t begin,  \
+                             int64_t end, const F& f) {                                     \
+    _Pragma("GCC ivdep") for (int64_t e = begin; e < end; ++e) {                            \
+      T st[K];                                                                              \
+      for (int s = 0; s < K; ++s) st[s] = in[s][e];                                         \
+      f(st, g[e]);                                                                          \
+      for (int s = 0; s < K; ++s) out[s][e] = st[s];                                        \
+    }                                                                                       \
+  }
+SPIRE_APPLY_LOOP(baseline, )
+#if defined(__x86_64__) || defined(__i386__)
+SPIRE_APPLY_LOOP(avx2, __attribute__((target("avx2,fma"))))
+SPIRE_APPLY_LOOP(avx512, __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,fma"))))
+#endif
+#undef SPIRE_APPLY_LOOP
+
+template <int K, typename T, typename F>
+void apply_range(const T* const* in, T* const* out, const T* g, int64_t begin, int64_t end,
+                 const F& f) {
+#if defined(__x86_64__) || defined(__i386__)
+  switch (detail::gemm_best_isa()) {
+    case detail::GemmIsa::kAvx512:
+      return apply_avx512<K>(in, out, g, begin, end, f);
+    case detail::GemmIsa::kAvx2:
+      return apply_avx2<K>(in, out, g, begin, end, f);
+    default:
+      break;
+  }
+#endif
+  apply_baseline<K>(in, out, g, begin, end, f);
+}
 
 template <typename T, typename F>
 void fused_apply(KernelContext& ctx, F f) {
@@ -34,12 +74,7 @@ void fused_apply(KernelContext& ctx, F f) {
     // Each element is read, then written, by one thread (in[s] may equal out[s]).
     ctx.parallel_for(b.sizes[static_cast<size_t>(i)], kElementwiseGrain,
                      [&](int64_t begin, int64_t end) {
-                       for (int64_t e = begin; e < end; ++e) {
-                         T st[kStates];
-                         for (int s = 0; s < kStates; ++s) st[s] = in[s][e];
-                         f(st, g[e]);
-                         for (int s = 0; s < kStates; ++s) out[s][e] = st[s];
-                       }
+                       apply_range<kStates>(in, out, g, begin, end, f);
                      });
     b.commit();
   }
