@@ -3,8 +3,9 @@
 // instead of widening both to f32 first. Same packed, cache-blocked structure as the f32 GEMM
 // (kernels/cpu/gemm.h), with the k dimension packed in pairs: each VDPBF16PS adds the products
 // of two consecutive k of 16 columns to f32 accumulators, twice the multiply-adds of an f32
-// FMA per instruction. The products of bf16 values are exact in f32; the sums are rounded in
-// f32 (pairs first), with denormal inputs and results read as zero, as the instruction does.
+// FMA per instruction. The products of bf16 values are exact in f32; each is added to the f32
+// accumulator with rounding (the odd k, then the even one, as the instruction defines), with
+// denormal inputs and results flushed to zero.
 // Where the CPU lacks AVX512-BF16 the caller keeps the widening path.
 #pragma once
 

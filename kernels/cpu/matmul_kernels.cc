@@ -9,7 +9,7 @@
 // cuBLAS's CUBLAS_COMPUTE_32F) and the product is rounded to the 16-bit dtype once, to nearest
 // even. The result equals the f32 product of the same 16-bit inputs, rounded. On CPUs with
 // AVX512-BF16 a bf16 MatMul multiplies its operands as they are (kernels/cpu/gemm_bf16.h):
-// the same exact products, summed in f32 in another order.
+// the same exact products, summed in f32 in another order, with denormals flushed to zero.
 #include <algorithm>
 #include <vector>
 

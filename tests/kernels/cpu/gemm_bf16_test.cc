@@ -40,7 +40,8 @@ TEST(GemmBf16, MatchesTheExactProductOfTheBf16Values) {
     GTEST_SKIP() << "this CPU has no AVX512-BF16: the MatMul widens to f32";
   ThreadPool pool(3);
   const Dims shapes[] = {{1, 1, 1},     {7, 13, 5},    {6, 64, 2},    {37, 19, 70},
-                         {300, 3, 257}, {5, 700, 513}, {130, 600, 9}, {96, 96, 600}};
+                         {300, 3, 257}, {5, 700, 513}, {130, 600, 9}, {96, 96, 600},
+                         {400, 70, 100}, {5, 720, 600}};  // threaded: the pool splits m, then n
   for (const Dims& d : shapes)
     for (int t = 0; t < 4; ++t) {
       const bool ta = (t & 1) != 0, tb = (t & 2) != 0;
