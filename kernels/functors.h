@@ -9,14 +9,7 @@
 #include <limits>
 #include <type_traits>
 
-#if !defined(SPIRE_HD)
-#if defined(__CUDACC__)
-#define SPIRE_HD __host__ __device__
-#else
-#define SPIRE_HD
-#endif
-#endif
-
+#include "kernels/host_device.h"
 #include "kernels/vector_math.h"
 
 namespace spire::functors {

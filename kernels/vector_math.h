@@ -16,13 +16,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if !defined(SPIRE_HD)
-#if defined(__CUDACC__)
-#define SPIRE_HD __host__ __device__
-#else
-#define SPIRE_HD
-#endif
-#endif
+#include "kernels/host_device.h"
 
 namespace spire::vmath {
 

@@ -12,12 +12,12 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <new>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/scratch_buffer.h"
 
 namespace spire::cpu {
 namespace {
@@ -46,36 +46,8 @@ constexpr int64_t kStripElements = int64_t{1} << 15;
 // blocks over k, is the better lowering.
 constexpr int64_t kMaxDepth = 1024;
 
-/// Per-thread 64-byte-aligned strip of padded input rows; grows on demand and is reused by
-/// later calls on the same thread (a pool's threads run one loop at a time). Like the GEMM's
-/// pack buffers, each thread keeps its largest strip until it exits.
-class Strip {
- public:
-  Strip() = default;
-  Strip(const Strip&) = delete;
-  Strip& operator=(const Strip&) = delete;
-  ~Strip() { release(); }
-  template <class T>
-  T* get(int64_t count) {
-    const size_t bytes = static_cast<size_t>(count) * sizeof(T);
-    if (bytes > capacity_) {
-      release();
-      data_ = ::operator new (bytes, std::align_val_t{64});
-      capacity_ = bytes;
-    }
-    return static_cast<T*>(data_);
-  }
-
- private:
-  void release() {
-    if (data_ != nullptr) ::operator delete (data_, std::align_val_t{64});
-    data_ = nullptr;
-    capacity_ = 0;
-  }
-  void* data_ = nullptr;
-  size_t capacity_ = 0;
-};
-thread_local Strip tl_strip;
+/// The per-thread strip of padded input rows (kernels/cpu/scratch_buffer.h).
+thread_local ScratchBuffer tl_strip;
 
 /// Copies rows [r0, r1) of image xi padded as the shape says (padded row r is input row
 /// r - pt, padded column q is input column q - pl, zero outside) into p: wp columns a row.

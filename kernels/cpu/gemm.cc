@@ -26,11 +26,12 @@
 #include "kernels/cpu/gemm.h"
 
 #include <algorithm>
-#include "core/thread_pool.h"
 #include <cstddef>
 #include <cstring>
-#include <new>
 #include <type_traits>
+
+#include "core/thread_pool.h"
+#include "kernels/cpu/scratch_buffer.h"
 
 namespace spire::cpu {
 namespace {
@@ -253,38 +254,9 @@ SPIRE_GEMM_INLINE void pack_block(const T* src, int64_t s_i, int64_t s_p, int64_
                   std::clamp<int64_t>(rows - i0 - R, 0, R), dst + i0 * kc);
 }
 
-/// Per-thread 64-byte-aligned scratch for packed blocks; grows on demand, reused across calls.
-class PackBuffer {
- public:
-  PackBuffer() = default;
-  PackBuffer(const PackBuffer&) = delete;
-  PackBuffer& operator=(const PackBuffer&) = delete;
-  ~PackBuffer() { release(); }
-
-  template <class T>
-  T* get(size_t count) {
-    const size_t bytes = count * sizeof(T);
-    if (bytes > capacity_) {
-      release();
-      data_ = ::operator new(bytes, std::align_val_t{kAlign});
-      capacity_ = bytes;
-    }
-    return static_cast<T*>(data_);
-  }
-
- private:
-  static constexpr size_t kAlign = 64;
-  void release() {
-    if (data_ != nullptr) ::operator delete(data_, std::align_val_t{kAlign});
-    data_ = nullptr;
-    capacity_ = 0;
-  }
-  void* data_ = nullptr;
-  size_t capacity_ = 0;
-};
-
-thread_local PackBuffer tl_packed_a;
-thread_local PackBuffer tl_packed_b;
+// Per-thread scratch for the packed blocks (kernels/cpu/scratch_buffer.h).
+thread_local ScratchBuffer tl_packed_a;
+thread_local ScratchBuffer tl_packed_b;
 
 constexpr int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 

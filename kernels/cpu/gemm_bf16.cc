@@ -12,10 +12,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <new>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/scratch_buffer.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -39,34 +39,9 @@ constexpr int64_t kKC = 256;       // k per packed block (even)
 constexpr int64_t kMC = 20 * kMR;  // rows of op(A) per packed block
 constexpr int64_t kNC = 8 * kNR;   // columns of op(B) per packed block
 
-/// Per-thread 64-byte-aligned scratch for the packed blocks (as the f32 GEMM's).
-class PackBuffer {
- public:
-  PackBuffer() = default;
-  PackBuffer(const PackBuffer&) = delete;
-  PackBuffer& operator=(const PackBuffer&) = delete;
-  ~PackBuffer() { release(); }
-  uint16_t* get(int64_t count) {
-    const size_t bytes = static_cast<size_t>(count) * sizeof(uint16_t);
-    if (bytes > capacity_) {
-      release();
-      data_ = ::operator new (bytes, std::align_val_t{64});
-      capacity_ = bytes;
-    }
-    return static_cast<uint16_t*>(data_);
-  }
-
- private:
-  void release() {
-    if (data_ != nullptr) ::operator delete (data_, std::align_val_t{64});
-    data_ = nullptr;
-    capacity_ = 0;
-  }
-  void* data_ = nullptr;
-  size_t capacity_ = 0;
-};
-thread_local PackBuffer tl_bf16_a;
-thread_local PackBuffer tl_bf16_b;
+// Per-thread scratch for the packed blocks (kernels/cpu/scratch_buffer.h).
+thread_local ScratchBuffer tl_bf16_a;
+thread_local ScratchBuffer tl_bf16_b;
 
 /// Element (i, p) of a strided matrix: src[i * s_i + p * s_p].
 struct Strided {
@@ -155,8 +130,8 @@ SPIRE_BF16_TARGET __attribute__((noinline)) void micro_kernel(int64_t pairs, con
 void gemm_blocked(const Strided& a, const Strided& b, int64_t m, int64_t n, int64_t k, float* c,
                   int64_t ldc) {
   const int64_t kc_max = std::min(kKC, k), pairs_max = (kc_max + 1) / 2;
-  uint16_t* pa = tl_bf16_a.get((std::min(kMC, m) + kMR) * pairs_max * 2);
-  uint16_t* pb = tl_bf16_b.get((std::min(kNC, n) + kNR) * pairs_max * 2);
+  uint16_t* pa = tl_bf16_a.get<uint16_t>((std::min(kMC, m) + kMR) * pairs_max * 2);
+  uint16_t* pb = tl_bf16_b.get<uint16_t>((std::min(kNC, n) + kNR) * pairs_max * 2);
   alignas(64) float tile[kMR * kNR];
   for (int64_t jc = 0; jc < n; jc += kNC) {
     const int64_t nc = std::min(kNC, n - jc);
