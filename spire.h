@@ -46,6 +46,7 @@
 #include "core/ops.h"
 #include "core/run_context.h"
 #include "core/session.h"
+#include "core/step_stats.h"
 #include "core/shape.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
@@ -84,6 +85,7 @@
 #include "train/monitor.h"
 #include "train/session_init.h"
 #include "train/text_dataset.h"
+#include "train/timeline.h"
 #include "train/trainer.h"
 
 // ---- dist ----

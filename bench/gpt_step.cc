@@ -45,14 +45,17 @@ struct Options {
   int windows = 3;
   int warmup = 2;
   bool gpu = false;
+  std::string trace;  // --trace FILE: Chrome trace of 3 steps after the timing
 };
 
 const char* kUsage =
     "usage: gpt_step [--config baby|shakespeare_char] [--batch B] [--threads T]\n"
     "                [--precision f32|bf16] [--steps S] [--windows W] [--warmup N]\n"
-    "                [--device cpu|gpu]\n"
+    "                [--device cpu|gpu] [--trace FILE]\n"
     "One nanoGPT training step (forward, backward, clipping, AdamW), timed: tokens/s of the\n"
-    "median of W windows of S steps after N warm-up steps, and the peak resident memory.\n";
+    "median of W windows of S steps after N warm-up steps, and the peak resident memory.\n"
+    "--trace FILE: afterwards, traces 3 more steps into FILE (Chrome trace JSON, for Perfetto)\n"
+    "and prints where their time went, per op type, to stderr.\n";
 
 bool parse(int argc, char** argv, Options& o) {
   for (int i = 1; i < argc; ++i) {
@@ -82,6 +85,8 @@ bool parse(int argc, char** argv, Options& o) {
       o.steps = static_cast<int>(num(1, 1 << 20));
     } else if (a == "--windows") {
       o.windows = static_cast<int>(num(1, 1 << 20));
+    } else if (a == "--trace") {
+      o.trace = v;
     } else if (a == "--warmup") {
       o.warmup = static_cast<int>(num(0, 1 << 20));
     } else {
@@ -156,6 +161,13 @@ int run(const Options& o) {
               o.config.c_str(), o.precision.c_str(), o.threads, static_cast<double>(o.batch * T) / median,
               median * 1e3, t.best() * 1e3, t.cpu_per_step * 1e3, proc_status_mib("VmHWM"), start_rss,
               loss_last, gpu_fields);
+  if (!o.trace.empty()) {
+    std::vector<StepStats> traced(3);
+    for (StepStats& st : traced) s.run({loss}, feeds, {train_op}, &st);
+    write_chrome_trace(o.trace, traced, 0, "gpt_step " + o.config + " " + o.precision);
+    std::fprintf(stderr, "gpt_step: trace of 3 steps in %s\n%s", o.trace.c_str(),
+                 op_time_summary(traced).c_str());
+  }
   return 0;
 }
 

@@ -453,6 +453,7 @@ struct ExecutionPlan::RunState {
   std::mutex error_mu;
   std::exception_ptr error;  // guarded by error_mu: the first real failure
   bool error_is_cancellation = false;
+  StepTrace* trace = nullptr;  // set when the run is traced
 
   ~RunState() {
     for (size_t k = 0; k < events.size(); ++k)
@@ -513,8 +514,10 @@ void ExecutionPlan::wait_for(const Step& st, int producer, RunState& rs) const {
   }
 }
 
-void ExecutionPlan::run_step(const Step& st, RunState& rs, std::vector<Tensor>& inputs) const {
+void ExecutionPlan::run_step(const Step& st, RunState& rs, std::vector<Tensor>& inputs,
+                             int lane) const {
   Node* n = st.node;
+  const int64_t trace_start = rs.trace ? rs.trace->now_ns() : 0;
   const int nin = n->num_inputs();
   for (int i = 0; i < nin; ++i) {
     const int s = st.input_slots[static_cast<size_t>(i)];
@@ -553,6 +556,7 @@ void ExecutionPlan::run_step(const Step& st, RunState& rs, std::vector<Tensor>& 
   ctx.set_allow_tf32(rs.env->options->allow_tf32);
   ctx.set_participants(&st.participants);
   ctx.set_run(&rs.run);
+  if (rs.trace) ctx.set_trace(rs.trace, lane);
   try {
     (*st.kernel)(ctx);
     // Debug mode: surface asynchronous device errors at the node that made them.
@@ -589,6 +593,16 @@ void ExecutionPlan::run_step(const Step& st, RunState& rs, std::vector<Tensor>& 
   for (int s : st.release) rs.values[static_cast<size_t>(s)] = Tensor();
   for (int s : st.count_down)
     if (rs.counts[s].fetch_sub(1, std::memory_order_acq_rel) == 1) rs.values[static_cast<size_t>(s)] = Tensor();
+  if (rs.trace) {
+    TraceEvent e{n->name(), n->op_type(), st.device.to_string(), lane, trace_start,
+                 rs.trace->now_ns(), 0, {}};
+    if (!st.participants.empty()) {
+      std::string p;
+      for (int q : st.participants) p += (p.empty() ? "" : ",") + std::to_string(q);
+      e.args.emplace_back("participants", p);
+    }
+    rs.trace->add(std::move(e));
+  }
 }
 
 void ExecutionPlan::run_lane(int lane, RunState& rs) const {
@@ -602,7 +616,7 @@ void ExecutionPlan::run_lane(int lane, RunState& rs) const {
       if (st.backend->make_current) st.backend->make_current(st.device.index);
       current = st.device;
     }
-    run_step(st, rs, inputs);
+    run_step(st, rs, inputs, lane);
     if (st.signals) {
       if (st.backend && st.backend->record_event) {
         try {
@@ -620,9 +634,11 @@ void ExecutionPlan::run_lane(int lane, RunState& rs) const {
 }
 
 std::vector<Tensor> ExecutionPlan::run(const std::vector<Output>& fetches, const FeedDict& feeds,
-                                       uint64_t run_id, const ExecutorEnv& env) const {
+                                       uint64_t run_id, const ExecutorEnv& env,
+                                       StepTrace* trace) const {
   RunState rs;
   rs.env = &env;
+  rs.trace = trace;
   rs.values.resize(static_cast<size_t>(num_slots_));
   rs.run.id = run_id;
   rs.run.cancellation = &rs.cancellation;

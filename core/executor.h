@@ -37,6 +37,7 @@
 #include "core/graph.h"
 #include "core/kernel_registry.h"
 #include "core/session.h"
+#include "core/step_stats.h"
 
 namespace spire {
 
@@ -64,8 +65,10 @@ class ExecutionPlan {
   /// Executes the plan. `feeds` must have the keys the plan was compiled
   /// for. Returns the fetched values on the CPU, never aliasing session
   /// state or the caller's fed tensors.
+  /// With `trace`, records every step's start and end (and kernels' own events) there.
   std::vector<Tensor> run(const std::vector<Output>& fetches, const FeedDict& feeds,
-                          uint64_t run_id, const ExecutorEnv& env) const;
+                          uint64_t run_id, const ExecutorEnv& env,
+                          StepTrace* trace = nullptr) const;
 
   /// The devices of the lanes, in lane order.
   std::vector<Device> lane_devices() const;
@@ -95,7 +98,7 @@ class ExecutionPlan {
   struct RunState;
 
   void run_lane(int lane, RunState& rs) const;
-  void run_step(const Step& st, RunState& rs, std::vector<Tensor>& inputs) const;
+  void run_step(const Step& st, RunState& rs, std::vector<Tensor>& inputs, int lane) const;
   void wait_for(const Step& st, int producer, RunState& rs) const;
 
   std::vector<Step> steps_;

@@ -18,6 +18,7 @@
 
 #include "core/graph.h"
 #include "core/run_context.h"
+#include "core/step_stats.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "core/variable_resource.h"
@@ -131,6 +132,23 @@ class KernelContext {
   const RunContext& run() const { return *run_; }
   void set_run(const RunContext* run) { run_ = run ? run : &kNoRun; }
 
+  /// Whether this run is traced (Session::run with a StepStats): kernels may then add their
+  /// own events (e.g. a collective's wait and transfer phases) with trace_event.
+  bool tracing() const { return trace_ != nullptr; }
+  /// The trace's clock (ns since the run started); 0 when not tracing.
+  int64_t trace_now_ns() const { return trace_ ? trace_->now_ns() : 0; }
+  /// Adds an event on this kernel's lane and device (no-op when not tracing).
+  void trace_event(std::string name, std::string category, int64_t start_ns, int64_t end_ns,
+                   std::vector<std::pair<std::string, std::string>> args = {}) const {
+    if (!trace_) return;
+    trace_->add({std::move(name), std::move(category), device_.to_string(), trace_lane_,
+                 start_ns, end_ns, 1, std::move(args)});
+  }
+  void set_trace(StepTrace* trace, int lane) {
+    trace_ = trace;
+    trace_lane_ = lane;
+  }
+
   /// The session's CPU thread pool (null when the kernel runs without one).
   ThreadPool* thread_pool() const { return thread_pool_; }
   /// Threads a parallel_for may use (1 without a pool).
@@ -169,6 +187,8 @@ class KernelContext {
   static inline const RunContext kNoRun{};
   const std::vector<int>* participants_ = &kNoParticipants;
   const RunContext* run_ = &kNoRun;
+  StepTrace* trace_ = nullptr;
+  int trace_lane_ = 0;
 };
 
 using KernelFn = std::function<void(KernelContext&)>;

@@ -188,7 +188,8 @@ std::string Session::plan_text(const std::vector<Output>& fetches, const FeedDic
 
 std::vector<Tensor> Session::run_without_hooks(const std::vector<Output>& fetches,
                                                const FeedDict& feeds,
-                                               const std::vector<Node*>& targets) {
+                                               const std::vector<Node*>& targets,
+                                               StepStats* trace) {
   for (const auto& f : fetches) {
     SPIRE_CHECK(f.valid(), "Session::run: invalid fetch");
     SPIRE_CHECK(f.graph() == &graph_, "Session::run: fetch '", f.name(),
@@ -214,20 +215,29 @@ std::vector<Tensor> Session::run_without_hooks(const std::vector<Output>& fetche
   }
   auto plan = get_plan(fetches, targets, feeds);
   ExecutorEnv env = executor_env();
-  return plan->run(fetches, feeds, next_run_id_.fetch_add(1), env);
+  const uint64_t run_id = next_run_id_.fetch_add(1);
+  if (trace == nullptr) return plan->run(fetches, feeds, run_id, env);
+  std::vector<std::string> lanes;
+  for (const Device& d : plan->lane_devices()) lanes.push_back(d.to_string());
+  StepTrace collector(run_id, std::move(lanes));
+  std::vector<Tensor> out = plan->run(fetches, feeds, run_id, env, &collector);
+  *trace = collector.finish();
+  return out;
 }
 
 std::vector<Tensor> Session::run(const std::vector<Output>& fetches, const FeedDict& feeds,
-                                 const std::vector<Node*>& targets) {
+                                 const std::vector<Node*>& targets, StepStats* trace) {
   stop_requested_ = false;
-  if (hooks_.empty()) return run_without_hooks(fetches, feeds, targets);
+  if (hooks_.empty()) return run_without_hooks(fetches, feeds, targets, trace);
   SessionRunContext ctx{*this, fetches, targets};
   std::vector<Output> all_fetches = fetches;
   std::vector<Node*> all_targets = targets;
   FeedDict all_feeds = feeds;
   std::vector<std::pair<size_t, size_t>> ranges;  // per hook: [begin, end) of its fetches
+  bool hook_trace = false;
   for (SessionRunHook* h : hooks_) {
     SessionRunArgs args = h->before_run(ctx);
+    hook_trace = hook_trace || args.trace;
     size_t begin = all_fetches.size();
     all_fetches.insert(all_fetches.end(), args.fetches.begin(), args.fetches.end());
     ranges.emplace_back(begin, all_fetches.size());
@@ -239,9 +249,13 @@ std::vector<Tensor> Session::run(const std::vector<Output>& fetches, const FeedD
       all_feeds.push_back(f);
     }
   }
-  std::vector<Tensor> all = run_without_hooks(all_fetches, all_feeds, all_targets);
+  std::shared_ptr<StepStats> stats;
+  if (trace || hook_trace) stats = std::make_shared<StepStats>();
+  std::vector<Tensor> all = run_without_hooks(all_fetches, all_feeds, all_targets, stats.get());
+  if (trace) *trace = *stats;
   for (size_t h = 0; h < hooks_.size(); ++h) {
     SessionRunValues values;
+    if (hook_trace) values.step_stats = stats;
     values.results.assign(all.begin() + static_cast<long>(ranges[h].first),
                           all.begin() + static_cast<long>(ranges[h].second));
     hooks_[h]->after_run(ctx, values);

@@ -22,6 +22,7 @@
 
 #include "core/graph.h"
 #include "core/kernel_registry.h"
+#include "core/step_stats.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 
@@ -35,11 +36,15 @@ struct SessionRunArgs {
   std::vector<Output> fetches;
   std::vector<Node*> targets;
   FeedDict feeds;
+  /// Trace this run (every hook then gets the trace in SessionRunValues::step_stats).
+  bool trace = false;
 };
 
 /// What a hook gets back: the values of its own fetches.
 struct SessionRunValues {
   std::vector<Tensor> results;
+  /// The run's trace when a hook asked for one (SessionRunArgs::trace); null otherwise.
+  std::shared_ptr<const StepStats> step_stats;
 };
 
 class Session;
@@ -115,9 +120,10 @@ class Session : private SessionState {
   /// Runs the graph with the registered hooks. Returns the fetched values
   /// (on the CPU) in order. Throws spire::Error for a missing or mismatched
   /// feed, a fetch from another graph, a cycle, a node without kernel, or a
-  /// kernel failure (naming the node).
+  /// kernel failure (naming the node). With `trace`, the run records every executed node
+  /// (device, lane, start, end) and kernels' own events there (see core/step_stats.h).
   std::vector<Tensor> run(const std::vector<Output>& fetches, const FeedDict& feeds = {},
-                          const std::vector<Node*>& targets = {});
+                          const std::vector<Node*>& targets = {}, StepStats* trace = nullptr);
   /// Runs only `targets` (ops run for their effect).
   void run_targets(const std::vector<Node*>& targets, const FeedDict& feeds = {}) {
     run({}, feeds, targets);
@@ -125,7 +131,8 @@ class Session : private SessionState {
   /// Same as run() but without calling the hooks.
   std::vector<Tensor> run_without_hooks(const std::vector<Output>& fetches,
                                         const FeedDict& feeds = {},
-                                        const std::vector<Node*>& targets = {});
+                                        const std::vector<Node*>& targets = {},
+                                        StepStats* trace = nullptr);
 
   /// Hooks are called in registration order. The session does not own them.
   void add_hook(SessionRunHook* hook);

@@ -84,6 +84,7 @@ SessionRunArgs Callbacks::_before_run(SessionRunContext& ctx) {
     ranges_.emplace_back(begin, merged.fetches.size());
     merged.targets.insert(merged.targets.end(), a.targets.begin(), a.targets.end());
     merged.feeds.insert(merged.feeds.end(), a.feeds.begin(), a.feeds.end());
+    merged.trace = merged.trace || a.trace;
   });
   return merged;
 }
@@ -92,6 +93,7 @@ void Callbacks::_after_run(SessionRunContext& ctx, const SessionRunValues& value
   size_t i = 0;
   each("after_run", [&](Callback& cb) {
     SessionRunValues v;
+    v.step_stats = values.step_stats;
     const auto& r = ranges_.at(i++);
     v.results.assign(values.results.begin() + static_cast<long>(r.first),
                      values.results.begin() + static_cast<long>(r.second));

@@ -11,6 +11,7 @@
 //   prog_bar.h  ProgressBar
 //   misc.h      PeriodicTrigger, ProxyCallback, RunOp, RunUpdateOps,
 //               EstimatedTimeLeft, ThroughputTracker
+//   prof.h      GraphProfiler, Timeline (Chrome traces of chosen steps)
 #pragma once
 
 #include <vector>
@@ -20,6 +21,7 @@
 #include "train/callbacks/lr_schedule.h"
 #include "train/callbacks/misc.h"
 #include "train/callbacks/param.h"
+#include "train/callbacks/prof.h"
 #include "train/callbacks/prog_bar.h"
 #include "train/callbacks/saver.h"
 #include "train/callbacks/summary.h"

@@ -36,6 +36,8 @@ class MultiProcessTrainer {
 
   /// This process in log lines, e.g. "HorovodTrainer: rank 1".
   virtual std::string process_name() const = 0;
+  /// This process's rank among all of the job's processes (0 = the first).
+  virtual int process_rank() const = 0;
 
  protected:
   /// How broadcast_from_chief travels (a collective, or a parameter

@@ -122,6 +122,7 @@ class DistributedTrainerBase : public DataParallelTrainer, public MultiProcessTr
   void pull_server_state();
   /// "<kind>: rank R (parameter server P | worker W)".
   std::string process_name() const override;
+  int process_rank() const override { return rank_; }
 
  protected:
   DistributedTrainerBase(std::vector<Device> devices, DistributedOptions options, std::string kind,

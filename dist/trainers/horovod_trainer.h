@@ -145,6 +145,7 @@ class HorovodTrainer : public SingleCostTrainer, public MultiProcessTrainer {
   std::vector<double> allreduce_sum(const std::vector<double>& values, const std::string& what);
   /// "HorovodTrainer: rank R".
   std::string process_name() const override;
+  int process_rank() const override { return rank(); }
 
  protected:
   std::vector<CallbackPtr> _setup_graph(InputSource& input, GetOptFn get_opt_fn) override;

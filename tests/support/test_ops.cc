@@ -46,6 +46,12 @@ SPIRE_REGISTER_OP("TestSleep")
     .shape_fn([](InferContext& c) { c.set_output(0, c.input_dtype(0), c.input_shape(0)); })
     .no_gradient();
 
+SPIRE_REGISTER_OP("TestTraced")
+    .cpu_only()
+    .input("x")
+    .shape_fn([](InferContext& c) { c.set_output(0, c.input_dtype(0), c.input_shape(0)); })
+    .no_gradient();
+
 SPIRE_STATIC_INIT(test_op_kernels) {
   KernelRegistry::global().add("TestRendezvous", DeviceType::CPU, DType::F32, [](KernelContext& ctx) {
     auto& t = rendezvous_table();
@@ -66,12 +72,19 @@ SPIRE_STATIC_INIT(test_op_kernels) {
     std::this_thread::sleep_for(std::chrono::milliseconds(ctx.attr<int>("ms")));
     ctx.set_output(0, ctx.input(0));
   });
+  KernelRegistry::global().add("TestTraced", DeviceType::CPU, DType::F32, [](KernelContext& ctx) {
+    const int64_t start = ctx.trace_now_ns();
+    ctx.set_output(0, ctx.input(0));
+    ctx.trace_event(ctx.node().name() + ".inner", "test", start, ctx.trace_now_ns(),
+                    {{"bytes", std::to_string(ctx.input(0).nbytes())}});
+  });
 }
 
 // Their behaviour is what the executor tests check.
 const bool test_ops_forward [[maybe_unused]] = register_forward_case("TestRendezvous") &&
                                                register_forward_case("TestFail") &&
-                                               register_forward_case("TestSleep");
+                                               register_forward_case("TestSleep") &&
+                                               register_forward_case("TestTraced");
 
 }  // namespace
 
@@ -85,6 +98,9 @@ Output fail_op(const Output& x, int delay_ms) {
 }
 Output sleep_op(const Output& x, int ms) {
   return x.graph()->add_node("TestSleep", {x}, {{"ms", ms}}, "sleepy")->output(0);
+}
+Output traced_identity(const Output& x, const std::string& name) {
+  return x.graph()->add_node("TestTraced", {x}, {}, name)->output(0);
 }
 
 }  // namespace spire::testing

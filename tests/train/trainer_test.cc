@@ -193,6 +193,7 @@ class ProcessTrainer : public CountingTrainer, public MultiProcessTrainer {
  public:
   explicit ProcessTrainer(std::vector<std::string>* log) : log_(log) {}
   std::string process_name() const override { return "ProcessTrainer: rank 1"; }
+  int process_rank() const override { return 1; }
   std::vector<int64_t> chief = {2, 3, 3};
   bool serves = false;
   bool fail_step = false;
