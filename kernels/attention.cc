@@ -33,27 +33,37 @@ AttentionDims attention_dims(KernelContext& ctx) {
   const Tensor& k = ctx.input(1);
   const Tensor& v = ctx.input(2);
   const int r = q.rank();
-  if (r < 2 || k.rank() != r || v.rank() != r)
-    ctx.fail("q, k and v must have the same rank >= 2 ([..., T, D]); got q ",
-             q.shape().to_string(), ", k ", k.shape().to_string(), ", v ", v.shape().to_string());
   AttentionDims a;
+  a.seq_first = ctx.attr<bool>("seq_first");
+  const int inner = a.seq_first ? 3 : 2;  // [T, D] or [T, H, D] after the leading dims
+  auto shapes = [&] {
+    return str_cat("q ", q.shape().to_string(), ", k ", k.shape().to_string(), ", v ",
+                   v.shape().to_string());
+  };
+  if (r < inner || k.rank() != r || v.rank() != r)
+    ctx.fail("q, k and v must have the same rank >= ", inner,
+             a.seq_first ? " ([..., T, H, D] with seq_first)" : " ([..., T, D])", "; got ",
+             shapes());
   a.batch = 1;
-  for (int i = 0; i < r - 2; ++i) {
+  for (int i = 0; i < r - inner; ++i) {
     if (k.dim(i) != q.dim(i) || v.dim(i) != q.dim(i))
-      ctx.fail("q, k and v must have the same leading (batch, head) dims; got q ",
-               q.shape().to_string(), ", k ", k.shape().to_string(), ", v ", v.shape().to_string());
+      ctx.fail("q, k and v must have the same leading (batch, head) dims; got ", shapes());
     a.batch *= q.dim(i);
   }
-  a.tq = q.dim(r - 2);
+  if (a.seq_first) {
+    a.heads = q.dim(r - 2);
+    if (k.dim(r - 2) != a.heads || v.dim(r - 2) != a.heads)
+      ctx.fail("q, k and v must have the same number of heads (dim -2 with seq_first); got ",
+               shapes());
+    a.batch *= a.heads;
+  }
+  a.tq = q.dim(r - inner);
   a.d = q.dim(r - 1);
-  a.tk = k.dim(r - 2);
+  a.tk = k.dim(r - inner);
   a.dv = v.dim(r - 1);
-  if (k.dim(r - 1) != a.d)
-    ctx.fail("q and k must have the same last dim D; got q ", q.shape().to_string(), ", k ",
-             k.shape().to_string());
-  if (v.dim(r - 2) != a.tk)
-    ctx.fail("k and v must have the same number of keys; got k ", k.shape().to_string(), ", v ",
-             v.shape().to_string());
+  if (k.dim(r - 1) != a.d) ctx.fail("q and k must have the same last dim D; got ", shapes());
+  if (v.dim(r - inner) != a.tk)
+    ctx.fail("k and v must have the same number of keys; got ", shapes());
   a.causal = ctx.attr<bool>("causal");
   const double scale = ctx.attr<double>("scale");
   a.scale = scale != 0 ? scale : (a.d > 0 ? 1.0 / std::sqrt(static_cast<double>(a.d)) : 1.0);

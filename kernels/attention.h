@@ -8,6 +8,9 @@
 //
 // Layout: q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv] (PyTorch's
 // [B, H, T, D]); the leading dims are flattened into `batch` (B * H) slices.
+// With seq_first, q [..., Tq, H, D], k [..., Tk, H, D], v [..., Tk, H, Dv]
+// (a [B, T, H * D] projection reshaped): slice b * H + h is then strided, its
+// rows H * width apart. attention_row and attention_row_stride address both.
 // Scores s_ij = scale * q_i . k_j. With `causal`, query i sees keys j <= i
 // (PyTorch's is_causal: the mask is aligned to the top left when Tq != Tk).
 // Both kernels walk the score matrix of a slice in block x block tiles and
@@ -35,7 +38,23 @@ struct AttentionDims {
   double scale = 1;
   bool causal = false;
   int64_t block = 64;  // tile edge (rows of queries and of keys)
+  bool seq_first = false;  // [..., T, H, D] instead of [..., H, T, D]
+  int64_t heads = 1;       // H when seq_first (slices b * H + h); 1 otherwise
 };
+
+/// Element offset of row t of slice bh in a tensor of `rows` rows (Tq or Tk) of `width`
+/// elements (D, Dv, or 1 for lse) per slice.
+SPIRE_HD inline int64_t attention_row(const AttentionDims& a, int64_t bh, int64_t t, int64_t rows,
+                                      int64_t width) {
+  if (!a.seq_first) return (bh * rows + t) * width;
+  const int64_t b = bh / a.heads, h = bh - b * a.heads;
+  return ((b * rows + t) * a.heads + h) * width;
+}
+
+/// Distance in elements between consecutive rows of a slice.
+SPIRE_HD inline int64_t attention_row_stride(const AttentionDims& a, int64_t width) {
+  return a.seq_first ? a.heads * width : width;
+}
 
 /// Number of tiles of `block` rows covering n rows.
 SPIRE_HD inline int64_t attention_num_tiles(int64_t n, int64_t block) {

@@ -36,13 +36,19 @@ Shape check_qkv(const InferContext& c) {
   const Shape& k = c.input_shape(1);
   const Shape& v = c.input_shape(2);
   const int r = q.rank();
-  if (r < 2 || k.rank() != r || v.rank() != r)
-    c.fail("q, k and v must have the same rank >= 2 ([..., T, D], e.g. [B, H, T, D])");
-  for (int i = 0; i < r - 2; ++i)
+  const bool seq_first = c.attr<bool>("seq_first");
+  // The dims after the leading (batch) ones: [T, D] or, seq_first, [T, H, D].
+  const int inner = seq_first ? 3 : 2;
+  if (r < inner || k.rank() != r || v.rank() != r)
+    c.fail(seq_first ? "q, k and v must have the same rank >= 3 ([..., T, H, D] with seq_first)"
+                     : "q, k and v must have the same rank >= 2 ([..., T, D], e.g. [B, H, T, D])");
+  for (int i = 0; i < r - inner; ++i)
     if (!dims_agree(q[i], k[i]) || !dims_agree(q[i], v[i]))
       c.fail("q, k and v must have the same leading (batch, head) dims");
+  if (seq_first && (!dims_agree(q[r - 2], k[r - 2]) || !dims_agree(q[r - 2], v[r - 2])))
+    c.fail("q, k and v must have the same number of heads (dim -2 with seq_first)");
   if (!dims_agree(q[r - 1], k[r - 1])) c.fail("q and k must have the same last dim D");
-  if (!dims_agree(k[r - 2], v[r - 2])) c.fail("k and v must have the same number of keys");
+  if (!dims_agree(k[r - inner], v[r - inner])) c.fail("k and v must have the same number of keys");
   if (c.attr<int64_t>("block_size") < 1)
     c.fail("block_size must be positive, got ", c.attr<int64_t>("block_size"));
   const double p = c.attr<double>("dropout_p");
@@ -58,8 +64,12 @@ Shape lse_shape(const Shape& q) {
   return Shape(std::vector<int64_t>(q.dims().begin(), q.dims().end() - 1));
 }
 
-AttrMap attention_attrs(bool causal, double scale, int64_t block_size) {
-  return {{"causal", causal}, {"scale", scale}, {"block_size", block_size}, {"dropout_p", 0.0}};
+AttrMap attention_attrs(bool causal, double scale, int64_t block_size, bool seq_first) {
+  return {{"causal", causal},
+          {"scale", scale},
+          {"block_size", block_size},
+          {"dropout_p", 0.0},
+          {"seq_first", seq_first}};
 }
 
 }  // namespace
@@ -67,6 +77,7 @@ AttrMap attention_attrs(bool causal, double scale, int64_t block_size) {
 SPIRE_REGISTER_OP("ScaledDotProductAttention")
     .input("q").input("k").input("v")
     .attr("causal", false).attr("scale", 0.0).attr("block_size", 64).attr("dropout_p", 0.0)
+    .attr("seq_first", false)
     .shape_fn([](InferContext& c) {
       const Shape out = check_qkv(c);
       c.set_output(0, c.input_dtype(0), out);
@@ -78,18 +89,21 @@ SPIRE_REGISTER_OP("ScaledDotProductAttention")
                        {c.input(0), c.input(1), c.input(2), c.output(0), c.output(1), c.grad(0),
                         c.grad(1)},
                        attention_attrs(c.attr<bool>("causal"), c.attr<double>("scale"),
-                                       c.attr<int64_t>("block_size")));
+                                       c.attr<int64_t>("block_size"), c.attr<bool>("seq_first")));
       return {g->output(0), g->output(1), g->output(2)};
     })
     .doc("out = softmax(scale * q k^T, causal mask j <= i when causal) v, for q [..., Tq, D], "
          "k [..., Tk, D], v [..., Tk, Dv]; scale 0 means 1/sqrt(D). Output 1 is the per-row "
          "log-sum-exp [..., Tq] of the scaled scores (-inf for a row that sees no key, whose "
          "out is 0). Tiled with an online softmax (block_size x block_size tiles of the "
-         "scores); dropout_p must be 0 (dropout is not implemented).");
+         "scores); dropout_p must be 0 (dropout is not implemented). With seq_first, q, k, v "
+         "and out are [..., T, H, D] (sequence before heads, as a [B, T, C] projection "
+         "reshaped) and lse is [..., Tq, H]: no transposes around the op.");
 
 SPIRE_REGISTER_OP("ScaledDotProductAttentionGrad")
     .input("q").input("k").input("v").input("out").input("lse").input("dout").input("dlse")
     .attr("causal", false).attr("scale", 0.0).attr("block_size", 64).attr("dropout_p", 0.0)
+    .attr("seq_first", false)
     .shape_fn([](InferContext& c) {
       const Shape out = check_qkv(c);
       for (int i = 3; i < 7; ++i) c.expect_same_dtype(0, i);
@@ -108,7 +122,14 @@ SPIRE_REGISTER_OP("ScaledDotProductAttentionGrad")
 
 Output scaled_dot_product_attention(const Output& q, const Output& k, const Output& v, bool causal,
                                     double scale, const std::string& name) {
-  return add_op("ScaledDotProductAttention", {q, k, v}, attention_attrs(causal, scale, 64), name)
+  return scaled_dot_product_attention(q, k, v, AttentionLayout::kHeadsFirst, causal, scale, name);
+}
+
+Output scaled_dot_product_attention(const Output& q, const Output& k, const Output& v,
+                                    AttentionLayout layout, bool causal, double scale,
+                                    const std::string& name) {
+  return add_op("ScaledDotProductAttention", {q, k, v},
+                attention_attrs(causal, scale, 64, layout == AttentionLayout::kSeqFirst), name)
       ->output(0);
 }
 
@@ -117,7 +138,7 @@ std::vector<Output> scaled_dot_product_attention_grad(
     const Output& dout, const Output& dlse, bool causal, double scale, int64_t block_size,
     const std::string& name) {
   Node* n = add_op("ScaledDotProductAttentionGrad", {q, k, v, out, lse, dout, dlse},
-                   attention_attrs(causal, scale, block_size), name);
+                   attention_attrs(causal, scale, block_size, false), name);
   return {n->output(0), n->output(1), n->output(2)};
 }
 

@@ -26,6 +26,17 @@ Output scaled_dot_product_attention(const Output& q, const Output& k, const Outp
                                     bool causal = false, double scale = 0,
                                     const std::string& name = "");
 
+/// Where the sequence and head dims of q, k, v and out are.
+enum class AttentionLayout {
+  kHeadsFirst,  // [..., H, T, D] (PyTorch's SDPA; the leading dims are any batch dims)
+  kSeqFirst,    // [..., T, H, D]: a [B, T, H * D] projection reshaped, no transposes needed;
+                // lse is then [..., Tq, H]
+};
+/// The same with the layout given (attr "seq_first").
+Output scaled_dot_product_attention(const Output& q, const Output& k, const Output& v,
+                                    AttentionLayout layout, bool causal = false, double scale = 0,
+                                    const std::string& name = "");
+
 /// The gradient op of scaled_dot_product_attention (FlashAttention-2's
 /// backward): given its inputs, its outputs out and lse, and their gradients
 /// dout and dlse, returns {dq, dk, dv}. Not itself differentiable.

@@ -46,22 +46,25 @@ void attention_forward_kernel(KernelContext& ctx) {
   const int64_t bs = a.block, nqt = kernels::attention_num_tiles(a.tq, bs);
   const T scale = static_cast<T>(a.scale);
   const T neg_inf = -std::numeric_limits<T>::infinity();
+  // Row strides of q, k and v (the output and lse are addressed row by row).
+  const int64_t ldq = kernels::attention_row_stride(a, a.d), ldk = ldq;
+  const int64_t ldv = kernels::attention_row_stride(a, a.dv);
   ctx.parallel_for(a.batch * nqt, 1, [&](int64_t w0, int64_t w1) {
     std::vector<T> s(static_cast<size_t>(bs * bs)), acc(static_cast<size_t>(bs * a.dv));
     std::vector<T> m(static_cast<size_t>(bs)), l(static_cast<size_t>(bs));
     for (int64_t w = w0; w < w1; ++w) {
       const int64_t bh = w / nqt, i0 = (w % nqt) * bs, i1 = std::min(i0 + bs, a.tq);
       const int64_t bq = i1 - i0;
-      const T* q = pq + (bh * a.tq + i0) * a.d;
-      const T* k = pk + bh * a.tk * a.d;
-      const T* v = pv + bh * a.tk * a.dv;
+      const T* q = pq + kernels::attention_row(a, bh, i0, a.tq, a.d);
+      const T* k = pk + kernels::attention_row(a, bh, 0, a.tk, a.d);
+      const T* v = pv + kernels::attention_row(a, bh, 0, a.tk, a.dv);
       std::fill(m.begin(), m.end(), neg_inf);
       std::fill(l.begin(), l.end(), T(0));
       std::fill(acc.begin(), acc.end(), T(0));
       const int64_t key_end = kernels::attention_key_end(i1, a.tk, a.causal);
       for (int64_t j0 = 0; j0 < key_end; j0 += bs) {
         const int64_t j1 = std::min(j0 + bs, key_end), bk = j1 - j0;
-        gemm(false, true, bq, bk, a.d, scale, q, a.d, k + j0 * a.d, a.d, T(0), s.data(), bk);
+        gemm(false, true, bq, bk, a.d, scale, q, ldq, k + j0 * ldk, ldk, T(0), s.data(), bk);
         const bool masked = kernels::attention_tile_masked(i0, j1, a.causal);
         for (int64_t r = 0; r < bq; ++r) {
           T* row = s.data() + r * bk;
@@ -83,15 +86,15 @@ void attention_forward_kernel(KernelContext& ctx) {
             for (int64_t c = 0; c < a.dv; ++c) ar[c] *= om.alpha;
           }
         }
-        gemm(false, false, bq, a.dv, bk, T(1), s.data(), bk, v + j0 * a.dv, a.dv, T(1), acc.data(),
+        gemm(false, false, bq, a.dv, bk, T(1), s.data(), bk, v + j0 * ldv, ldv, T(1), acc.data(),
              a.dv);
       }
       for (int64_t r = 0; r < bq; ++r) {
         const T inv = kernels::attention_inv_sum(l[r]);
-        T* o = po + (bh * a.tq + i0 + r) * a.dv;
+        T* o = po + kernels::attention_row(a, bh, i0 + r, a.tq, a.dv);
         const T* ar = acc.data() + r * a.dv;
         for (int64_t c = 0; c < a.dv; ++c) o[c] = ar[c] * inv;
-        pl[bh * a.tq + i0 + r] = kernels::attention_lse(m[r], l[r]);
+        pl[kernels::attention_row(a, bh, i0 + r, a.tq, 1)] = kernels::attention_lse(m[r], l[r]);
       }
     }
   });
@@ -115,48 +118,59 @@ void attention_backward_kernel(KernelContext& ctx) {
   T* pdv = dv.data<T>();
   const int64_t bs = a.block;
   const T scale = static_cast<T>(a.scale);
+  // Row strides: q, k, dq, dk (width D); v, out, dout, dv (width Dv); lse, dlse (width 1).
+  const int64_t ld = kernels::attention_row_stride(a, a.d);
+  const int64_t ldv = kernels::attention_row_stride(a, a.dv);
+  const int64_t ldl = kernels::attention_row_stride(a, 1);
   ctx.parallel_for(a.batch, 1, [&](int64_t b0, int64_t b1) {
     std::vector<T> p(static_cast<size_t>(bs * bs)), ds(static_cast<size_t>(bs * bs));
     std::vector<T> delta(static_cast<size_t>(a.tq));
     for (int64_t bh = b0; bh < b1; ++bh) {
-      const T* q = pq + bh * a.tq * a.d;
-      const T* k = pk + bh * a.tk * a.d;
-      const T* v = pv + bh * a.tk * a.dv;
-      const T* o = po + bh * a.tq * a.dv;
-      const T* d_o = pdo + bh * a.tq * a.dv;
-      const T* lse = plse + bh * a.tq;
-      const T* dlse = pdlse + bh * a.tq;
-      T* gq = pdq + bh * a.tq * a.d;
-      T* gk = pdk + bh * a.tk * a.d;
-      T* gv = pdv + bh * a.tk * a.dv;
-      std::fill(gq, gq + a.tq * a.d, T(0));
-      std::fill(gk, gk + a.tk * a.d, T(0));
-      std::fill(gv, gv + a.tk * a.dv, T(0));
+      const int64_t q0 = kernels::attention_row(a, bh, 0, a.tq, a.d);
+      const int64_t k0 = kernels::attention_row(a, bh, 0, a.tk, a.d);
+      const int64_t v0 = kernels::attention_row(a, bh, 0, a.tk, a.dv);
+      const int64_t o0 = kernels::attention_row(a, bh, 0, a.tq, a.dv);
+      const int64_t l0 = kernels::attention_row(a, bh, 0, a.tq, 1);
+      const T* q = pq + q0;
+      const T* k = pk + k0;
+      const T* v = pv + v0;
+      const T* o = po + o0;
+      const T* d_o = pdo + o0;
+      const T* lse = plse + l0;
+      const T* dlse = pdlse + l0;
+      T* gq = pdq + q0;
+      T* gk = pdk + k0;
+      T* gv = pdv + v0;
+      for (int64_t i = 0; i < a.tq; ++i) std::fill(gq + i * ld, gq + i * ld + a.d, T(0));
+      for (int64_t j = 0; j < a.tk; ++j) {
+        std::fill(gk + j * ld, gk + j * ld + a.d, T(0));
+        std::fill(gv + j * ldv, gv + j * ldv + a.dv, T(0));
+      }
       // D_i = rowsum(dO * O) - dlse_i: dS = P * (dP - D_i) covers both outputs' gradients.
       for (int64_t i = 0; i < a.tq; ++i) {
         T acc = 0;
-        for (int64_t c = 0; c < a.dv; ++c) acc += d_o[i * a.dv + c] * o[i * a.dv + c];
-        delta[static_cast<size_t>(i)] = acc - dlse[i];
+        for (int64_t c = 0; c < a.dv; ++c) acc += d_o[i * ldv + c] * o[i * ldv + c];
+        delta[static_cast<size_t>(i)] = acc - dlse[i * ldl];
       }
       for (int64_t j0 = 0; j0 < a.tk; j0 += bs) {
         const int64_t j1 = std::min(j0 + bs, a.tk), bk = j1 - j0;
         const int64_t first = kernels::attention_query_begin(j0, a.causal) / bs * bs;
         for (int64_t i0 = first; i0 < a.tq; i0 += bs) {
           const int64_t i1 = std::min(i0 + bs, a.tq), bq = i1 - i0;
-          gemm(false, true, bq, bk, a.d, scale, q + i0 * a.d, a.d, k + j0 * a.d, a.d, T(0),
-               p.data(), bk);
+          gemm(false, true, bq, bk, a.d, scale, q + i0 * ld, ld, k + j0 * ld, ld, T(0), p.data(),
+               bk);
           const bool masked = kernels::attention_tile_masked(i0, j1, a.causal);
           for (int64_t r = 0; r < bq; ++r) {
             const int64_t n = kernels::attention_visible_keys(i0 + r, j0, bk, masked);
+            const T lse_r = lse[(i0 + r) * ldl];
             T* row = p.data() + r * bk;
-            for (int64_t c = 0; c < bk; ++c)
-              row[c] = kernels::attention_prob(row[c], lse[i0 + r], c < n);
+            for (int64_t c = 0; c < bk; ++c) row[c] = kernels::attention_prob(row[c], lse_r, c < n);
           }
           // dV_j += P^T dO_i
-          gemm(true, false, bk, a.dv, bq, T(1), p.data(), bk, d_o + i0 * a.dv, a.dv, T(1),
-               gv + j0 * a.dv, a.dv);
+          gemm(true, false, bk, a.dv, bq, T(1), p.data(), bk, d_o + i0 * ldv, ldv, T(1),
+               gv + j0 * ldv, ldv);
           // dP = dO_i V_j^T, then dS = P * (dP - D_i)
-          gemm(false, true, bq, bk, a.dv, T(1), d_o + i0 * a.dv, a.dv, v + j0 * a.dv, a.dv, T(0),
+          gemm(false, true, bq, bk, a.dv, T(1), d_o + i0 * ldv, ldv, v + j0 * ldv, ldv, T(0),
                ds.data(), bk);
           for (int64_t r = 0; r < bq; ++r) {
             const T di = delta[static_cast<size_t>(i0 + r)];
@@ -165,10 +179,10 @@ void attention_backward_kernel(KernelContext& ctx) {
             for (int64_t c = 0; c < bk; ++c) dr[c] = pr[c] * (dr[c] - di);
           }
           // dQ_i += scale dS K_j; dK_j += scale dS^T Q_i
-          gemm(false, false, bq, a.d, bk, scale, ds.data(), bk, k + j0 * a.d, a.d, T(1),
-               gq + i0 * a.d, a.d);
-          gemm(true, false, bk, a.d, bq, scale, ds.data(), bk, q + i0 * a.d, a.d, T(1),
-               gk + j0 * a.d, a.d);
+          gemm(false, false, bq, a.d, bk, scale, ds.data(), bk, k + j0 * ld, ld, T(1),
+               gq + i0 * ld, ld);
+          gemm(true, false, bk, a.d, bq, scale, ds.data(), bk, q + i0 * ld, ld, T(1),
+               gk + j0 * ld, ld);
         }
       }
     }

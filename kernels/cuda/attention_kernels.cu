@@ -42,10 +42,19 @@ __device__ inline T dot(const T* a, const T* b, int64_t n) {
   return acc;
 }
 
-// Copies rows [r0, r0 + n) of a row-major [*, width] matrix into shared memory.
+// Copies rows [r0, r0 + n) of `width` elements, `stride` apart in src, into shared memory
+// (packed, width apart).
 template <typename T>
-__device__ inline void stage(T* dst, const T* src, int64_t r0, int64_t n, int64_t width) {
-  for (int64_t x = threadIdx.x; x < n * width; x += blockDim.x) dst[x] = src[r0 * width + x];
+__device__ inline void stage(T* dst, const T* src, int64_t r0, int64_t n, int64_t width,
+                             int64_t stride) {
+  if (stride == width) {
+    for (int64_t x = threadIdx.x; x < n * width; x += blockDim.x) dst[x] = src[r0 * width + x];
+    return;
+  }
+  for (int64_t x = threadIdx.x; x < n * width; x += blockDim.x) {
+    const int64_t r = x / width;
+    dst[x] = src[(r0 + r) * stride + (x - r * width)];
+  }
 }
 
 template <typename T>
@@ -59,19 +68,21 @@ __global__ void forward_kernel(const T* __restrict__ q, const T* __restrict__ k,
   const int64_t i1 = min64(i0 + rows, a.tq), i = i0 + threadIdx.x;
   const bool active = i < i1;
   const T scale = static_cast<T>(a.scale);
-  const T* qi = q + (bh * a.tq + i) * a.d;
-  T* oi = out + (bh * a.tq + i) * a.dv;
+  const T* qi = q + kernels::attention_row(a, bh, i, a.tq, a.d);
+  T* oi = out + kernels::attention_row(a, bh, i, a.tq, a.dv);
   T m = -std::numeric_limits<T>::infinity(), l = 0;
   if (active)
     for (int64_t x = 0; x < a.dv; ++x) oi[x] = 0;
-  const T* kb = k + bh * a.tk * a.d;
-  const T* vb = v + bh * a.tk * a.dv;
+  const T* kb = k + kernels::attention_row(a, bh, 0, a.tk, a.d);
+  const T* vb = v + kernels::attention_row(a, bh, 0, a.tk, a.dv);
+  const int64_t ldk = kernels::attention_row_stride(a, a.d);
+  const int64_t ldv = kernels::attention_row_stride(a, a.dv);
   const int64_t key_end = kernels::attention_key_end(i1, a.tk, a.causal);
   for (int64_t j0 = 0; j0 < key_end; j0 += tile_rows) {
     const int64_t bk = min64(j0 + tile_rows, key_end) - j0;
     __syncthreads();
-    stage(ks, kb, j0, bk, a.d);
-    stage(vs, vb, j0, bk, a.dv);
+    stage(ks, kb, j0, bk, a.d, ldk);
+    stage(vs, vb, j0, bk, a.dv, ldv);
     __syncthreads();
     if (!active) continue;
     const int64_t n = kernels::attention_visible_keys(i, j0, bk, a.causal);
@@ -95,10 +106,11 @@ __global__ void forward_kernel(const T* __restrict__ q, const T* __restrict__ k,
   if (!active) return;
   const T inv = kernels::attention_inv_sum(l);
   for (int64_t x = 0; x < a.dv; ++x) oi[x] *= inv;
-  lse[bh * a.tq + i] = kernels::attention_lse(m, l);
+  lse[kernels::attention_row(a, bh, i, a.tq, 1)] = kernels::attention_lse(m, l);
 }
 
-// delta[r] = rowsum(dO * O)[r] - dlse[r] over the batch * tq rows.
+// delta[r] = rowsum(dO * O)[r] - dlse[r] over the batch * tq rows, in the rows' order in
+// memory (the order of lse, in either layout).
 template <typename T>
 __global__ void delta_kernel(const T* __restrict__ o, const T* __restrict__ d_o,
                              const T* __restrict__ dlse, T* __restrict__ delta, int64_t n,
@@ -119,23 +131,25 @@ __global__ void dq_kernel(const T* __restrict__ q, const T* __restrict__ k, cons
   const int64_t i1 = min64(i0 + rows, a.tq), i = i0 + threadIdx.x;
   const bool active = i < i1;
   const T scale = static_cast<T>(a.scale);
-  const T* qi = q + (bh * a.tq + i) * a.d;
-  const T* doi = d_o + (bh * a.tq + i) * a.dv;
-  T* gi = dq + (bh * a.tq + i) * a.d;
+  const T* qi = q + kernels::attention_row(a, bh, i, a.tq, a.d);
+  const T* doi = d_o + kernels::attention_row(a, bh, i, a.tq, a.dv);
+  T* gi = dq + kernels::attention_row(a, bh, i, a.tq, a.d);
   T lse_i = 0, delta_i = 0;
   if (active) {
-    lse_i = lse[bh * a.tq + i];
-    delta_i = delta[bh * a.tq + i];
+    lse_i = lse[kernels::attention_row(a, bh, i, a.tq, 1)];
+    delta_i = delta[kernels::attention_row(a, bh, i, a.tq, 1)];
     for (int64_t x = 0; x < a.d; ++x) gi[x] = 0;
   }
-  const T* kb = k + bh * a.tk * a.d;
-  const T* vb = v + bh * a.tk * a.dv;
+  const T* kb = k + kernels::attention_row(a, bh, 0, a.tk, a.d);
+  const T* vb = v + kernels::attention_row(a, bh, 0, a.tk, a.dv);
+  const int64_t ldk = kernels::attention_row_stride(a, a.d);
+  const int64_t ldv = kernels::attention_row_stride(a, a.dv);
   const int64_t key_end = kernels::attention_key_end(i1, a.tk, a.causal);
   for (int64_t j0 = 0; j0 < key_end; j0 += tile_rows) {
     const int64_t bk = min64(j0 + tile_rows, key_end) - j0;
     __syncthreads();
-    stage(ks, kb, j0, bk, a.d);
-    stage(vs, vb, j0, bk, a.dv);
+    stage(ks, kb, j0, bk, a.d, ldk);
+    stage(vs, vb, j0, bk, a.dv, ldv);
     __syncthreads();
     if (!active) continue;
     const int64_t n = kernels::attention_visible_keys(i, j0, bk, a.causal);
@@ -163,23 +177,28 @@ __global__ void dkv_kernel(const T* __restrict__ q, const T* __restrict__ k, con
   const int64_t j1 = min64(j0 + rows, a.tk), j = j0 + threadIdx.x;
   const bool active = j < j1;
   const T scale = static_cast<T>(a.scale);
-  const T* kj = k + (bh * a.tk + j) * a.d;
-  const T* vj = v + (bh * a.tk + j) * a.dv;
-  T* gk = dk + (bh * a.tk + j) * a.d;
-  T* gv = dv + (bh * a.tk + j) * a.dv;
+  const T* kj = k + kernels::attention_row(a, bh, j, a.tk, a.d);
+  const T* vj = v + kernels::attention_row(a, bh, j, a.tk, a.dv);
+  T* gk = dk + kernels::attention_row(a, bh, j, a.tk, a.d);
+  T* gv = dv + kernels::attention_row(a, bh, j, a.tk, a.dv);
   if (active) {
     for (int64_t x = 0; x < a.d; ++x) gk[x] = 0;
     for (int64_t x = 0; x < a.dv; ++x) gv[x] = 0;
   }
-  const T* qb = q + bh * a.tq * a.d;
-  const T* dob = d_o + bh * a.tq * a.dv;
+  const T* qb = q + kernels::attention_row(a, bh, 0, a.tq, a.d);
+  const T* dob = d_o + kernels::attention_row(a, bh, 0, a.tq, a.dv);
+  const T* lb = lse + kernels::attention_row(a, bh, 0, a.tq, 1);
+  const T* db = delta + kernels::attention_row(a, bh, 0, a.tq, 1);
+  const int64_t ldq = kernels::attention_row_stride(a, a.d);
+  const int64_t ldo = kernels::attention_row_stride(a, a.dv);
+  const int64_t ldl = kernels::attention_row_stride(a, 1);
   for (int64_t i0 = kernels::attention_query_begin(j0, a.causal); i0 < a.tq; i0 += tile_rows) {
     const int64_t bq = min64(i0 + tile_rows, a.tq) - i0;
     __syncthreads();
-    stage(qs, qb, i0, bq, a.d);
-    stage(dos, dob, i0, bq, a.dv);
-    stage(ls, lse + bh * a.tq, i0, bq, 1);
-    stage(ds_, delta + bh * a.tq, i0, bq, 1);
+    stage(qs, qb, i0, bq, a.d, ldq);
+    stage(dos, dob, i0, bq, a.dv, ldo);
+    stage(ls, lb, i0, bq, 1, ldl);
+    stage(ds_, db, i0, bq, 1, ldl);
     __syncthreads();
     if (!active) continue;
     for (int64_t r = 0; r < bq; ++r) {

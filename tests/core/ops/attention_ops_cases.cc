@@ -51,6 +51,19 @@ SPIRE_GRAD_CASE(sdpa_one_tile, {"ScaledDotProductAttention", "rank 3, one 64-wid
   {{2, 5, 3}, {2, 6, 3}, {2, 6, 2}},
   [](const In& x) -> Outs { return {ops::scaled_dot_product_attention(x[0], x[1], x[2])}; }});
 
+// seq_first: q, k, v [B, T, H, D] (strided slices), lse [B, Tq, H].
+Outs sdpa_seq_first(const In& x, bool causal, int64_t block) {
+  Node* n = ops::add_op("ScaledDotProductAttention", {x[0], x[1], x[2]},
+                        {{"causal", causal}, {"block_size", block}, {"seq_first", true}});
+  return {n->output(0), n->output(1)};
+}
+SPIRE_GRAD_CASE(sdpa_seq_first, {"ScaledDotProductAttention", "seq_first, causal, T 5, H 3, block 2",
+  {{2, 5, 3, 4}, {2, 5, 3, 4}, {2, 5, 3, 4}},
+  [](const In& x) -> Outs { return sdpa_seq_first(x, true, 2); }});
+SPIRE_GRAD_CASE(sdpa_seq_first_rect, {"ScaledDotProductAttention", "seq_first, Tq 4, Tk 7, Dv 2, H 2, block 3",
+  {{1, 4, 2, 3}, {1, 7, 2, 3}, {1, 7, 2, 2}},
+  [](const In& x) -> Outs { return sdpa_seq_first(x, false, 3); }});
+
 // ---- GPU parity at the default block size, beyond one tile ----------------------------
 
 // out, lse and the gradients of <w, out> w.r.t. q, k and v, w a fixed pattern in [-1, 1].

@@ -214,6 +214,55 @@ TEST(AttentionOps, ResultsDoNotDependOnTheThreadCount) {
   }
 }
 
+// seq_first: q, k, v, out [B, T, H, D] and lse [B, Tq, H] give exactly (bit for bit) the
+// heads-first op's results on the transposed tensors, forward and gradients, on every config.
+TEST(AttentionOps, SeqFirstLayoutEqualsHeadsFirstOnTransposedInputs) {
+  for (DType dt : {DType::F32, DType::F64})
+    for (size_t ci = 0; ci < kConfigs.size(); ++ci) {
+      const Config& c = kConfigs[ci];
+      Graph g;
+      DefaultGraphGuard guard(g);
+      const Inputs in = random_inputs(c, dt, 100 + ci);
+      const std::vector<int64_t> swap = {0, 2, 1, 3};
+      Output q = ops::constant(in.q), k = ops::constant(in.k), v = ops::constant(in.v);
+      Output w = ops::constant(in.w);
+      Output out = fused(q, k, v, c);
+      Output lse = out.node->output(1);
+      Output qs = ops::transpose(q, swap), ks = ops::transpose(k, swap), vs = ops::transpose(v, swap);
+      Output outs_node = ops::add_op("ScaledDotProductAttention", {qs, ks, vs},
+                                     {{"causal", c.causal}, {"scale", c.scale},
+                                      {"block_size", c.block}, {"seq_first", true}})
+                             ->output(0);
+      Output lses = outs_node.node->output(1);
+      EXPECT_EQ(outs_node.shape(), Shape({c.b, c.tq, c.h, c.dv}));
+      EXPECT_EQ(lses.shape(), Shape({c.b, c.tq, c.h}));
+      // The loss weights both outputs, so dlse is not zero.
+      Output lw = ops::tanh(lse);
+      std::vector<Output> want = gradients({ops::add(ops::sum(ops::mul(out, w)), ops::sum(lw))}, {q, k, v});
+      std::vector<Output> got = gradients(
+          {ops::add(ops::sum(ops::mul(outs_node, ops::transpose(w, swap))),
+                    ops::sum(ops::tanh(ops::transpose(lses, {0, 2, 1}))))},
+          {qs, ks, vs});
+      std::vector<Output> fetch = {out, ops::transpose(outs_node, swap), lse,
+                                   ops::transpose(lses, {0, 2, 1})};
+      for (int i = 0; i < 3; ++i) {
+        fetch.push_back(want[static_cast<size_t>(i)]);
+        fetch.push_back(ops::transpose(got[static_cast<size_t>(i)], swap));
+      }
+      SessionOptions o;
+      o.num_threads = 2;
+      Session s(g, o);
+      const std::vector<Tensor> r = s.run(fetch);
+      const char* names[] = {"out", "lse", "dq", "dk", "dv"};
+      for (size_t i = 0; i < r.size(); i += 2) {
+        ASSERT_EQ(r[i].shape(), r[i + 1].shape()) << names[i / 2];
+        EXPECT_EQ(0, std::memcmp(r[i].raw_data(), r[i + 1].raw_data(), r[i].nbytes()))
+            << names[i / 2] << " differs, config " << ci << " " << dtype_name(dt)
+            << ", max rel diff " << max_rel_diff(r[i + 1], r[i]);
+      }
+    }
+}
+
 TEST(AttentionOps, EmptyDims) {
   Graph g;
   DefaultGraphGuard guard(g);
