@@ -564,10 +564,11 @@ void ExecutionPlan::run_step(const Step& st, RunState& rs, std::vector<Tensor>& 
   } catch (const Cancelled&) {
     throw;
   } catch (const Error& e) {
-    std::string msg = e.what();
-    if (msg.find("'" + n->name() + "'") == std::string::npos)
-      msg = str_cat("node '", n->name(), "' (op ", n->op_type(), "): ", msg);
-    throw Error(msg);
+    // An error that already names the node keeps its type (e.g. a collective's mismatch,
+    // which a distributed trainer tells apart from a failure).
+    const std::string msg = e.what();
+    if (msg.find("'" + n->name() + "'") != std::string::npos) throw;
+    throw Error(str_cat("node '", n->name(), "' (op ", n->op_type(), "): ", msg));
   } catch (const std::exception& e) {
     throw_error("node '", n->name(), "' (op ", n->op_type(), "): ", e.what());
   }

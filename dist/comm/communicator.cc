@@ -2,6 +2,8 @@
 // reduction names, participant checks and the validation of a call.
 #include "dist/comm/communicator.h"
 
+#include <cstring>
+
 namespace spire::dist {
 
 const char* reduce_op_name(ReduceOp op) {
@@ -57,11 +59,12 @@ const char* collective_kind_name(CollectiveKind kind) {
   return "?";
 }
 
-CollectiveSignature local_signature(CollectiveKind kind, ReduceOp op, int root, int size,
-                                    const std::vector<Device>& devices,
+CollectiveSignature local_signature(CollectiveKind kind, const CollectiveCall& call, ReduceOp op,
+                                    int root, int size, const std::vector<Device>& devices,
                                     const std::vector<Participant>& parts, std::string* problem) {
   CollectiveSignature sig;
   sig.kind = kind;
+  sig.identity = collective_identity(call);
   sig.op = op;
   sig.root = root;
   problem->clear();
@@ -102,6 +105,7 @@ CollectiveSignature local_signature(CollectiveKind kind, ReduceOp op, int root, 
     if (i == 0) {
       sig.dtype = p.input.dtype();
       sig.count = in;
+      sig.shape = p.input.shape().dims();
     } else if (p.input.dtype() != sig.dtype || in != sig.count) {
       *problem = str_cat("participants ", parts[0].local, " and ", p.local, " of one call pass ",
                          dtype_name(sig.dtype), " x ", sig.count, " and ", p.input.type_string());
@@ -117,19 +121,50 @@ std::string signature_difference(const CollectiveSignature& mine, const Collecti
                                  int first_participant) {
   const std::string other = str_cat(" where participant ", first_participant, " ");
   const bool data = mine.kind != CollectiveKind::kBarrier;
-  if (mine.kind != first.kind)
-    return str_cat("called ", collective_kind_name(mine.kind), other, "called ",
-                   collective_kind_name(first.kind));
+  if (mine.kind != first.kind || mine.identity != first.identity)
+    return str_cat("called ", collective_kind_name(mine.kind), " '", mine.identity, "'", other,
+                   "called ", collective_kind_name(first.kind), " '", first.identity, "'");
   if (data && mine.dtype != first.dtype)
     return str_cat("passed ", dtype_name(mine.dtype), other, "passed ", dtype_name(first.dtype));
   if (data && mine.count != first.count)
     return str_cat("passed ", mine.count, " elements", other, "passed ", first.count);
+  if (data && mine.shape != first.shape)
+    return str_cat("passed ", dtype_name(mine.dtype), Shape(mine.shape).to_string(), other,
+                   "passed ", dtype_name(first.dtype), Shape(first.shape).to_string());
   if ((mine.kind == CollectiveKind::kAllReduce || mine.kind == CollectiveKind::kReduceScatter) &&
       mine.op != first.op)
     return str_cat("asked for ", reduce_op_name(mine.op), other, "asked for ", reduce_op_name(first.op));
   if (mine.kind == CollectiveKind::kBroadcast && mine.root != first.root)
     return str_cat("named root ", mine.root, other, "named root ", first.root);
   return {};
+}
+
+std::string encode_signature(const CollectiveSignature& sig) {
+  const int64_t head[6] = {static_cast<int64_t>(sig.kind), static_cast<int64_t>(sig.op), sig.root,
+                           static_cast<int64_t>(sig.dtype), sig.count,
+                           static_cast<int64_t>(sig.shape.size())};
+  std::string out(reinterpret_cast<const char*>(head), sizeof head);
+  out.append(reinterpret_cast<const char*>(sig.shape.data()), sig.shape.size() * sizeof(int64_t));
+  out += sig.identity;
+  return out;
+}
+
+bool decode_signature(const std::string& bytes, CollectiveSignature* sig) {
+  int64_t head[6];
+  if (bytes.size() < sizeof head) return false;
+  std::memcpy(head, bytes.data(), sizeof head);
+  const int64_t rank = head[5];
+  if (rank < 0 || static_cast<size_t>(rank) > (bytes.size() - sizeof head) / sizeof(int64_t))
+    return false;
+  sig->kind = static_cast<CollectiveKind>(head[0]);
+  sig->op = static_cast<ReduceOp>(head[1]);
+  sig->root = static_cast<int>(head[2]);
+  sig->dtype = static_cast<DType>(head[3]);
+  sig->count = head[4];
+  sig->shape.assign(static_cast<size_t>(rank), 0);
+  std::memcpy(sig->shape.data(), bytes.data() + sizeof head, static_cast<size_t>(rank) * sizeof(int64_t));
+  sig->identity = bytes.substr(sizeof head + static_cast<size_t>(rank) * sizeof(int64_t));
+  return true;
 }
 
 }  // namespace spire::dist

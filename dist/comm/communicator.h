@@ -71,6 +71,11 @@ struct CollectiveCall {
   CollectiveKey key;
   /// For error messages (the graph node's name).
   std::string name;
+  /// Which collective this is, equal on every participant in every process (a graph
+  /// collective's instance key, or its node's name); "" = `name`. Part of the signature the
+  /// participants must agree on: a collective issued on one process only cannot pair with a
+  /// different one of the same size elsewhere.
+  std::string identity;
   /// Cancellation and timeout of every wait (null: no cancellation, no limit).
   const RunContext* run = nullptr;
 };
@@ -139,23 +144,36 @@ const char* collective_kind_name(CollectiveKind kind);
 /// What every participant of one collective instance must agree on.
 struct CollectiveSignature {
   CollectiveKind kind = CollectiveKind::kBarrier;
+  std::string identity;          ///< CollectiveCall::identity (or its name)
   ReduceOp op = ReduceOp::kSum;  ///< allreduce, reduce_scatter
   int root = 0;                  ///< broadcast
   DType dtype = DType::F32;      ///< not for barrier
   int64_t count = 0;             ///< elements of each input (not for barrier)
+  std::vector<int64_t> shape;    ///< dims of the first local participant's input (not for barrier)
 };
+
+/// The identity a call's participants agree on: call.identity, or call.name when empty.
+inline const std::string& collective_identity(const CollectiveCall& call) {
+  return call.identity.empty() ? call.name : call.identity;
+}
+
+/// `sig` as bytes (for an agreement between processes) and back; decode returns false for
+/// bytes that are not an encoded signature.
+std::string encode_signature(const CollectiveSignature& sig);
+bool decode_signature(const std::string& bytes, CollectiveSignature* sig);
 
 /// The signature of one call's local participants, or in `problem` what is
 /// wrong with the call itself (undefined tensors, an output of the wrong
 /// size for the kind, participants of one call that differ, a root that is
 /// not a participant, a reduction of bool tensors). `size` is the
 /// communicator's size(); `parts` must have passed participants_problem.
-CollectiveSignature local_signature(CollectiveKind kind, ReduceOp op, int root, int size,
-                                    const std::vector<Device>& devices,
+CollectiveSignature local_signature(CollectiveKind kind, const CollectiveCall& call, ReduceOp op,
+                                    int root, int size, const std::vector<Device>& devices,
                                     const std::vector<Participant>& parts, std::string* problem);
 
 /// "" when `mine` agrees with `first`, else the first difference, e.g.
-/// "passed f64 where participant 0 passed f32".
+/// "passed f64 where participant 0 passed f32", or "called allreduce 'bn/mean' where
+/// participant 0 called allreduce 'bucket_2'" (identity first, then dtype, shape, count).
 std::string signature_difference(const CollectiveSignature& mine, const CollectiveSignature& first,
                                  int first_participant);
 

@@ -241,8 +241,12 @@ std::shared_ptr<InProcessRing::Instance> InProcessRing::join(const CollectiveCal
   if (!problem.empty() && (parts.empty() || parts[0].local < 0 || parts[0].local >= n))
     throw_error(collective_kind_name(kind), " '", call.name, "' on ", name(), ": ", problem);
   CollectiveSignature mine;
-  if (problem.empty()) mine = local_signature(kind, op, root, n, devices_, parts, &problem);
-  else mine.kind = kind;
+  if (problem.empty()) {
+    mine = local_signature(kind, call, op, root, n, devices_, parts, &problem);
+  } else {
+    mine.kind = kind;
+    mine.identity = collective_identity(call);
+  }
 
   std::lock_guard<std::mutex> lock(mu_);
   auto& slot = instances_[call.key];

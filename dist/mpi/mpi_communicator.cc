@@ -127,7 +127,8 @@ void MpiCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
     if (!problem.empty()) throw_error(what, ": ", problem);
   }
   std::string problem;
-  CollectiveSignature sig = local_signature(kind, op, root, impl_->size, devices_, parts, &problem);
+  CollectiveSignature sig =
+      local_signature(kind, call, op, root, impl_->size, devices_, parts, &problem);
   if (!problem.empty()) throw_error(what, ": ", problem);
 
   const RunContext* rc = call.run;
@@ -141,20 +142,10 @@ void MpiCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
   // naming the first rank that differs from rank 0; a rank that never
   // comes is named after the timeout.
   {
-    const int64_t mine[5] = {static_cast<int64_t>(sig.kind), static_cast<int64_t>(sig.op), sig.root,
-                             static_cast<int64_t>(sig.dtype), sig.count};
-    const std::string bytes(reinterpret_cast<const char*>(mine), sizeof(mine));
-    waits.require_agreement(bytes, [&](const std::vector<std::string>& all) {
+    waits.require_agreement(encode_signature(sig), [&](const std::vector<std::string>& all) {
       auto sig_of = [&](int r) {
-        int64_t v[5] = {0, 0, 0, 0, 0};
-        const std::string& b = all[static_cast<size_t>(r)];
-        std::memcpy(v, b.data(), std::min(b.size(), sizeof(v)));
         CollectiveSignature x;
-        x.kind = static_cast<CollectiveKind>(v[0]);
-        x.op = static_cast<ReduceOp>(v[1]);
-        x.root = static_cast<int>(v[2]);
-        x.dtype = static_cast<DType>(v[3]);
-        x.count = v[4];
+        if (!decode_signature(all[static_cast<size_t>(r)], &x)) x.identity = "(unreadable signature)";
         return x;
       };
       const CollectiveSignature first = sig_of(0);

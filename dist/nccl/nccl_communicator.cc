@@ -201,7 +201,7 @@ void NcclCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
   auto where = [&] { return str_cat(collective_kind_name(kind), " '", call.name, "' on ", name()); };
   std::string problem = participants_problem(*this, parts);
   if (!problem.empty()) throw_error(where(), ": ", problem);
-  CollectiveSignature mine = local_signature(kind, op, root, size(), devices_, parts, &problem);
+  CollectiveSignature mine = local_signature(kind, call, op, root, size(), devices_, parts, &problem);
   if (!problem.empty()) throw_error(where(), ": ", problem);
   if (static_cast<int>(parts.size()) == n) {  // a group call: no rendezvous
     issue(mine, parts);

@@ -369,6 +369,7 @@ void collective_kernel(KernelContext& ctx) {
   call.key = {&ctx.state(), ctx.run().id,
               instance.empty() ? static_cast<uint64_t>(n.id()) : instance_id(ctx, instance)};
   call.name = n.name();
+  call.identity = instance;  // "" = the node's name
   call.run = &ctx.run();
   switch (kKind) {
     case Kind::kAllReduce:

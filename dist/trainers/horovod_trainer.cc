@@ -152,6 +152,10 @@ std::vector<CallbackPtr> HorovodTrainer::_setup_graph(InputSource& input, GetOpt
         const bool compress = fp16 && (x.dtype() == DType::F32 || x.dtype() == DType::F64);
         Output r = dist::all_reduce({compress ? ops::cast(x, DType::F16, "compress") : x}, op, o)[0];
         grad_collectives_.push_back(r.node);
+        // The bucket's members go into the ranks' agreement before the first step.
+        std::string members;
+        for (size_t i : buckets[k]) members += str_cat(members.empty() ? "" : ", ", grads[i].second.node->name());
+        bucket_members_[r.node] = members;
         return compress ? ops::cast(r, x.dtype(), "decompress") : r;
       });
       for (size_t j = 0; j < xs.size(); ++j) {
@@ -214,8 +218,12 @@ Node* HorovodTrainer::build_broadcast_op() {
 
 void HorovodTrainer::agree_on_collectives() {
   std::vector<std::string> items;
-  for (const Node* n : dist::collective_nodes(graph(), communicator_name()))
-    items.push_back(dist::describe_collective(n));
+  for (const Node* n : dist::collective_nodes(graph(), communicator_name())) {
+    auto members = bucket_members_.find(n);
+    items.push_back(members == bucket_members_.end()
+                        ? dist::describe_collective(n)
+                        : str_cat(dist::describe_collective(n), " of {", members->second, "}"));
+  }
   comm_->agree(str_cat(kKind, ": the ranks' collectives"), items);
 }
 

@@ -34,6 +34,7 @@
 // (README: OpenMPI's flags for root and for more ranks than cores).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -164,6 +165,7 @@ class HorovodTrainer : public SingleCostTrainer, public MultiProcessTrainer {
   HorovodOptions options_;
   std::shared_ptr<dist::Communicator> comm_;
   std::vector<Node*> grad_collectives_;
+  std::map<const Node*, std::string> bucket_members_;  // gradient bucket -> its variables
   Node* broadcast_op_ = nullptr;
   uint64_t calls_ = 0;  // outside-graph collectives so far (their keys)
 };

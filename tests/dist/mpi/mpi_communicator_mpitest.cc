@@ -308,6 +308,40 @@ TEST(MpiCommunicator, RanksThatDisagreeFailOnEveryRankNamingTheRank) {
   EXPECT_EQ(ok[0].output.data<int64_t>()[2], 3 * nranks());
 }
 
+TEST(MpiCommunicator, CollectivesOfTheSameSizeButDifferentIdentityOrShapeFailEverywhere) {
+  MpiCommunicator comm;
+  const int r = rank(), last = nranks() - 1;
+  // The last rank issues a different collective of the same kind, dtype and size: without the
+  // identity in the signature the two would pair and add unrelated tensors.
+  std::vector<Participant> p{{0, input(DType::F32, 6, r), Tensor(DType::F32, Shape{6})}};
+  try {
+    comm.allreduce(call(r == last ? "bn/sync_moments" : "grad_bucket_0"), p, ReduceOp::kSum);
+    ADD_FAILURE() << "no error on rank " << r;
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(str_cat("ranks disagree: rank ", last, " called allreduce 'bn/sync_moments' "
+                               "where rank 0 called allreduce 'grad_bucket_0'")),
+              std::string::npos) << msg;
+  }
+  // The identity, not the name, when one is given.
+  CollectiveCall named = call(str_cat("node_on_rank_", r));
+  named.identity = "instance_7";
+  comm.allreduce(named, p, ReduceOp::kSum);
+  // Same identity and count, another shape.
+  std::vector<Participant> q{{0, input(DType::F32, 6, r).reshaped(r == last ? Shape{3, 2} : Shape{2, 3}),
+                              Tensor(DType::F32, Shape{6})}};
+  try {
+    comm.allreduce(call("w"), q, ReduceOp::kSum);
+    ADD_FAILURE() << "no error on rank " << r;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(str_cat("rank ", last, " passed f32[3, 2] where rank 0 passed f32[2, 3]")),
+              std::string::npos) << e.what();
+  }
+  std::vector<Participant> ok{{0, input(DType::I64, 3, r), Tensor(DType::I64, Shape{3})}};
+  comm.allreduce(call("ok"), ok, ReduceOp::kMax);
+  EXPECT_EQ(ok[0].output.data<int64_t>()[2], 3 * nranks());
+}
+
 TEST(MpiCommunicator, AStalledRankEndsEveryRanksWaitWithinTheTimeout) {
   // Rank 0 waits 1 s, the others 4 s; rank 0 never joins the second
   // collective, so every rank ends with an error, none hangs.

@@ -38,7 +38,8 @@ int nranks() { return dist::MpiRuntime::get().size(); }
 // x [-1, 4] -> FC(6, tanh) -> [BatchNorm] -> FC(3) -> mean softmax cross-entropy.
 class Model : public ModelDesc {
  public:
-  Model(bool adam, std::string bn = "none", bool extra = false) : adam_(adam), bn_(std::move(bn)), extra_(extra) {}
+  Model(bool adam, std::string bn = "none", bool extra = false, std::string fc1 = "fc1")
+      : adam_(adam), bn_(std::move(bn)), extra_(extra), fc1_(std::move(fc1)) {}
   std::vector<InputDesc> inputs() const override {
     return {{"x", DType::F64, {-1, 4}}, {"label", DType::I64, {-1}}};
   }
@@ -46,7 +47,7 @@ class Model : public ModelDesc {
     Output h = FullyConnected("fc0", in[0], 6, FullyConnectedOptions().activation(ops::tanh));
     if (bn_ != "none") h = BatchNorm("bn", h, BatchNormOptions().sync_statistics(parse_sync_statistics(bn_)));
     if (extra_) h = FullyConnected("extra", h, 6);
-    Output logits = FullyConnected("fc1", h, 3);
+    Output logits = FullyConnected(fc1_, h, 3);
     Output xent = ops::sparse_softmax_cross_entropy_with_logits(logits, in[1]);
     ops::cast(ops::not_equal(ops::argmax(logits, 1), in[1]), DType::F64, "incorrect_vector");
     return ops::mean(xent, {}, false, "cost");
@@ -60,6 +61,7 @@ class Model : public ModelDesc {
   bool adam_;
   std::string bn_;
   bool extra_;
+  std::string fc1_;
 };
 
 // Batches r, r + k, r + 2k, ...: rank r's share.
@@ -234,6 +236,68 @@ TEST(HorovodTrainer, GraphsThatDifferBetweenRanksFailOnEveryRankBeforeTheFirstSt
     EXPECT_NE(msg.find("HorovodTrainer: the ranks' collectives"), std::string::npos) << msg;
     EXPECT_NE(msg.find(str_cat("ranks disagree: rank ", n - 1, " has ")), std::string::npos) << msg;
     EXPECT_NE(msg.find("the first difference is item 0"), std::string::npos) << msg;
+  }
+}
+
+// Runs the training tower's cost once, outside the training step, on the process it runs on
+// (chief-only: rank 0): a run through the synchronized BatchNorm, whose allreduce the other
+// ranks never issue.
+class ChiefOnlyCostRun : public Callback {
+ public:
+  explicit ChiefOnlyCostRun(Datapoint batch) : batch_(std::move(batch)) {}
+  std::string name() const override { return "ChiefOnlyCostRun"; }
+
+ protected:
+  void _before_train() override {
+    Graph& g = trainer().graph();
+    Output cost = get_tensor_maybe_in_tower(trainer(), "cost");
+    trainer().session().run_without_hooks(
+        {cost}, {{g.output_by_name("x"), batch_[0]}, {g.output_by_name("label"), batch_[1]}});
+  }
+
+ private:
+  Datapoint batch_;
+};
+
+TEST(HorovodTrainer, ACollectiveIssuedOnTheChiefAloneFailsEveryRankNamingBothCollectives) {
+  const int n = nranks();
+  auto data = batches(n * kSteps, kBatch, 48);
+  HorovodOptions o;
+  o.timeout_seconds = 20;
+  HorovodTrainer hvd(o);
+  try {
+    train(hvd, std::make_shared<Model>(false, "horovod"), shard(data, rank(), n), kSteps, 1,
+          {std::make_shared<ChiefOnlyCostRun>(data[0])});
+    ADD_FAILURE() << "no error on rank " << rank();
+  } catch (const Error& e) {
+    // Rank 0's extra BatchNorm allreduce meets the others' first collective; from then on the
+    // ranks issue different collectives, which the per-call signature names.
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("ranks disagree: rank "), std::string::npos) << msg;
+    const size_t first = msg.find(" called allreduce '"), second = msg.find(" where rank 0 called ");
+    ASSERT_NE(first, std::string::npos) << msg;
+    ASSERT_NE(second, std::string::npos) << msg;
+    EXPECT_NE(msg.find("bn/", first), std::string::npos) << "the BatchNorm collective is named: " << msg;
+  }
+}
+
+TEST(HorovodTrainer, BucketsOfTheSameSizesButOtherVariablesFailEveryRankBeforeTheFirstStep) {
+  // The last rank names its output layer differently: every collective has the same name,
+  // kind and size, but the gradient bucket holds other variables.
+  const int n = nranks();
+  auto data = batches(n * kSteps, kBatch, 49);
+  HorovodOptions o;
+  o.timeout_seconds = 20;
+  HorovodTrainer hvd(o);
+  try {
+    train(hvd, std::make_shared<Model>(false, "none", false, rank() == n - 1 ? "head" : "fc1"),
+          shard(data, rank(), n), kSteps);
+    ADD_FAILURE() << "no error on rank " << rank();
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("HorovodTrainer: the ranks' collectives"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(str_cat("ranks disagree: rank ", n - 1, " has ")), std::string::npos) << msg;
+    EXPECT_NE(msg.find("head/W"), std::string::npos) << msg;
   }
 }
 
