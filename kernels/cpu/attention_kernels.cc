@@ -17,19 +17,51 @@
 // dK_j += scale dS^T Q_i, with D_i = rowsum(dO * O) - dlse_i. A slice's dQ
 // is summed by one task in a fixed order: no races, no atomics, and results
 // independent of the thread count.
+//
+// The exponentials of a tile row run vectorized (f32: vmath::exp_f32 through the per-ISA
+// loops of vector_loops.h, within 1 ulp of the correctly rounded value; f64: std::exp).
+// Both layouts (heads first, seq_first) are addressed through attention_row.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "core/kernel_registry.h"
 #include "kernels/attention.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/vector_loops.h"
+#include "kernels/vector_math.h"
 
 namespace spire::cpu {
 namespace {
 
 using kernels::AttentionDims;
+
+/// row[c] = exp(row[c] - m) for c < n; returns their sum (in order). f32 runs the vectorized
+/// exp (kernels/vector_math.h, within 1 ulp) on this CPU's widest vectors; f64 the library's.
+template <typename T>
+T exp_shifted(T* row, int64_t n, T m) {
+  if constexpr (std::is_same_v<T, float>) {
+    binary_vec<VecScalar::kB>(row, &m, row, n,
+                              [](float s, float mx) { return vmath::exp_f32(s - mx); });
+  } else {
+    for (int64_t c = 0; c < n; ++c) row[c] = std::exp(row[c] - m);
+  }
+  T sum = 0;
+  for (int64_t c = 0; c < n; ++c) sum += row[c];
+  return sum;
+}
+
+/// The backward's probabilities of one row of a score tile: exp(s - lse) for the n visible
+/// keys, 0 for the rest (and for a row that saw no key, lse = -inf), as
+/// kernels::attention_prob.
+template <typename T>
+void probabilities(T* row, int64_t n, int64_t bk, T lse) {
+  if (lse == -std::numeric_limits<T>::infinity()) n = 0;
+  exp_shifted(row, n, lse);
+  for (int64_t c = n; c < bk; ++c) row[c] = T(0);
+}
 
 template <typename T>
 void attention_forward_kernel(KernelContext& ctx) {
@@ -73,12 +105,7 @@ void attention_forward_kernel(KernelContext& ctx) {
           for (int64_t c = 0; c < n; ++c) mx = std::max(mx, row[c]);
           const kernels::OnlineMax<T> om = kernels::attention_online_max(m[r], mx);
           m[r] = om.m;
-          T sum = 0;
-          for (int64_t c = 0; c < n; ++c) {
-            const T p = std::exp(row[c] - om.m);
-            row[c] = p;
-            sum += p;
-          }
+          const T sum = exp_shifted(row, n, om.m);
           for (int64_t c = n; c < bk; ++c) row[c] = T(0);
           l[r] = l[r] * om.alpha + sum;
           if (om.alpha != T(1)) {
@@ -162,9 +189,7 @@ void attention_backward_kernel(KernelContext& ctx) {
           const bool masked = kernels::attention_tile_masked(i0, j1, a.causal);
           for (int64_t r = 0; r < bq; ++r) {
             const int64_t n = kernels::attention_visible_keys(i0 + r, j0, bk, masked);
-            const T lse_r = lse[(i0 + r) * ldl];
-            T* row = p.data() + r * bk;
-            for (int64_t c = 0; c < bk; ++c) row[c] = kernels::attention_prob(row[c], lse_r, c < n);
+            probabilities(p.data() + r * bk, n, bk, lse[(i0 + r) * ldl]);
           }
           // dV_j += P^T dO_i
           gemm(true, false, bk, a.dv, bq, T(1), p.data(), bk, d_o + i0 * ldv, ldv, T(1),
