@@ -82,8 +82,8 @@ Output autocast_matmul(const Output& a, const Output& b, bool transpose_a, bool 
                        const std::string& name) {
   DType dt;
   if (!lowered(a, b, &dt)) return ops::matmul(a, b, transpose_a, transpose_b, name);
-  Output product = ops::matmul(ops::cast(a, dt), ops::cast(b, dt), transpose_a, transpose_b);
-  return ops::cast(product, DType::F32, name);
+  // One mixed-precision MatMul node: the same values as cast -> 16-bit matmul -> cast.
+  return ops::matmul(a, b, transpose_a, transpose_b, dt, name);
 }
 
 Output autocast_batch_matmul(const Output& a, const Output& b, bool adj_a, bool adj_b,

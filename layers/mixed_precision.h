@@ -65,9 +65,11 @@ class PrecisionPolicyScope {
 Output autocast(const Output& x, const std::string& name = "");
 
 /// ops::matmul under the policy of a's graph: with a mixed policy and f32
-/// operands, both are cast to the compute dtype, multiplied (f32
+/// operands, both are rounded to the compute dtype, multiplied (f32
 /// accumulation, the product rounded to the compute dtype) and the product
-/// cast back to f32 (named `name` when given); otherwise ops::matmul.
+/// returned as f32: one MatMul node with compute_dtype set (the values of
+/// cast -> 16-bit matmul -> cast, without the casts' copies); otherwise
+/// ops::matmul.
 Output autocast_matmul(const Output& a, const Output& b, bool transpose_a = false,
                        bool transpose_b = false, const std::string& name = "");
 /// ops::batch_matmul under the policy of a's graph, as autocast_matmul.

@@ -82,6 +82,14 @@ void matmul_shape(InferContext& c) {
   if (ka >= 0 && kb >= 0 && ka != kb)
     c.fail("inner dimensions do not match: a ", a.to_string(), (ta ? " (transposed)" : ""),
            " has ", ka, ", b ", b.to_string(), (tb ? " (transposed)" : ""), " has ", kb);
+  const DType compute = c.attr<DType>("compute_dtype");
+  if (compute != DType::Invalid) {
+    if (compute != DType::BF16 && compute != DType::F16)
+      c.fail("compute_dtype must be bf16 or f16 (or unset), got ", dtype_name(compute));
+    if (c.input_dtype(0) != DType::F32)
+      c.fail("compute_dtype ", dtype_name(compute), " needs f32 inputs, got ",
+             dtype_name(c.input_dtype(0)));
+  }
   c.set_output(0, c.input_dtype(0), Shape{m, n});
 }
 
@@ -263,16 +271,28 @@ Output op1(const char* op, const std::vector<Output>& in, const AttrMap& attrs,
 SPIRE_REGISTER_OP("MatMul")
     .input("a").input("b")
     .attr("transpose_a", false).attr("transpose_b", false)
+    .attr("compute_dtype", DType::Invalid)
     .shape_fn(matmul_shape)
     .grad([](GradContext& c) -> Grads {
       const bool ta = c.attr<bool>("transpose_a"), tb = c.attr<bool>("transpose_b");
+      const DType cd = c.attr<DType>("compute_dtype");
       Output a = c.input(0), b = c.input(1), g = c.grad();
-      if (!ta && !tb) return {matmul(g, b, false, true), matmul(a, g, true, false)};
-      if (!ta && tb) return {matmul(g, b), matmul(g, a, true, false)};
-      if (ta && !tb) return {matmul(b, g, false, true), matmul(a, g)};
-      return {matmul(b, g, true, true), matmul(g, a, true, true)};
+      // The gradients are products of the same kind (in a mixed-precision MatMul: the
+      // gradient rounded to compute_dtype, as the Cast before a 16-bit MatMul would).
+      auto mm = [&](const Output& x, const Output& y, bool tx, bool ty) {
+        return matmul(x, y, tx, ty, cd);
+      };
+      if (!ta && !tb) return {mm(g, b, false, true), mm(a, g, true, false)};
+      if (!ta && tb) return {mm(g, b, false, false), mm(g, a, true, false)};
+      if (ta && !tb) return {mm(b, g, false, true), mm(a, g, false, false)};
+      return {mm(b, g, true, true), mm(g, a, true, true)};
     })
-    .doc("op(a) @ op(b) for matrices; op transposes when transpose_a/transpose_b is set.");
+    .doc("op(a) @ op(b) for matrices; op transposes when transpose_a/transpose_b is set. "
+         "compute_dtype bf16 or f16 (f32 inputs only; unset by default) makes it one "
+         "mixed-precision product: exactly cast(matmul(cast(a, compute_dtype), cast(b, "
+         "compute_dtype)), f32), i.e. the operands rounded to 16 bits, the products summed "
+         "in f32, the result rounded to 16 bits and returned as f32, without the casts' "
+         "tensors and passes.");
 
 SPIRE_REGISTER_OP("BatchMatMul")
     .input("a").input("b")
@@ -463,6 +483,15 @@ SPIRE_REGISTER_OP("AvgPoolGrad")
 Output matmul(const Output& a, const Output& b, bool transpose_a, bool transpose_b,
               const std::string& name) {
   return op1("MatMul", {a, b}, {{"transpose_a", transpose_a}, {"transpose_b", transpose_b}}, name);
+}
+Output matmul(const Output& a, const Output& b, bool transpose_a, bool transpose_b,
+              DType compute_dtype, const std::string& name) {
+  if (compute_dtype == DType::Invalid) return matmul(a, b, transpose_a, transpose_b, name);
+  return op1("MatMul", {a, b},
+             {{"transpose_a", transpose_a},
+              {"transpose_b", transpose_b},
+              {"compute_dtype", compute_dtype}},
+             name);
 }
 Output batch_matmul(const Output& a, const Output& b, bool adj_a, bool adj_b,
                     const std::string& name) {

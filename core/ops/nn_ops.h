@@ -14,6 +14,12 @@ namespace spire::ops {
 /// a @ b for rank-2 tensors, optionally transposing either operand.
 Output matmul(const Output& a, const Output& b, bool transpose_a = false,
               bool transpose_b = false, const std::string& name = "");
+/// A mixed-precision matmul of f32 a and b (compute_dtype bf16 or f16; DType::Invalid: the
+/// plain matmul above): exactly cast(matmul(cast(a, cd), cast(b, cd)), f32) as one node, so
+/// no 16-bit copies of the operands or the product are made (layers/mixed_precision.h's
+/// autocast_matmul builds it). Its gradients are mixed-precision matmuls too.
+Output matmul(const Output& a, const Output& b, bool transpose_a, bool transpose_b,
+              DType compute_dtype, const std::string& name = "");
 /// Batched matmul over the last two dims (typically rank >= 3; leading batch
 /// dims equal or broadcast by NumPy rules, so a rank-2 operand is shared by
 /// every batch entry). adj_a/adj_b transpose the last two dims of a/b.

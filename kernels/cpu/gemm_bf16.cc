@@ -12,10 +12,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/scratch_buffer.h"
+#include "kernels/functors.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -43,19 +45,25 @@ constexpr int64_t kNC = 8 * kNR;   // columns of op(B) per packed block
 thread_local ScratchBuffer tl_bf16_a;
 thread_local ScratchBuffer tl_bf16_b;
 
-/// Element (i, p) of a strided matrix: src[i * s_i + p * s_p].
+/// The bf16 bits of an operand element: as stored, or an f32 rounded to nearest even (as
+/// the Cast op rounds).
+inline uint16_t bf16_bits(uint16_t h) { return h; }
+inline uint16_t bf16_bits(float f) { return functors::float_to_bf16_bits(f); }
+
+/// Element (i, p) of a strided matrix of bf16 bits or f32 values: src[i * s_i + p * s_p].
+template <class Src>
 struct Strided {
-  const uint16_t* p;
+  const Src* p;
   int64_t s_i, s_p;
-  uint16_t at(int64_t i, int64_t q) const { return p[i * s_i + q * s_p]; }
+  uint16_t at(int64_t i, int64_t q) const { return bf16_bits(p[i * s_i + q * s_p]); }
 };
 
 /// Packs rows [0, rows) x k [0, kc) of `src` as panels of R rows: for each k pair q, R pairs
 /// (row-major within the panel), zero-padded. Two layouts of the source copy whole runs:
 /// k contiguous (each pair is one 32-bit word of the source) and rows contiguous (each pair
 /// interleaves two source rows, a loop the compiler vectorizes); others go element by element.
-template <int R>
-SPIRE_BF16_PACK_TARGET void pack_pairs(const Strided& src, int64_t rows, int64_t kc,
+template <int R, class Src>
+SPIRE_BF16_PACK_TARGET void pack_pairs(const Strided<Src>& src, int64_t rows, int64_t kc,
                                        uint16_t* dst) {
   const int64_t pairs = (kc + 1) / 2, full = kc / 2;  // full: pairs with both k in range
   for (int64_t r0 = 0; r0 < rows; r0 += R) {
@@ -65,17 +73,24 @@ SPIRE_BF16_PACK_TARGET void pack_pairs(const Strided& src, int64_t rows, int64_t
     if (r == R && src.s_p == 1) {
       for (; q < full; ++q) {
         uint16_t* __restrict d = panel + q * R * 2;
-        for (int64_t i = 0; i < R; ++i)
-          std::memcpy(d + 2 * i, src.p + (r0 + i) * src.s_i + 2 * q, 2 * sizeof(uint16_t));
+        for (int64_t i = 0; i < R; ++i) {
+          const Src* s = src.p + (r0 + i) * src.s_i + 2 * q;
+          if constexpr (std::is_same_v<Src, uint16_t>) {
+            std::memcpy(d + 2 * i, s, 2 * sizeof(uint16_t));
+          } else {
+            d[2 * i] = bf16_bits(s[0]);
+            d[2 * i + 1] = bf16_bits(s[1]);
+          }
+        }
       }
     } else if (r == R && src.s_i == 1) {
       for (; q < full; ++q) {
         uint16_t* __restrict d = panel + q * R * 2;
-        const uint16_t* __restrict row0 = src.p + r0 + 2 * q * src.s_p;
-        const uint16_t* __restrict row1 = row0 + src.s_p;
+        const Src* __restrict row0 = src.p + r0 + 2 * q * src.s_p;
+        const Src* __restrict row1 = row0 + src.s_p;
         for (int64_t i = 0; i < R; ++i) {
-          d[2 * i] = row0[i];
-          d[2 * i + 1] = row1[i];
+          d[2 * i] = bf16_bits(row0[i]);
+          d[2 * i + 1] = bf16_bits(row1[i]);
         }
       }
     }
@@ -127,8 +142,9 @@ SPIRE_BF16_TARGET __attribute__((noinline)) void micro_kernel(int64_t pairs, con
 }
 
 /// The blocked product of rows [0, m) x columns [0, n) (m, n, k >= 1).
-void gemm_blocked(const Strided& a, const Strided& b, int64_t m, int64_t n, int64_t k, float* c,
-                  int64_t ldc) {
+template <class Src>
+void gemm_blocked(const Strided<Src>& a, const Strided<Src>& b, int64_t m, int64_t n, int64_t k,
+                  float* c, int64_t ldc) {
   const int64_t kc_max = std::min(kKC, k), pairs_max = (kc_max + 1) / 2;
   uint16_t* pa = tl_bf16_a.get<uint16_t>((std::min(kMC, m) + kMR) * pairs_max * 2);
   uint16_t* pb = tl_bf16_b.get<uint16_t>((std::min(kNC, n) + kNR) * pairs_max * 2);
@@ -139,10 +155,10 @@ void gemm_blocked(const Strided& a, const Strided& b, int64_t m, int64_t n, int6
       const int64_t kc = std::min(kKC, k - pc), pairs = (kc + 1) / 2;
       const bool accumulate = pc > 0;
       // op(B) block as columns j (rows of the packing) by k.
-      pack_pairs<kNR>({b.p + jc * b.s_i + pc * b.s_p, b.s_i, b.s_p}, nc, kc, pb);
+      pack_pairs<kNR>(Strided<Src>{b.p + jc * b.s_i + pc * b.s_p, b.s_i, b.s_p}, nc, kc, pb);
       for (int64_t ic = 0; ic < m; ic += kMC) {
         const int64_t mc = std::min(kMC, m - ic);
-        pack_pairs<kMR>({a.p + ic * a.s_i + pc * a.s_p, a.s_i, a.s_p}, mc, kc, pa);
+        pack_pairs<kMR>(Strided<Src>{a.p + ic * a.s_i + pc * a.s_p, a.s_i, a.s_p}, mc, kc, pa);
         for (int64_t jr = 0; jr < nc; jr += kNR) {
           const int64_t nr = std::min<int64_t>(kNR, nc - jr);
           const uint16_t* b_panel = pb + jr * pairs * 2;
@@ -180,9 +196,12 @@ bool gemm_bf16_supported() {
 #endif
 }
 
-void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a,
-               int64_t lda, const uint16_t* b, int64_t ldb, float* c, int64_t ldc,
-               ThreadPool* pool) {
+namespace {
+
+template <class Src>
+void gemm_bf16_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const Src* a,
+                    int64_t lda, const Src* b, int64_t ldb, float* c, int64_t ldc,
+                    ThreadPool* pool) {
   if (!gemm_bf16_supported()) throw_error("gemm_bf16: this CPU has no AVX512-BF16");
 #if SPIRE_BF16_X86
   if (m <= 0 || n <= 0) return;
@@ -191,8 +210,9 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
     return;
   }
   // op(A) (i, p) and op(B)^T (j, p): rows of the packing by k.
-  const Strided sa = trans_a ? Strided{a, 1, lda} : Strided{a, lda, 1};
-  const Strided sb = trans_b ? Strided{b, ldb, 1} : Strided{b, 1, ldb};
+  using S = Strided<Src>;
+  const S sa = trans_a ? S{a, 1, lda} : S{a, lda, 1};
+  const S sb = trans_b ? S{b, ldb, 1} : S{b, 1, ldb};
   const int threads = pool ? pool->num_threads() : 1;
   const double macs = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   if (threads <= 1 || macs < double(1 << 21)) {
@@ -208,15 +228,29 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
   pool->parallel_for(units, grain, [&](int64_t u0, int64_t u1) {
     const int64_t begin = u0 * unit, end = std::min(len, u1 * unit);
     if (split_n)
-      gemm_blocked(sa, {sb.p + begin * sb.s_i, sb.s_i, sb.s_p}, m, end - begin, k, c + begin, ldc);
+      gemm_blocked(sa, S{sb.p + begin * sb.s_i, sb.s_i, sb.s_p}, m, end - begin, k, c + begin, ldc);
     else
-      gemm_blocked({sa.p + begin * sa.s_i, sa.s_i, sa.s_p}, sb, end - begin, n, k, c + begin * ldc,
-                   ldc);
+      gemm_blocked(S{sa.p + begin * sa.s_i, sa.s_i, sa.s_p}, sb, end - begin, n, k,
+                   c + begin * ldc, ldc);
   });
 #else
   (void)trans_a, (void)trans_b, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb;
   (void)c, (void)ldc, (void)pool;
 #endif
+}
+
+}  // namespace
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a,
+               int64_t lda, const uint16_t* b, int64_t ldb, float* c, int64_t ldc,
+               ThreadPool* pool) {
+  gemm_bf16_impl(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, pool);
+}
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
+               int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
+               ThreadPool* pool) {
+  gemm_bf16_impl(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, pool);
 }
 
 }  // namespace spire::cpu

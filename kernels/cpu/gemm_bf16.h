@@ -28,5 +28,10 @@ bool gemm_bf16_supported();
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a,
                int64_t lda, const uint16_t* b, int64_t ldb, float* c, int64_t ldc,
                ThreadPool* pool);
+/// The same with f32 operands, each rounded to bf16 (nearest even, as the Cast op) while it
+/// is packed: equal to gemm_bf16 on the Cast operands, without their copies.
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
+               int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
+               ThreadPool* pool);
 
 }  // namespace spire::cpu

@@ -10,7 +10,10 @@
 // even. The result equals the f32 product of the same 16-bit inputs, rounded. On CPUs with
 // AVX512-BF16 a bf16 MatMul multiplies its operands as they are (kernels/cpu/gemm_bf16.h):
 // the same exact products, summed in f32 in another order, with denormals flushed to zero.
+// An f32 MatMul with compute_dtype f16 / bf16 (layers/mixed_precision.h's autocast_matmul)
+// gives exactly the Cast -> 16-bit MatMul -> Cast graph's result, without the casts' passes.
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "core/kernel_registry.h"
@@ -53,12 +56,50 @@ void narrow(KernelContext& ctx, const std::vector<float>& src, Tensor& t) {
   });
 }
 
+// f32 values rounded to f16 / bf16 and back (exactly what a Cast to the 16-bit dtype and
+// back gives), from `src` into `dst` (n elements; dst may be src).
+void round_through(KernelContext& ctx, DType half, const float* src, float* dst, int64_t n) {
+  ctx.parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
+    if (half == DType::BF16) {
+      unary_vec(src + b, dst + b, e - b, [](float x) {
+        return functors::bf16_bits_to_float(functors::float_to_bf16_bits(x));
+      });
+    } else {
+      for (int64_t i = b; i < e; ++i) dst[i] = functors::half_bits_to_float(functors::float_to_half_bits(src[i]));
+    }
+  });
+}
+
+// MatMul of f32 inputs with compute_dtype f16 / bf16: exactly the product of the 16-bit
+// Casts of a and b (the kernel above), rounded to 16 bits, as f32. With AVX512-BF16 the bf16
+// GEMM rounds the operands while it packs them; otherwise they are rounded into copies and
+// multiplied by the f32 GEMM (as the widening path does with the Casts' values).
+void mixed_matmul(KernelContext& ctx, DType half, const kernels::MatMulDims& d, const Tensor& a,
+                  const Tensor& b, Tensor& c) {
+  float* pc = c.data<float>();
+  if (half == DType::BF16 && gemm_bf16_supported()) {
+    gemm_bf16(d.ta, d.tb, d.m, d.n, d.k, a.data<float>(), a.dim(1), b.data<float>(), b.dim(1), pc,
+              d.n, ctx.thread_pool());
+  } else {
+    std::vector<float> ra(static_cast<size_t>(a.num_elements())), rb(static_cast<size_t>(b.num_elements()));
+    round_through(ctx, half, a.data<float>(), ra.data(), a.num_elements());
+    round_through(ctx, half, b.data<float>(), rb.data(), b.num_elements());
+    gemm(d.ta, d.tb, d.m, d.n, d.k, 1.0f, ra.data(), a.dim(1), rb.data(), b.dim(1), 0.0f, pc, d.n,
+         ctx.thread_pool());
+  }
+  round_through(ctx, half, pc, pc, c.num_elements());
+}
+
 template <typename T>
 void matmul_kernel(KernelContext& ctx) {
   const Tensor& a = ctx.input(0);
   const Tensor& b = ctx.input(1);
   const kernels::MatMulDims d = kernels::matmul_dims(ctx);
   Tensor& c = ctx.allocate_output(0, Shape{d.m, d.n});
+  if constexpr (std::is_same_v<T, float>) {
+    const DType half = ctx.attr<DType>("compute_dtype");
+    if (half != DType::Invalid) return mixed_matmul(ctx, half, d, a, b, c);
+  }
   gemm(d.ta, d.tb, d.m, d.n, d.k, T(1), a.data<T>(), a.dim(1), b.data<T>(), b.dim(1), T(0),
        c.data<T>(), d.n, ctx.thread_pool());
 }

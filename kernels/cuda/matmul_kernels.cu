@@ -17,6 +17,10 @@
 // cores, the product rounded to the 16-bit dtype once, as the CPU kernel (which widens the
 // operands to f32 around its own GEMM).
 //
+// An f32 MatMul with compute_dtype f16 / bf16 (one mixed-precision node for the Cast ->
+// MatMul -> Cast of autocast_matmul) converts its operands into 16-bit scratch copies, runs
+// the 16-bit GEMM and widens the product into its output.
+//
 // Empty results return at once; a sum over an empty K writes zeros (cudaMemsetAsync) without
 // calling cuBLAS (whose leading-dimension rules reject zero-sized operands).
 //
@@ -35,7 +39,9 @@
 #include <vector>
 
 #include "core/kernel_registry.h"
+#include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/functors.h"
 #include "kernels/matmul_shapes.h"
 
 namespace spire::cuda {
@@ -150,6 +156,42 @@ void gemm_strided_batched(const KernelContext& ctx, CudaContext& cc, const GemmD
   }
 }
 
+// f32 -> f16 / bf16 bits and back, with the functors of the Cast kernels.
+__global__ void to_half_kernel(const float* __restrict__ x, uint16_t* __restrict__ y, int64_t n,
+                               bool bf16) {
+  const functors::ToHalf f{bf16};
+  SPIRE_GRID_STRIDE_LOOP(i, n) { y[i] = f(x[i]); }
+}
+__global__ void from_half_kernel(const uint16_t* __restrict__ x, float* __restrict__ y, int64_t n,
+                                 bool bf16) {
+  const functors::FromHalf<float> f{bf16};
+  SPIRE_GRID_STRIDE_LOOP(i, n) { y[i] = f(x[i]); }
+}
+
+// An f32 MatMul with compute_dtype f16 / bf16: the operands converted into 16-bit scratch
+// copies, the 16-bit GEMM (f32 accumulation, the product rounded to 16 bits), the product
+// widened into the f32 output: the Cast -> MatMul -> Cast graph's kernels in one node.
+template <typename Half>
+void mixed_matmul(KernelContext& ctx, CudaContext& cc, const kernels::MatMulDims& md,
+                  const Tensor& a, const Tensor& b, Tensor& c) {
+  const bool bf16 = std::is_same_v<Half, BF16Tag>;
+  const int64_t na = a.num_elements(), nb = b.num_elements(), nc = md.m * md.n;
+  Scratch ha(cc, sizeof(uint16_t) * static_cast<size_t>(na));
+  Scratch hb(cc, sizeof(uint16_t) * static_cast<size_t>(nb));
+  Scratch hc(cc, sizeof(uint16_t) * static_cast<size_t>(nc));
+  to_half_kernel<<<blocks_for(cc, na), kThreads, 0, cc.stream()>>>(a.data<float>(),
+                                                                   ha.as<uint16_t>(), na, bf16);
+  SPIRE_CUDA_LAUNCH_CHECK();
+  to_half_kernel<<<blocks_for(cc, nb), kThreads, 0, cc.stream()>>>(b.data<float>(),
+                                                                   hb.as<uint16_t>(), nb, bf16);
+  SPIRE_CUDA_LAUNCH_CHECK();
+  gemm<Half>(ctx, cc, gemm_dims(ctx, md.ta, md.tb, md.m, md.n, md.k, a.dim(1), b.dim(1), md.n),
+             ha.as<uint16_t>(), hb.as<uint16_t>(), hc.as<uint16_t>());
+  from_half_kernel<<<blocks_for(cc, nc), kThreads, 0, cc.stream()>>>(hc.as<uint16_t>(),
+                                                                     c.data<float>(), nc, bf16);
+  SPIRE_CUDA_LAUNCH_CHECK();
+}
+
 template <typename T>
 void matmul_kernel(KernelContext& ctx) {
   using S = StorageOf<T>;
@@ -164,6 +206,11 @@ void matmul_kernel(KernelContext& ctx) {
   if (k == 0) {
     SPIRE_CUDA_CHECK(cudaMemsetAsync(c.raw_data(), 0, m * n * sizeof(S), cc.stream()));
     return;
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    const DType half = ctx.attr<DType>("compute_dtype");
+    if (half == DType::BF16) return mixed_matmul<BF16Tag>(ctx, cc, md, a, b, c);
+    if (half == DType::F16) return mixed_matmul<F16Tag>(ctx, cc, md, a, b, c);
   }
   gemm<T>(ctx, cc, gemm_dims(ctx, md.ta, md.tb, m, n, k, a.dim(1), b.dim(1), n), elements<T>(a),
           elements<T>(b), mutable_elements<T>(c));

@@ -24,6 +24,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "autograd/gradients.h"
 #include "core/ops/nn_ops.h"
 #include "core/ops/op_util.h"
 #include "tests/support/op_test_util.h"
@@ -159,6 +160,21 @@ const bool kHalfMatMulCases [[maybe_unused]] = [] {
               Output ha = ops::cast(x[0], dt), hb = ops::cast(x[1], dt);
               Output p = bmm ? ops::batch_matmul(ha, hb, ta, tb) : ops::matmul(ha, hb, ta, tb);
               return {ops::cast(p, DType::F32)};
+            },
+            {DType::F32}, eps, 0.0});
+        if (c.bmm) continue;
+        // The same product as one mixed-precision MatMul (f32 in and out, compute_dtype), with
+        // the gradients of <w, product> (mixed-precision MatMuls too).
+        register_parity_case(ParityCase{
+            "MatMul", name + " (compute_dtype, with gradients)", {{a}, {b}},
+            [dt, ta, tb](const In& x) -> Outs {
+              Output p = ops::matmul(x[0], x[1], ta, tb, dt);
+              Tensor wt(DType::F32, p.shape());
+              for (int64_t i = 0; i < wt.num_elements(); ++i)
+                wt.data<float>()[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)));
+              Outs r = {p};
+              for (const Output& g : gradients({p}, {x[0], x[1]}, {ops::constant(wt)})) r.push_back(g);
+              return r;
             },
             {DType::F32}, eps, 0.0});
       }
