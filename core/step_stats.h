@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,8 +45,7 @@ struct StepStats {
   std::vector<TraceEvent> events;
 };
 
-/// Collects a run's events while it runs: one buffer per lane, each written only by its
-/// lane's thread, so recording takes no lock.
+/// Collects a run's events while it runs: one buffer per lane, behind one mutex.
 class StepTrace {
  public:
   StepTrace(uint64_t run_id, std::vector<std::string> lane_devices)
@@ -63,9 +63,11 @@ class StepTrace {
                                                                 start_)
         .count();
   }
-  /// Adds an event to `lane`'s buffer (only from that lane's thread).
+  /// Adds an event to its lane's buffer. Safe from any thread (a kernel's event may come
+  /// from one of its pool's workers); traced runs only, so the lock costs nothing otherwise.
   void add(TraceEvent e) {
     const size_t lane = static_cast<size_t>(e.lane);
+    std::lock_guard<std::mutex> lock(mu_);
     if (lane < lanes_.size()) lanes_[lane].push_back(std::move(e));
   }
   /// The finished trace (after every lane has returned).
@@ -81,6 +83,7 @@ class StepTrace {
   }
 
  private:
+  std::mutex mu_;
   std::vector<std::vector<TraceEvent>> lanes_;
   std::chrono::steady_clock::time_point start_;
   StepStats stats_;

@@ -1,10 +1,11 @@
 // Chrome trace JSON writer (see timeline.h).
 #include "train/timeline.h"
 
-#include <cstdio>
 #include <algorithm>
+#include <cstdio>
 #include <map>
 
+#include "core/error.h"
 #include "train/file_util.h"
 
 namespace spire {
@@ -42,6 +43,38 @@ std::string micros(int64_t unix_us, int64_t ns) {
   return buf;
 }
 
+/// One trace row per lane device: lanes of different runs with the same device (and the
+/// same occurrence of it, for a device with several lanes) share a row, whatever their lane
+/// index in each run's plan. rows[step][lane] is the row; labels[row] its name.
+struct Rows {
+  std::vector<std::vector<int>> of;
+  std::vector<std::string> labels;
+};
+Rows trace_rows(const std::vector<StepStats>& steps) {
+  Rows r;
+  std::map<std::pair<std::string, int>, int> ids;
+  for (const StepStats& s : steps) {
+    std::map<std::string, int> seen;
+    std::vector<int> lanes;
+    for (const std::string& device : s.lane_devices) {
+      const int occurrence = seen[device]++;
+      auto [it, fresh] = ids.emplace(std::make_pair(device, occurrence), static_cast<int>(r.labels.size()));
+      if (fresh)
+        r.labels.push_back(occurrence == 0 ? device : str_cat(device, " (", occurrence + 1, ")"));
+      lanes.push_back(it->second);
+    }
+    r.of.push_back(std::move(lanes));
+  }
+  return r;
+}
+
+/// The row of event e of step k (an unknown lane gets a row past the others).
+int row_of(const Rows& rows, size_t k, const TraceEvent& e) {
+  const auto& lanes = rows.of[k];
+  return e.lane >= 0 && static_cast<size_t>(e.lane) < lanes.size() ? lanes[static_cast<size_t>(e.lane)]
+                                                                  : static_cast<int>(rows.labels.size());
+}
+
 }  // namespace
 
 std::string chrome_trace_json(const std::vector<StepStats>& steps, int pid,
@@ -56,25 +89,27 @@ std::string chrome_trace_json(const std::vector<StepStats>& steps, int pid,
   begin_event();
   out += "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + p +
          ",\"args\":{\"name\":" + json_string(process_name) + "}}";
-  std::map<int, std::string> lanes;  // lane -> device label (from the first step naming it)
-  for (const StepStats& s : steps)
-    for (size_t l = 0; l < s.lane_devices.size(); ++l)
-      lanes.emplace(static_cast<int>(l), s.lane_devices[l]);
-  for (const auto& [lane, device] : lanes) {
+  const Rows rows = trace_rows(steps);
+  bool other = false;  // an event on a lane its run does not list
+  for (size_t k = 0; k < steps.size(); ++k)
+    for (const TraceEvent& e : steps[k].events)
+      other = other || row_of(rows, k, e) == static_cast<int>(rows.labels.size());
+  for (size_t row = 0; row < rows.labels.size() + (other ? 1 : 0); ++row) {
+    const std::string tid = std::to_string(row);
+    const std::string label = row < rows.labels.size() ? rows.labels[row] : "other";
     begin_event();
-    out += "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + p +
-           ",\"tid\":" + std::to_string(lane) + ",\"args\":{\"name\":" +
-           json_string("lane " + std::to_string(lane) + " (" + device + ")") + "}}";
+    out += "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + p + ",\"tid\":" + tid +
+           ",\"args\":{\"name\":" + json_string(label) + "}}";
     begin_event();
-    out += "{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":" + p +
-           ",\"tid\":" + std::to_string(lane) + ",\"args\":{\"sort_index\":" +
-           std::to_string(lane) + "}}";
+    out += "{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":" + p + ",\"tid\":" + tid +
+           ",\"args\":{\"sort_index\":" + tid + "}}";
   }
-  for (const StepStats& s : steps) {
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const StepStats& s = steps[k];
     for (const TraceEvent& e : s.events) {
       begin_event();
       const int64_t dur_ns = e.end_ns > e.start_ns ? e.end_ns - e.start_ns : 0;
-      out += "{\"ph\":\"X\",\"pid\":" + p + ",\"tid\":" + std::to_string(e.lane) +
+      out += "{\"ph\":\"X\",\"pid\":" + p + ",\"tid\":" + std::to_string(row_of(rows, k, e)) +
              ",\"name\":" + json_string(e.name) + ",\"cat\":" + json_string(e.category) +
              ",\"ts\":" + micros(s.start_unix_us, e.start_ns) + ",\"dur\":" + micros(0, dur_ns) +
              ",\"args\":{\"device\":" + json_string(e.device) +
@@ -94,18 +129,20 @@ std::string op_time_summary(const std::vector<StepStats>& steps, int top) {
     int64_t count = 0;
   };
   std::map<std::string, Row> by_op;
-  std::map<int, std::pair<double, double>> lanes;  // lane -> {busy ns, span ns}
+  const Rows lane_rows = trace_rows(steps);
+  std::map<int, std::pair<double, double>> lanes;  // row -> {busy ns, span ns}
   double busy = 0;
-  for (const StepStats& s : steps) {
-    std::map<int, std::pair<int64_t, int64_t>> span;  // lane -> {first start, last end}
-    for (const TraceEvent& e : s.events) {
+  for (size_t k = 0; k < steps.size(); ++k) {
+    std::map<int, std::pair<int64_t, int64_t>> span;  // row -> {first start, last end}
+    for (const TraceEvent& e : steps[k].events) {
       if (e.depth != 0) continue;
+      const int row = row_of(lane_rows, k, e);
       const double d = static_cast<double>(e.end_ns - e.start_ns);
       by_op[e.category].ns += d;
       ++by_op[e.category].count;
-      lanes[e.lane].first += d;
+      lanes[row].first += d;
       busy += d;
-      auto [it, fresh] = span.emplace(e.lane, std::make_pair(e.start_ns, e.end_ns));
+      auto [it, fresh] = span.emplace(row, std::make_pair(e.start_ns, e.end_ns));
       if (!fresh) {
         it->second.first = std::min(it->second.first, e.start_ns);
         it->second.second = std::max(it->second.second, e.end_ns);
@@ -138,12 +175,11 @@ std::string op_time_summary(const std::vector<StepStats>& steps, int top) {
                   static_cast<double>(rest.count) / runs);
     out += line;
   }
-  for (const auto& [lane, bt] : lanes) {
-    const std::string device = lane < static_cast<int>(steps.front().lane_devices.size())
-                                   ? steps.front().lane_devices[static_cast<size_t>(lane)]
-                                   : "?";
-    std::snprintf(line, sizeof line, "lane %d (%s): busy %.3f ms of %.3f ms per run\n", lane,
-                  device.c_str(), bt.first / runs / 1e6, bt.second / runs / 1e6);
+  for (const auto& [row, bt] : lanes) {
+    const std::string device =
+        row < static_cast<int>(lane_rows.labels.size()) ? lane_rows.labels[static_cast<size_t>(row)] : "other";
+    std::snprintf(line, sizeof line, "%s: busy %.3f ms of %.3f ms per run\n", device.c_str(),
+                  bt.first / runs / 1e6, bt.second / runs / 1e6);
     out += line;
   }
   return out;

@@ -1,6 +1,7 @@
 // Chrome trace JSON (the "Trace Event Format" that Perfetto and chrome://tracing open) from
-// traced runs (core/step_stats.h): one process per file (a rank), one thread row per executor
-// lane, labelled with its device, one complete event ("ph": "X") per executed node or kernel
+// traced runs (core/step_stats.h): one process per file (a rank), one thread row per lane
+// device (lanes of different runs on the same device share a row, whatever their index in
+// each run's plan), one complete event ("ph": "X") per executed node or kernel
 // event, with the op type as category and the node's extra key/values as args. Steps share one
 // time axis (the wall clock at each run's start plus its steady-clock offsets), so a window of
 // steps, or the files of several ranks, line up.

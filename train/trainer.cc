@@ -105,6 +105,7 @@ MultiProcessTrainer* Trainer::multi_process() { return dynamic_cast<MultiProcess
 void Trainer::setup_callbacks(const std::vector<CallbackPtr>& callbacks,
                               const std::vector<MonitorPtr>& monitors) {
   SPIRE_CHECK(!setup_done_, "setup_callbacks: called twice");
+  job_logdir_ = logdir_;
   if (!is_chief_ && !logdir_.empty()) {
     const MultiProcessTrainer* mp = multi_process();
     logger::info(mp ? mp->process_name() : std::string("This process"), " does not write the log directory ",

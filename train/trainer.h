@@ -95,6 +95,9 @@ class Trainer {
   /// The log directory monitors and savers write to ("" = none; a process
   /// that is not the chief writes none: setup_callbacks clears it there).
   const std::string& logdir() const { return logdir_; }
+  /// The log directory the job was given, on every process (also where logdir() is cleared):
+  /// for files each process writes under its own name (Timeline's timeline-rank<r>.json).
+  const std::string& job_logdir() const { return job_logdir_; }
   void set_logdir(const std::string& dir) { logdir_ = dir; }
 
   /// Registers a callback (before training only). On non-chief processes
@@ -156,6 +159,7 @@ class Trainer {
   // (a predictor may outlive its trainer).
   std::shared_ptr<Graph> graph_;
   std::string logdir_;
+  std::string job_logdir_;  // logdir_ as given, before a non-chief process clears it
   TrainLoop loop_;
   std::vector<CallbackPtr> callbacks_;
   std::shared_ptr<Callbacks> group_;

@@ -136,9 +136,10 @@ Output scaled_dot_product_attention(const Output& q, const Output& k, const Outp
 std::vector<Output> scaled_dot_product_attention_grad(
     const Output& q, const Output& k, const Output& v, const Output& out, const Output& lse,
     const Output& dout, const Output& dlse, bool causal, double scale, int64_t block_size,
-    const std::string& name) {
+    const std::string& name, AttentionLayout layout) {
   Node* n = add_op("ScaledDotProductAttentionGrad", {q, k, v, out, lse, dout, dlse},
-                   attention_attrs(causal, scale, block_size, false), name);
+                   attention_attrs(causal, scale, block_size, layout == AttentionLayout::kSeqFirst),
+                   name);
   return {n->output(0), n->output(1), n->output(2)};
 }
 

@@ -39,10 +39,11 @@ Output scaled_dot_product_attention(const Output& q, const Output& k, const Outp
 
 /// The gradient op of scaled_dot_product_attention (FlashAttention-2's
 /// backward): given its inputs, its outputs out and lse, and their gradients
-/// dout and dlse, returns {dq, dk, dv}. Not itself differentiable.
+/// dout and dlse, returns {dq, dk, dv} (`layout` as the forward's). Not itself differentiable.
 std::vector<Output> scaled_dot_product_attention_grad(
     const Output& q, const Output& k, const Output& v, const Output& out, const Output& lse,
     const Output& dout, const Output& dlse, bool causal = false, double scale = 0,
-    int64_t block_size = 64, const std::string& name = "");
+    int64_t block_size = 64, const std::string& name = "",
+    AttentionLayout layout = AttentionLayout::kHeadsFirst);
 
 }  // namespace spire::ops

@@ -106,7 +106,8 @@ CollectiveSignature local_signature(CollectiveKind kind, const CollectiveCall& c
       sig.dtype = p.input.dtype();
       sig.count = in;
       sig.shape = p.input.shape().dims();
-    } else if (p.input.dtype() != sig.dtype || in != sig.count) {
+    } else if (p.input.dtype() != sig.dtype || in != sig.count ||
+               p.input.shape().dims() != sig.shape) {
       *problem = str_cat("participants ", parts[0].local, " and ", p.local, " of one call pass ",
                          dtype_name(sig.dtype), " x ", sig.count, " and ", p.input.type_string());
       return sig;
@@ -156,6 +157,10 @@ bool decode_signature(const std::string& bytes, CollectiveSignature* sig) {
   const int64_t rank = head[5];
   if (rank < 0 || static_cast<size_t>(rank) > (bytes.size() - sizeof head) / sizeof(int64_t))
     return false;
+  if (head[0] < 0 || head[0] > static_cast<int64_t>(CollectiveKind::kBarrier) || head[1] < 0 ||
+      head[1] > static_cast<int64_t>(ReduceOp::kMin) || head[3] < 0 ||
+      head[3] > static_cast<int64_t>(DType::BF16) || head[4] < 0)
+    return false;
   sig->kind = static_cast<CollectiveKind>(head[0]);
   sig->op = static_cast<ReduceOp>(head[1]);
   sig->root = static_cast<int>(head[2]);
@@ -163,6 +168,8 @@ bool decode_signature(const std::string& bytes, CollectiveSignature* sig) {
   sig->count = head[4];
   sig->shape.assign(static_cast<size_t>(rank), 0);
   std::memcpy(sig->shape.data(), bytes.data() + sizeof head, static_cast<size_t>(rank) * sizeof(int64_t));
+  for (int64_t d : sig->shape)
+    if (d < 0) return false;
   sig->identity = bytes.substr(sizeof head + static_cast<size_t>(rank) * sizeof(int64_t));
   return true;
 }

@@ -74,7 +74,9 @@ struct CollectiveCall {
   /// Which collective this is, equal on every participant in every process (a graph
   /// collective's instance key, or its node's name); "" = `name`. Part of the signature the
   /// participants must agree on: a collective issued on one process only cannot pair with a
-  /// different one of the same size elsewhere.
+  /// different one of the same size elsewhere. (It can still pair with the same collective
+  /// of the others' next step: the ranks then fail at the first collective that differs,
+  /// not at the extra one.)
   std::string identity;
   /// Cancellation and timeout of every wait (null: no cancellation, no limit).
   const RunContext* run = nullptr;

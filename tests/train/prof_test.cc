@@ -61,13 +61,26 @@ TEST(Timeline, ChromeTraceJsonEscapesNamesAndKeepsTimes) {
   EXPECT_NE(json.find(R"("name":"a \"quoted\"\\name\n")"), std::string::npos) << json;
   EXPECT_NE(json.find(R"("ts":1700000000000001.500,"dur":1.000)"), std::string::npos) << json;
   EXPECT_NE(json.find(R"("k":"v\t")"), std::string::npos) << json;
-  EXPECT_NE(json.find(R"X("name":"lane 1 (cpu:1)")X"), std::string::npos) << json;
+  EXPECT_NE(json.find(R"X("tid":1,"args":{"name":"cpu:1"})X"), std::string::npos) << json;
+  // Another run whose plan has the lanes the other way round: its events keep their devices'
+  // rows; a second lane of one device gets a row of its own.
+  StepStats s2 = s;
+  s2.run_id = 8;
+  s2.lane_devices = {"cpu:1", "cpu", "cpu"};
+  s2.events = {{"c", "Op", "cpu:1", 0, 0, 10, 0, {}}, {"d", "Op", "cpu", 2, 0, 10, 0, {}}};
+  const std::string two = chrome_trace_json({s, s2}, 0, "p");
+  EXPECT_NE(two.find(R"X("tid":1,"name":"c")X"), std::string::npos) << two;
+  EXPECT_NE(two.find(R"X("tid":2,"name":"d")X"), std::string::npos) << two;
+  EXPECT_NE(two.find(R"X("tid":2,"args":{"name":"cpu (2)"})X"), std::string::npos) << two;
+  const std::string summary = op_time_summary({s, s2});
+  EXPECT_NE(summary.find("cpu:1: busy"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("cpu (2): busy"), std::string::npos) << summary;
   TempDir dir;
   const std::string path = dir.path() + "/t.json";
   write_chrome_trace(path, {s, s}, 3, "rank 3");
   CheckedTrace t = check_trace(path);
   EXPECT_EQ(t.process, "rank 3");
-  EXPECT_EQ(t.lanes, (std::vector<std::string>{"lane 0 (cpu)", "lane 1 (cpu:1)"}));
+  EXPECT_EQ(t.lanes, (std::vector<std::string>{"cpu", "cpu:1"}));
   EXPECT_EQ(t.run_events, (std::vector<int>{4})) << "both copies carry run id 7";
 }
 
@@ -89,7 +102,7 @@ TEST(GraphProfiler, WritesOneTraceFilePerStepOfItsWindow) {
   for (const std::string& f : profiler->written()) {
     CheckedTrace c = check_trace(f);
     EXPECT_EQ(c.process, "process");
-    EXPECT_EQ(c.lanes, (std::vector<std::string>{"lane 0 (cpu)"}));
+    EXPECT_EQ(c.lanes, (std::vector<std::string>{"cpu"}));
     ASSERT_EQ(c.run_events.size(), 1u);
     EXPECT_GT(c.run_events[0], 10) << "a training step of the classifier runs more nodes";
     if (step_events) EXPECT_EQ(c.run_events[0], step_events) << "same plan every step";

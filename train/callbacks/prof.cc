@@ -17,8 +17,9 @@ std::pair<int, std::string> process_of(Trainer& trainer) {
   return {0, "process"};
 }
 
+/// `dir`, or the job's log directory (on every process: the files are named per rank).
 std::string resolve_dir(const std::string& dir, Trainer& trainer, const std::string& who) {
-  std::string d = dir.empty() ? trainer.logdir() : dir;
+  std::string d = dir.empty() ? trainer.job_logdir() : dir;
   SPIRE_CHECK(!d.empty(), who,
               ": no directory for the trace files (give one, or set the trainer's logdir)");
   make_dirs(d);

@@ -28,8 +28,8 @@ struct TraceWindow {
 
 /// tensorpack's GraphProfiler(dump_tracing=True): writes each traced step as
 /// `chrome-trace-<step>.json` (with `-rank<r>` before `.json` on a process of a multi-process
-/// trainer) in `dir` ("" = the trainer's logdir). Chief-only, as in tensorpack; set
-/// chief_only(false) to profile every rank.
+/// trainer) in `dir` ("" = the job's log directory, Trainer::job_logdir). Chief-only, as in
+/// tensorpack; set chief_only(false) to profile every rank.
 class GraphProfiler : public Callback {
  public:
   explicit GraphProfiler(TraceWindow window = {}, std::string dir = "");
@@ -50,9 +50,8 @@ class GraphProfiler : public Callback {
 
 /// Horovod's timeline: traces a window of steps and writes them together, when the window
 /// ends (or training does), as one file per process: `<dir>/timeline-rank<r>.json` (rank 0 for
-/// single-process trainers). Runs on every process (not chief-only); `dir` "" = the trainer's
-/// logdir (the chief's; other ranks then need an explicit dir, since only the chief has a
-/// logdir).
+/// single-process trainers). Runs on every process (not chief-only); `dir` "" = the job's log
+/// directory (Trainer::job_logdir, which every process knows).
 class Timeline : public Callback {
  public:
   explicit Timeline(TraceWindow window, std::string dir = "");

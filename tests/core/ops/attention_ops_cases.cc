@@ -89,5 +89,22 @@ SPIRE_PARITY_CASE(sdpa_full_long, {"ScaledDotProductAttention", "Tq 70 Tk 129 D 
   {{{1, 2, 70, 64}}, {{1, 2, 129, 64}}, {{1, 2, 129, 40}}},
   [](const In& x) -> Outs { return with_gradients(x, false); }, {DType::F32, DType::F64}, 1e-4, 1e-11});
 
+SPIRE_PARITY_CASE(sdpa_seq_first_long, {"ScaledDotProductAttention", "seq_first causal B 2 T 130 H 3 D 16",
+  {{{2, 130, 3, 16}}, {{2, 130, 3, 16}}, {{2, 130, 3, 16}}},
+  [](const In& x) -> Outs {
+    Node* n = ops::add_op("ScaledDotProductAttention", {x[0], x[1], x[2]},
+                          {{"causal", true}, {"seq_first", true}});
+    Output out = n->output(0);
+    Tensor wt(out.dtype(), out.shape());
+    for (int64_t i = 0; i < wt.num_elements(); ++i) {
+      const double w = std::sin(0.37 * static_cast<double>(i));
+      if (out.dtype() == DType::F64) wt.data<double>()[i] = w;
+      else wt.data<float>()[i] = static_cast<float>(w);
+    }
+    Outs r = {out, n->output(1)};
+    for (const Output& g : gradients({out}, {x[0], x[1], x[2]}, {ops::constant(wt)})) r.push_back(g);
+    return r;
+  }, {DType::F32, DType::F64}, 1e-4, 1e-11});
+
 }  // namespace
 }  // namespace spire::testing

@@ -24,6 +24,8 @@
 #include "train/session_init.h"
 #include "tests/dist/mpi/mpi_test_util.h"
 #include "tests/support/step_callbacks.h"
+#include "tests/support/temp_dir.h"
+#include "train/file_util.h"
 #include "tests/support/tower_batches.h"
 
 namespace spire {
@@ -299,6 +301,38 @@ TEST(HorovodTrainer, BucketsOfTheSameSizesButOtherVariablesFailEveryRankBeforeTh
     EXPECT_NE(msg.find(str_cat("ranks disagree: rank ", n - 1, " has ")), std::string::npos) << msg;
     EXPECT_NE(msg.find("head/W"), std::string::npos) << msg;
   }
+}
+
+TEST(HorovodTrainer, TimelineWritesOneFilePerRankWithTheCollectivesOfEachStep) {
+  const int n = nranks();
+  auto data = batches(n * kSteps, kBatch, 50);
+  testing::TempDir dir;  // each rank's own job directory (only the chief's gets monitors)
+  HorovodTrainer hvd;
+  auto timeline = std::make_shared<Timeline>(TraceWindow{2, 2});
+  TrainConfig cfg;
+  cfg.model = std::make_shared<Model>(false, "horovod");
+  cfg.data = std::make_shared<FeedInput>(std::make_shared<DataFromList>(shard(data, rank(), n), false));
+  cfg.steps_per_epoch = kSteps;
+  cfg.max_epoch = 1;
+  cfg.logdir = dir.path();
+  cfg.callbacks = {timeline};
+  cfg.monitors = std::vector<MonitorPtr>{};
+  cfg.extra_callbacks = std::vector<CallbackPtr>{};
+  launch_train_with_config(cfg, hvd);
+  const std::string path = dir.path() + "/timeline-rank" + std::to_string(rank()) + ".json";
+  ASSERT_EQ(timeline->path(), path);
+  const std::string json = read_file(path);
+  EXPECT_NE(json.find(str_cat("\"name\":\"HorovodTrainer: rank ", rank())), std::string::npos);
+  // Two traced steps, each with the synchronized BatchNorm's and the gradients' allreduces.
+  size_t runs = 0, allreduces = 0;
+  for (size_t at = json.find("\"cat\":\"AllReduce\""); at != std::string::npos;
+       at = json.find("\"cat\":\"AllReduce\"", at + 1))
+    ++allreduces;
+  for (size_t at = json.find("\"name\":\"train_op\""); at != std::string::npos;
+       at = json.find("\"name\":\"train_op\"", at + 1))
+    ++runs;
+  EXPECT_EQ(runs, 2u) << json.substr(0, 2000);
+  EXPECT_GE(allreduces, 4u) << json.substr(0, 2000);
 }
 
 // Records the loop each rank ran.
