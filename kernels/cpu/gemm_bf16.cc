@@ -108,10 +108,27 @@ SPIRE_BF16_PACK_TARGET void pack_pairs(const Strided<Src>& src, int64_t rows, in
 }
 
 #if SPIRE_BF16_X86
-/// tile (MR x NR, row stride ldt) = or += A~ panel x B~ panel over `pairs` k pairs.
+/// r rounded to bf16 precision (nearest even; a NaN made quiet), as f32: exactly
+/// bf16_bits_to_float(float_to_bf16_bits(r)) of kernels/functors.h, per lane.
+SPIRE_BF16_TARGET inline __m512 round_to_bf16(__m512 r) {
+  const __m512i x = _mm512_castps_si512(r);
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+  const __m512i rounded =
+      _mm512_and_si512(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb), high);
+  const __m512i quiet = _mm512_and_si512(_mm512_or_si512(x, _mm512_set1_epi32(0x00400000)), high);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(
+      _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(nan, rounded, quiet));
+}
+
+/// tile (MR x NR, row stride ldt) = or += A~ panel x B~ panel over `pairs` k pairs; with
+/// `round`, the stored values are rounded to bf16 precision (the last k block of a product
+/// whose result is rounded).
 SPIRE_BF16_TARGET __attribute__((noinline)) void micro_kernel(int64_t pairs, const uint16_t* a,
                                                               const uint16_t* b, float* tile,
-                                                              int64_t ldt, bool accumulate) {
+                                                              int64_t ldt, bool accumulate,
+                                                              bool round) {
   __m512 acc[kMR][kNV];
 #pragma GCC unroll 8
   for (int i = 0; i < kMR; ++i)
@@ -137,14 +154,14 @@ SPIRE_BF16_TARGET __attribute__((noinline)) void micro_kernel(int64_t pairs, con
     for (int v = 0; v < kNV; ++v) {
       float* out = tile + i * ldt + v * 16;
       const __m512 r = accumulate ? _mm512_add_ps(_mm512_loadu_ps(out), acc[i][v]) : acc[i][v];
-      _mm512_storeu_ps(out, r);
+      _mm512_storeu_ps(out, round ? round_to_bf16(r) : r);
     }
 }
 
 /// The blocked product of rows [0, m) x columns [0, n) (m, n, k >= 1).
 template <class Src>
 void gemm_blocked(const Strided<Src>& a, const Strided<Src>& b, int64_t m, int64_t n, int64_t k,
-                  float* c, int64_t ldc) {
+                  float* c, int64_t ldc, bool round_output) {
   const int64_t kc_max = std::min(kKC, k), pairs_max = (kc_max + 1) / 2;
   uint16_t* pa = tl_bf16_a.get<uint16_t>((std::min(kMC, m) + kMR) * pairs_max * 2);
   uint16_t* pb = tl_bf16_b.get<uint16_t>((std::min(kNC, n) + kNR) * pairs_max * 2);
@@ -154,6 +171,7 @@ void gemm_blocked(const Strided<Src>& a, const Strided<Src>& b, int64_t m, int64
     for (int64_t pc = 0; pc < k; pc += kKC) {
       const int64_t kc = std::min(kKC, k - pc), pairs = (kc + 1) / 2;
       const bool accumulate = pc > 0;
+      const bool round = round_output && pc + kc == k;  // the last k block finishes C
       // op(B) block as columns j (rows of the packing) by k.
       pack_pairs<kNR>(Strided<Src>{b.p + jc * b.s_i + pc * b.s_p, b.s_i, b.s_p}, nc, kc, pb);
       for (int64_t ic = 0; ic < m; ic += kMC) {
@@ -167,14 +185,16 @@ void gemm_blocked(const Strided<Src>& a, const Strided<Src>& b, int64_t m, int64
             const uint16_t* a_panel = pa + ir * pairs * 2;
             float* ct = c + (ic + ir) * ldc + jc + jr;
             if (mr == kMR && nr == kNR) {
-              micro_kernel(pairs, a_panel, b_panel, ct, ldc, accumulate);
+              micro_kernel(pairs, a_panel, b_panel, ct, ldc, accumulate, round);
               continue;
             }
-            micro_kernel(pairs, a_panel, b_panel, tile, kNR, false);
+            micro_kernel(pairs, a_panel, b_panel, tile, kNR, false, false);
             for (int64_t i = 0; i < mr; ++i)
-              for (int64_t j = 0; j < nr; ++j)
+              for (int64_t j = 0; j < nr; ++j) {
+                const float v = accumulate ? ct[i * ldc + j] + tile[i * kNR + j] : tile[i * kNR + j];
                 ct[i * ldc + j] =
-                    accumulate ? ct[i * ldc + j] + tile[i * kNR + j] : tile[i * kNR + j];
+                    round ? functors::bf16_bits_to_float(functors::float_to_bf16_bits(v)) : v;
+              }
           }
         }
       }
@@ -201,7 +221,7 @@ namespace {
 template <class Src>
 void gemm_bf16_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const Src* a,
                     int64_t lda, const Src* b, int64_t ldb, float* c, int64_t ldc,
-                    ThreadPool* pool) {
+                    ThreadPool* pool, bool round_output) {
   if (!gemm_bf16_supported()) throw_error("gemm_bf16: this CPU has no AVX512-BF16");
 #if SPIRE_BF16_X86
   if (m <= 0 || n <= 0) return;
@@ -216,7 +236,7 @@ void gemm_bf16_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
   const int threads = pool ? pool->num_threads() : 1;
   const double macs = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   if (threads <= 1 || macs < double(1 << 21)) {
-    gemm_blocked(sa, sb, m, n, k, c, ldc);
+    gemm_blocked(sa, sb, m, n, k, c, ldc, round_output);
     return;
   }
   // Split C along its longer side into whole tiles; each part is an independent product.
@@ -228,14 +248,15 @@ void gemm_bf16_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
   pool->parallel_for(units, grain, [&](int64_t u0, int64_t u1) {
     const int64_t begin = u0 * unit, end = std::min(len, u1 * unit);
     if (split_n)
-      gemm_blocked(sa, S{sb.p + begin * sb.s_i, sb.s_i, sb.s_p}, m, end - begin, k, c + begin, ldc);
+      gemm_blocked(sa, S{sb.p + begin * sb.s_i, sb.s_i, sb.s_p}, m, end - begin, k, c + begin, ldc,
+                   round_output);
     else
       gemm_blocked(S{sa.p + begin * sa.s_i, sa.s_i, sa.s_p}, sb, end - begin, n, k,
-                   c + begin * ldc, ldc);
+                   c + begin * ldc, ldc, round_output);
   });
 #else
   (void)trans_a, (void)trans_b, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb;
-  (void)c, (void)ldc, (void)pool;
+  (void)c, (void)ldc, (void)pool, (void)round_output;
 #endif
 }
 
@@ -244,13 +265,13 @@ void gemm_bf16_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a,
                int64_t lda, const uint16_t* b, int64_t ldb, float* c, int64_t ldc,
                ThreadPool* pool) {
-  gemm_bf16_impl(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, pool);
+  gemm_bf16_impl(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, pool, false);
 }
 
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
                int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
-               ThreadPool* pool) {
-  gemm_bf16_impl(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, pool);
+               ThreadPool* pool, bool round_output) {
+  gemm_bf16_impl(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, pool, round_output);
 }
 
 }  // namespace spire::cpu

@@ -29,9 +29,11 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
                int64_t lda, const uint16_t* b, int64_t ldb, float* c, int64_t ldc,
                ThreadPool* pool);
 /// The same with f32 operands, each rounded to bf16 (nearest even, as the Cast op) while it
-/// is packed: equal to gemm_bf16 on the Cast operands, without their copies.
+/// is packed: equal to gemm_bf16 on the Cast operands, without their copies. With
+/// `round_output`, C is also rounded to bf16 precision as it is finished (the values of the
+/// bf16 product widened back to f32).
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
                int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
-               ThreadPool* pool);
+               ThreadPool* pool, bool round_output = false);
 
 }  // namespace spire::cpu

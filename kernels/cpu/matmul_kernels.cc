@@ -77,16 +77,17 @@ void round_through(KernelContext& ctx, DType half, const float* src, float* dst,
 void mixed_matmul(KernelContext& ctx, DType half, const kernels::MatMulDims& d, const Tensor& a,
                   const Tensor& b, Tensor& c) {
   float* pc = c.data<float>();
-  if (half == DType::BF16 && gemm_bf16_supported()) {
+  if (half == DType::BF16 && gemm_bf16_supported() && d.k > 0) {
+    // Operands rounded as they are packed, the product as each tile is finished.
     gemm_bf16(d.ta, d.tb, d.m, d.n, d.k, a.data<float>(), a.dim(1), b.data<float>(), b.dim(1), pc,
-              d.n, ctx.thread_pool());
-  } else {
-    std::vector<float> ra(static_cast<size_t>(a.num_elements())), rb(static_cast<size_t>(b.num_elements()));
-    round_through(ctx, half, a.data<float>(), ra.data(), a.num_elements());
-    round_through(ctx, half, b.data<float>(), rb.data(), b.num_elements());
-    gemm(d.ta, d.tb, d.m, d.n, d.k, 1.0f, ra.data(), a.dim(1), rb.data(), b.dim(1), 0.0f, pc, d.n,
-         ctx.thread_pool());
+              d.n, ctx.thread_pool(), /*round_output=*/true);
+    return;
   }
+  std::vector<float> ra(static_cast<size_t>(a.num_elements())), rb(static_cast<size_t>(b.num_elements()));
+  round_through(ctx, half, a.data<float>(), ra.data(), a.num_elements());
+  round_through(ctx, half, b.data<float>(), rb.data(), b.num_elements());
+  gemm(d.ta, d.tb, d.m, d.n, d.k, 1.0f, ra.data(), a.dim(1), rb.data(), b.dim(1), 0.0f, pc, d.n,
+       ctx.thread_pool());
   round_through(ctx, half, pc, pc, c.num_elements());
 }
 
