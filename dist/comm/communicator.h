@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/kernel_registry.h"
 #include "core/run_context.h"
 #include "core/tensor.h"
 
@@ -80,6 +81,10 @@ struct CollectiveCall {
   std::string identity;
   /// Cancellation and timeout of every wait (null: no cancellation, no limit).
   const RunContext* run = nullptr;
+  /// The graph kernel making the call, or null: when its run is traced, a communicator adds
+  /// the call's phases there (MpiCommunicator: "<name>.wait", the other ranks arriving and
+  /// agreeing; "<name>.transfer", moving and reducing the data, with its algorithm and bytes).
+  const KernelContext* kernel = nullptr;
 };
 
 /// One local participant's buffers in a call. `output` is allocated by the

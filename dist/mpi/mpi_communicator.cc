@@ -138,6 +138,26 @@ void MpiCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
   CallWaits waits(*impl_, what, rc, limit, &parts);
   auto wait = [&](MPI_Request& req, const std::string& stage) { waits.wait(req, stage); };
 
+  // Trace events of a traced graph run: the wait for the other ranks (the agreement below),
+  // then the transfer, recorded when the call ends (also by an error).
+  const KernelContext* traced = call.kernel && call.kernel->tracing() ? call.kernel : nullptr;
+  const int64_t wait_start = traced ? traced->trace_now_ns() : 0;
+  int64_t transfer_start = 0;
+  MpiAlgorithm traced_algorithm = algorithm_;
+  struct TransferEvent {
+    const KernelContext* k;
+    const CollectiveCall& call;
+    const int64_t& start;
+    const MpiAlgorithm& algorithm;
+    int64_t bytes;
+    ~TransferEvent() {
+      if (!k || start == 0) return;
+      k->trace_event(call.name + ".transfer", "collective", start, k->trace_now_ns(),
+                     {{"algorithm", mpi_algorithm_name(algorithm)}, {"bytes", std::to_string(bytes)}});
+    }
+  } transfer_event{traced, call, transfer_start, traced_algorithm,
+                   sig.count * static_cast<int64_t>(kind == CollectiveKind::kBarrier ? 0 : dtype_size(sig.dtype))};
+
   // Rank 0 checks every rank's signature: a mismatch fails everywhere,
   // naming the first rank that differs from rank 0; a rank that never
   // comes is named after the timeout.
@@ -163,6 +183,11 @@ void MpiCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
     });
   }
 
+  if (traced) {
+    transfer_start = traced->trace_now_ns();
+    traced->trace_event(call.name + ".wait", "collective", wait_start, transfer_start,
+                        {{"waits_for", "the other ranks to arrive and agree"}});
+  }
   MPI_Request req;
   if (kind == CollectiveKind::kBarrier) {
     check_mpi(MPI_Ibarrier(impl_->comm, &req), "MPI_Ibarrier");
@@ -187,8 +212,10 @@ void MpiCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
       algorithm = it->second;
     }
     impl_->last_allreduce = algorithm;
+    traced_algorithm = algorithm;
   } else if (algorithm != MpiAlgorithm::kMpi) {
     algorithm = MpiAlgorithm::kRing;  // the other collectives: ring and chain
+    traced_algorithm = algorithm;
   }
   if ((algorithm == MpiAlgorithm::kRecursiveDoubling || algorithm == MpiAlgorithm::kHalvingDoubling) &&
       impl_->size > 1) {

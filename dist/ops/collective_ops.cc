@@ -371,6 +371,7 @@ void collective_kernel(KernelContext& ctx) {
   call.name = n.name();
   call.identity = instance;  // "" = the node's name
   call.run = &ctx.run();
+  call.kernel = &ctx;
   switch (kKind) {
     case Kind::kAllReduce:
       comm->allreduce(call, parts, parse_reduce_op(ctx.attr<std::string>("reduction"), n.describe()));

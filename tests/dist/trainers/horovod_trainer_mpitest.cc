@@ -333,6 +333,19 @@ TEST(HorovodTrainer, TimelineWritesOneFilePerRankWithTheCollectivesOfEachStep) {
     ++runs;
   EXPECT_EQ(runs, 2u) << json.substr(0, 2000);
   EXPECT_GE(allreduces, 4u) << json.substr(0, 2000);
+  // Each allreduce's phases on the MPI communicator: waiting for the other ranks, then the
+  // transfer with its algorithm and bytes.
+  size_t waits = 0, transfers = 0;
+  for (size_t at = json.find(".wait\",\"cat\":\"collective\""); at != std::string::npos;
+       at = json.find(".wait\",\"cat\":\"collective\"", at + 1))
+    ++waits;
+  for (size_t at = json.find(".transfer\",\"cat\":\"collective\""); at != std::string::npos;
+       at = json.find(".transfer\",\"cat\":\"collective\"", at + 1))
+    ++transfers;
+  EXPECT_EQ(waits, allreduces) << json.substr(0, 3000);
+  EXPECT_EQ(transfers, allreduces);
+  EXPECT_NE(json.find("\"algorithm\":\""), std::string::npos);
+  EXPECT_NE(json.find("\"bytes\":\""), std::string::npos);
 }
 
 // Records the loop each rank ran.
