@@ -157,7 +157,11 @@ AttrValue attr_from_json(const json& j) {
     for (const json& e : json_list(v, what)) out.push_back(json_string(e, what + " element"));
     return AttrValue(std::move(out));
   }
-  if (type == "dtype") return AttrValue(dtype_from_name(json_string(v, what)));
+  if (type == "dtype") {
+    // "invalid": an unset dtype attr (e.g. MatMul's compute_dtype), written as dtype_name does.
+    const std::string name = json_string(v, what);
+    return AttrValue(name == dtype_name(DType::Invalid) ? DType::Invalid : dtype_from_name(name));
+  }
   if (type == "shape") return AttrValue(json_shape(v, what));
   if (type == "tensor") {
     if (!v.is_object())

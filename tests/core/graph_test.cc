@@ -128,6 +128,20 @@ TEST(Graph, JsonRoundTripRunsTheSame) {
   EXPECT_TRUE(std::isnan(kv.data<double>()[2]));
 }
 
+TEST(Graph, JsonRoundTripKeepsUnsetAndSetDtypeAttrs) {
+  // MatMul's compute_dtype is unset (DType::Invalid) unless a mixed-precision product sets it.
+  Graph g;
+  DefaultGraphGuard guard(g);
+  Output a = ops::placeholder(DType::F32, {2, 3}, "a");
+  ops::matmul(a, a, false, true, "plain");
+  ops::matmul(a, a, false, true, DType::BF16, "mixed");
+  const std::string json = g.to_json();
+  auto g2 = Graph::from_json(json);
+  EXPECT_EQ(g2->to_json(), json);
+  EXPECT_EQ(g2->find_node("plain")->attr<DType>("compute_dtype"), DType::Invalid);
+  EXPECT_EQ(g2->find_node("mixed")->attr<DType>("compute_dtype"), DType::BF16);
+}
+
 TEST(Graph, MalformedJsonIsRejected) {
   expect_error([] { Graph::from_json("{not json"); }, {"graph JSON", "parse error"});
   expect_error([] { Graph::from_json("{\"format\":\"other\"}"); }, {"format"});
