@@ -16,6 +16,21 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
+/// An error every process of a multi-process job raises alike (they disagree on a
+/// collective or on a list they compare), so no process failed: a distributed trainer does
+/// not announce it as a failure. Code that adds context to an error keeps this type
+/// (rethrow it as a DisagreementError with the longer message).
+class DisagreementError : public Error {
+ public:
+  explicit DisagreementError(const std::string& what) : Error(what) {}
+};
+
+/// Throws an error of e's kind (DisagreementError or Error) with `message`.
+[[noreturn]] inline void throw_like(const std::exception& e, const std::string& message) {
+  if (dynamic_cast<const DisagreementError*>(&e)) throw DisagreementError(message);
+  throw Error(message);
+}
+
 namespace detail {
 template <typename... Args>
 std::string str_cat(Args&&... args) {

@@ -564,11 +564,12 @@ void ExecutionPlan::run_step(const Step& st, RunState& rs, std::vector<Tensor>& 
   } catch (const Cancelled&) {
     throw;
   } catch (const Error& e) {
-    // An error that already names the node keeps its type (e.g. a collective's mismatch,
-    // which a distributed trainer tells apart from a failure).
+    // An error that already names the node keeps its type; one that gets the node's name
+    // keeps its kind (a DisagreementError, which a distributed trainer tells apart from a
+    // failure, stays one).
     const std::string msg = e.what();
     if (msg.find("'" + n->name() + "'") != std::string::npos) throw;
-    throw Error(str_cat("node '", n->name(), "' (op ", n->op_type(), "): ", msg));
+    throw_like(e, str_cat("node '", n->name(), "' (op ", n->op_type(), "): ", msg));
   } catch (const std::exception& e) {
     throw_error("node '", n->name(), "' (op ", n->op_type(), "): ", e.what());
   }

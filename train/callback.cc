@@ -37,7 +37,7 @@ void Callbacks::each(const char* hook, F&& f) {
     } catch (const StopTraining&) {
       throw;
     } catch (const std::exception& e) {
-      throw Error(str_cat("callback ", cb->name(), " failed in ", hook, ": ", e.what()));
+      throw_like(e, str_cat("callback ", cb->name(), " failed in ", hook, ": ", e.what()));
     }
   }
 }

@@ -61,6 +61,12 @@ class MultiProcessTrainer {
   /// StopTraining), after the callbacks' after_train: e.g. a worker tells
   /// the parameter servers it is done.
   virtual void on_main_loop_finished() {}
+  /// Called by every process at each step and epoch boundary of the main loop with whether
+  /// this process was asked to stop (a StopTraining since the last boundary); returns whether
+  /// any process was, so that all stop at the same boundary and end cleanly. The default
+  /// (processes that stop through their own protocol, e.g. the parameter-server workers):
+  /// this process's own answer.
+  virtual bool agree_to_stop(bool stopping) { return stopping; }
 
  private:
   friend class Trainer;

@@ -169,25 +169,56 @@ void Trainer::main_loop(int64_t steps_per_epoch, int starting_epoch, int max_epo
   auto on_failure = [mp](const std::exception& e) {
     if (mp) mp->on_failure(e);
   };
+  // A StopTraining raised on one process of several takes effect at the next step or epoch
+  // boundary, where every process learns of it (MultiProcessTrainer::agree_to_stop) and stops
+  // there too; a single process stops at once.
+  bool stopping = false;
+  std::string stop_reason;
+  auto note_stop = [&](const StopTraining& e) {
+    if (!mp) throw e;
+    stopping = true;
+    stop_reason = e.what();
+  };
+  auto boundary = [&] {
+    if (!mp) return;
+    if (mp->agree_to_stop(stopping))
+      throw StopTraining(stopping ? stop_reason : "another process stopped training");
+  };
   try {
     group_->before_train();
     for (int epoch = starting_epoch; epoch <= max_epoch; ++epoch) {
+      boundary();
       loop_.epoch_num = epoch;
       loop_.local_step = -1;
       logger::info("Start Epoch ", epoch, " ...");
       auto start = std::chrono::steady_clock::now();
-      group_->before_epoch();
-      for (loop_.local_step = 0; loop_.local_step < steps_per_epoch; ++loop_.local_step) {
-        if (session_->stop_requested()) throw StopTraining("a hook requested a stop");
-        run_step();
-        group_->trigger_step();
+      try {
+        group_->before_epoch();
+      } catch (const StopTraining& e) {
+        note_stop(e);
       }
-      group_->after_epoch();
-      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      logger::info("Epoch ", epoch, " (global_step ", loop_.global_step, ") finished, time:",
-                   secs, " sec.");
-      group_->trigger_epoch();
+      for (loop_.local_step = 0; loop_.local_step < steps_per_epoch; ++loop_.local_step) {
+        boundary();
+        try {
+          if (session_->stop_requested()) throw StopTraining("a hook requested a stop");
+          run_step();
+          group_->trigger_step();
+        } catch (const StopTraining& e) {
+          note_stop(e);
+        }
+      }
+      boundary();
+      try {
+        group_->after_epoch();
+        double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        logger::info("Epoch ", epoch, " (global_step ", loop_.global_step, ") finished, time:",
+                     secs, " sec.");
+        group_->trigger_epoch();
+      } catch (const StopTraining& e) {
+        note_stop(e);
+      }
     }
+    if (stopping) throw StopTraining(stop_reason);
     logger::info("Training has finished!");
   } catch (const StopTraining& e) {
     logger::info("Training was stopped by exception ", e.what(), ".");

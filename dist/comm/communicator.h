@@ -35,9 +35,9 @@ namespace spire::dist {
 /// Thrown by a collective or an agreement on EVERY process when the
 /// processes disagree on it (a different dtype, count or list): no process
 /// failed, so a distributed trainer does not announce it as one.
-class CollectiveMismatch : public Error {
+class CollectiveMismatch : public DisagreementError {
  public:
-  explicit CollectiveMismatch(const std::string& what) : Error(what) {}
+  explicit CollectiveMismatch(const std::string& what) : DisagreementError(what) {}
 };
 
 /// How values of the participants combine.

@@ -262,9 +262,18 @@ std::vector<double> HorovodTrainer::allreduce_sum(const std::vector<double>& val
   return std::vector<double>(t.data<double>(), t.data<double>() + values.size());
 }
 
+bool HorovodTrainer::agree_to_stop(bool stopping) {
+  if (size() == 1) return stopping;
+  Tensor t(DType::I64, Shape{1});
+  t.data<int64_t>()[0] = stopping ? 1 : 0;
+  std::vector<dist::Participant> parts{{0, t, t}};
+  comm_->allreduce(next_call("stop training"), parts, dist::ReduceOp::kMax);
+  return t.data<int64_t>()[0] != 0;
+}
+
 void HorovodTrainer::on_failure(const std::exception& error) {
   // A disagreement is raised on every rank alike: no rank failed.
-  if (dynamic_cast<const dist::CollectiveMismatch*>(&error)) return;
+  if (dynamic_cast<const DisagreementError*>(&error)) return;
 #if defined(SPIRE_WITH_MPI)
   if (size() > 1 && dynamic_cast<dist::MpiCommunicator*>(comm_.get()))
     dist::MpiRuntime::get().announce_failure(error.what());

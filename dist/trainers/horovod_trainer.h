@@ -147,6 +147,9 @@ class HorovodTrainer : public SingleCostTrainer, public MultiProcessTrainer {
   /// "HorovodTrainer: rank R".
   std::string process_name() const override;
   int process_rank() const override { return rank(); }
+  /// A StopTraining on any rank stops every rank at the next boundary: the ranks' flags are
+  /// combined (max) by one small allreduce per step.
+  bool agree_to_stop(bool stopping) override;
 
  protected:
   std::vector<CallbackPtr> _setup_graph(InputSource& input, GetOptFn get_opt_fn) override;

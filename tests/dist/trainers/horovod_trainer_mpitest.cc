@@ -272,8 +272,8 @@ TEST(HorovodTrainer, ACollectiveIssuedOnTheChiefAloneFailsEveryRankNamingBothCol
           {std::make_shared<ChiefOnlyCostRun>(data[0])});
     ADD_FAILURE() << "no error on rank " << rank();
   } catch (const Error& e) {
-    // Rank 0's extra BatchNorm allreduce meets the others' first collective; from then on the
-    // ranks issue different collectives, which the per-call signature names.
+    // Rank 0's extra BatchNorm allreduce meets the others' first collective (the loop's stop
+    // agreement at the epoch boundary), which the per-call signature tells apart and names.
     const std::string msg = e.what();
     EXPECT_NE(msg.find("ranks disagree: rank "), std::string::npos) << msg;
     const size_t first = msg.find(" called allreduce '"), second = msg.find(" where rank 0 called ");
@@ -362,6 +362,49 @@ class LoopRecorder : public Callback {
   }
   void _trigger_step() override { ++steps; }
 };
+
+// Raises StopTraining after global step `step` on the rank it runs on.
+class StopAfterStep : public Callback {
+ public:
+  StopAfterStep(int64_t step, bool chief_only) : step_(step) { chief_only_ = chief_only; }
+  std::string name() const override { return "StopAfterStep"; }
+
+ protected:
+  void _trigger_step() override {
+    if (trainer().global_step() == step_) throw StopTraining("enough");
+  }
+
+ private:
+  int64_t step_;
+};
+
+TEST(HorovodTrainer, AStopOnOneRankEndsEveryRankCleanlyAtTheNextStep) {
+  const int n = nranks();
+  auto data = batches(n * 12, kBatch, 51);
+  for (bool from_chief : {true, false}) {
+    HorovodOptions o;
+    o.timeout_seconds = 20;
+    HorovodTrainer hvd(o);
+    auto rec = std::make_shared<LoopRecorder>();
+    std::vector<CallbackPtr> cbs = {rec};
+    // From the chief (a chief-only callback), or from the last rank alone.
+    if (from_chief || rank() == n - 1) cbs.push_back(std::make_shared<StopAfterStep>(5, from_chief));
+    TrainConfig cfg;
+    cfg.model = std::make_shared<Model>(false, "horovod");
+    cfg.data = std::make_shared<FeedInput>(std::make_shared<DataFromList>(shard(data, rank(), n), false));
+    cfg.steps_per_epoch = 4;
+    cfg.max_epoch = 3;
+    cfg.callbacks = cbs;
+    cfg.monitors = std::vector<MonitorPtr>{};
+    cfg.extra_callbacks = std::vector<CallbackPtr>{};
+    launch_train_with_config(cfg, hvd);  // no error on any rank
+    EXPECT_EQ(hvd.global_step(), 5) << "rank " << rank() << (from_chief ? ", chief stops" : ", last rank stops");
+    EXPECT_EQ(rec->steps, 5);
+    EXPECT_EQ(rec->last, 2) << "no rank starts epoch 3";
+    // Every rank still meets the others afterwards.
+    EXPECT_EQ(hvd.broadcast_from_chief(rank() + 20, "after the stop"), 20);
+  }
+}
 
 TEST(HorovodTrainer, EveryRankRunsRankZerosLoop) {
   const int n = nranks();
