@@ -6,6 +6,8 @@
 #include <typeinfo>
 
 #include "core/error.h"
+#include "train/multi_process_trainer.h"
+#include "train/trainer.h"
 
 namespace spire {
 
@@ -31,15 +33,23 @@ Trainer& Callback::trainer() const {
 
 template <typename F>
 void Callbacks::each(const char* hook, F&& f) {
+  // On a process of several, a StopTraining lets the hook's other callbacks run first: they
+  // may run collectives the other processes run too (the stop takes effect at the loop's next
+  // boundary). A single process stops at once, as tensorpack.
+  const bool finish_hook =
+      trainer_or_null() && dynamic_cast<MultiProcessTrainer*>(trainer_or_null()) != nullptr;
+  std::exception_ptr stop;
   for (auto& cb : cbs_) {
     try {
       f(*cb);
     } catch (const StopTraining&) {
-      throw;
+      if (!finish_hook) throw;
+      if (!stop) stop = std::current_exception();
     } catch (const std::exception& e) {
       throw_like(e, str_cat("callback ", cb->name(), " failed in ", hook, ": ", e.what()));
     }
   }
+  if (stop) std::rethrow_exception(stop);
 }
 
 void Callbacks::_setup_graph() {
@@ -63,15 +73,21 @@ void Callbacks::_trigger_epoch() {
 void Callbacks::_after_train() {
   // Every callback gets after_train even when one fails; the first error is rethrown.
   std::string first_error;
+  bool disagreement = false;  // the first error's kind (throw_like)
   for (auto& cb : cbs_) {
     try {
       cb->after_train();
     } catch (const std::exception& e) {
-      if (first_error.empty())
+      if (first_error.empty()) {
         first_error = str_cat("callback ", cb->name(), " failed in after_train: ", e.what());
+        disagreement = dynamic_cast<const DisagreementError*>(&e) != nullptr;
+      }
     }
   }
-  if (!first_error.empty()) throw Error(first_error);
+  if (!first_error.empty()) {
+    if (disagreement) throw DisagreementError(first_error);
+    throw Error(first_error);
+  }
 }
 
 SessionRunArgs Callbacks::_before_run(SessionRunContext& ctx) {

@@ -64,6 +64,8 @@ class Callback {
   virtual void _after_train() {}
 
   bool chief_only_ = true;
+  /// The trainer this callback was set up with, or null before setup_graph.
+  Trainer* trainer_or_null() const { return trainer_; }
 
  private:
   Trainer* trainer_ = nullptr;

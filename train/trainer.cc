@@ -171,21 +171,33 @@ void Trainer::main_loop(int64_t steps_per_epoch, int starting_epoch, int max_epo
   };
   // A StopTraining raised on one process of several takes effect at the next step or epoch
   // boundary, where every process learns of it (MultiProcessTrainer::agree_to_stop) and stops
-  // there too; a single process stops at once.
+  // there too; a single process stops at once. Every process reaches the same boundaries with
+  // the same collectives behind it: a stop raised in an epoch hook still lets the hooks after
+  // it run (Callbacks keeps going on a multi-process trainer), and a hook's stop request is
+  // read before the boundary. (A StopTraining from inside a step, e.g. one rank's input
+  // running out, leaves the others in the step's collectives: a clear mismatch error.)
   bool stopping = false;
   std::string stop_reason;
   auto note_stop = [&](const StopTraining& e) {
-    if (!mp) throw e;
+    if (!mp) throw;  // (called inside the handler of e)
     stopping = true;
     stop_reason = e.what();
   };
   auto boundary = [&] {
     if (!mp) return;
+    if (session_->stop_requested() && !stopping) {
+      stopping = true;
+      stop_reason = "a hook requested a stop";
+    }
     if (mp->agree_to_stop(stopping))
       throw StopTraining(stopping ? stop_reason : "another process stopped training");
   };
   try {
-    group_->before_train();
+    try {
+      group_->before_train();
+    } catch (const StopTraining& e) {
+      note_stop(e);
+    }
     for (int epoch = starting_epoch; epoch <= max_epoch; ++epoch) {
       boundary();
       loop_.epoch_num = epoch;
@@ -200,7 +212,7 @@ void Trainer::main_loop(int64_t steps_per_epoch, int starting_epoch, int max_epo
       for (loop_.local_step = 0; loop_.local_step < steps_per_epoch; ++loop_.local_step) {
         boundary();
         try {
-          if (session_->stop_requested()) throw StopTraining("a hook requested a stop");
+          if (!mp && session_->stop_requested()) throw StopTraining("a hook requested a stop");
           run_step();
           group_->trigger_step();
         } catch (const StopTraining& e) {
@@ -210,14 +222,19 @@ void Trainer::main_loop(int64_t steps_per_epoch, int starting_epoch, int max_epo
       boundary();
       try {
         group_->after_epoch();
-        double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        logger::info("Epoch ", epoch, " (global_step ", loop_.global_step, ") finished, time:",
-                     secs, " sec.");
+      } catch (const StopTraining& e) {
+        note_stop(e);
+      }
+      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      logger::info("Epoch ", epoch, " (global_step ", loop_.global_step, ") finished, time:",
+                   secs, " sec.");
+      try {
         group_->trigger_epoch();
       } catch (const StopTraining& e) {
         note_stop(e);
       }
     }
+    boundary();  // a stop in the last epoch's hooks: every process ends stopped alike
     if (stopping) throw StopTraining(stop_reason);
     logger::info("Training has finished!");
   } catch (const StopTraining& e) {

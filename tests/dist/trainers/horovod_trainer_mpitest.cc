@@ -363,19 +363,27 @@ class LoopRecorder : public Callback {
   void _trigger_step() override { ++steps; }
 };
 
-// Raises StopTraining after global step `step` on the rank it runs on.
+// Raises StopTraining after global step `step` (in trigger_step) or, with `at_epoch_end`,
+// in after_epoch once that step is done, on the rank it runs on.
 class StopAfterStep : public Callback {
  public:
-  StopAfterStep(int64_t step, bool chief_only) : step_(step) { chief_only_ = chief_only; }
+  StopAfterStep(int64_t step, bool chief_only, bool at_epoch_end = false)
+      : step_(step), at_epoch_end_(at_epoch_end) {
+    chief_only_ = chief_only;
+  }
   std::string name() const override { return "StopAfterStep"; }
 
  protected:
   void _trigger_step() override {
-    if (trainer().global_step() == step_) throw StopTraining("enough");
+    if (!at_epoch_end_ && trainer().global_step() == step_) throw StopTraining("enough");
+  }
+  void _after_epoch() override {
+    if (at_epoch_end_ && trainer().global_step() >= step_) throw StopTraining("enough at the epoch's end");
   }
 
  private:
   int64_t step_;
+  bool at_epoch_end_;
 };
 
 TEST(HorovodTrainer, AStopOnOneRankEndsEveryRankCleanlyAtTheNextStep) {
@@ -404,6 +412,30 @@ TEST(HorovodTrainer, AStopOnOneRankEndsEveryRankCleanlyAtTheNextStep) {
     // Every rank still meets the others afterwards.
     EXPECT_EQ(hvd.broadcast_from_chief(rank() + 20, "after the stop"), 20);
   }
+}
+
+TEST(HorovodTrainer, AStopAtTheEndOfAnEpochOnTheChiefEndsEveryRankAfterThatEpoch) {
+  // The chief stops in after_epoch of epoch 1; the epoch's other end hooks (the every-epoch
+  // broadcast of the variables, a collective) still run on every rank; epoch 2 never starts.
+  const int n = nranks();
+  auto data = batches(n * 12, kBatch, 52);
+  HorovodOptions o;
+  o.timeout_seconds = 20;
+  HorovodTrainer hvd(o);
+  auto rec = std::make_shared<LoopRecorder>();
+  std::vector<CallbackPtr> cbs = {std::make_shared<StopAfterStep>(2, true, true), rec};
+  TrainConfig cfg;
+  cfg.model = std::make_shared<Model>(false, "horovod");
+  cfg.data = std::make_shared<FeedInput>(std::make_shared<DataFromList>(shard(data, rank(), n), false));
+  cfg.steps_per_epoch = 4;
+  cfg.max_epoch = 3;
+  cfg.callbacks = cbs;
+  cfg.monitors = std::vector<MonitorPtr>{};
+  cfg.extra_callbacks = std::vector<CallbackPtr>{};
+  launch_train_with_config(cfg, hvd);
+  EXPECT_EQ(hvd.global_step(), 4) << "rank " << rank();
+  EXPECT_EQ(rec->last, 1);
+  EXPECT_EQ(hvd.broadcast_from_chief(rank() + 30, "after the stop"), 30);
 }
 
 TEST(HorovodTrainer, EveryRankRunsRankZerosLoop) {
