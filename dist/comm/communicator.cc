@@ -145,7 +145,8 @@ std::string encode_signature(const CollectiveSignature& sig) {
                            static_cast<int64_t>(sig.dtype), sig.count,
                            static_cast<int64_t>(sig.shape.size())};
   std::string out(reinterpret_cast<const char*>(head), sizeof head);
-  out.append(reinterpret_cast<const char*>(sig.shape.data()), sig.shape.size() * sizeof(int64_t));
+  if (!sig.shape.empty())
+    out.append(reinterpret_cast<const char*>(sig.shape.data()), sig.shape.size() * sizeof(int64_t));
   out += sig.identity;
   return out;
 }
@@ -167,7 +168,8 @@ bool decode_signature(const std::string& bytes, CollectiveSignature* sig) {
   sig->dtype = static_cast<DType>(head[3]);
   sig->count = head[4];
   sig->shape.assign(static_cast<size_t>(rank), 0);
-  std::memcpy(sig->shape.data(), bytes.data() + sizeof head, static_cast<size_t>(rank) * sizeof(int64_t));
+  if (rank > 0)  // (an empty vector's data() may be null)
+    std::memcpy(sig->shape.data(), bytes.data() + sizeof head, static_cast<size_t>(rank) * sizeof(int64_t));
   for (int64_t d : sig->shape)
     if (d < 0) return false;
   sig->identity = bytes.substr(sizeof head + static_cast<size_t>(rank) * sizeof(int64_t));
