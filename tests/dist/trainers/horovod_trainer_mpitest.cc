@@ -73,6 +73,20 @@ std::vector<Datapoint> shard(const std::vector<Datapoint>& bs, int r, int k) {
   return out;
 }
 
+// A config running only the loop and `callbacks` (no monitors, no default callbacks) on `data`.
+TrainConfig loop_config(std::shared_ptr<ModelDesc> model, std::vector<Datapoint> data,
+                        int64_t steps_per_epoch, int max_epoch, std::vector<CallbackPtr> callbacks) {
+  TrainConfig cfg;
+  cfg.model = std::move(model);
+  cfg.data = std::make_shared<FeedInput>(std::make_shared<DataFromList>(std::move(data), false));
+  cfg.steps_per_epoch = steps_per_epoch;
+  cfg.max_epoch = max_epoch;
+  cfg.callbacks = std::move(callbacks);
+  cfg.monitors = std::vector<MonitorPtr>{};
+  cfg.extra_callbacks = std::vector<CallbackPtr>{};
+  return cfg;
+}
+
 std::map<std::string, Tensor> train(SingleCostTrainer& t, std::shared_ptr<ModelDesc> model,
                                     std::vector<Datapoint> data, int64_t steps, int max_epoch = 1,
                                     std::vector<CallbackPtr> callbacks = {}, uint64_t seed = 3,
@@ -309,15 +323,9 @@ TEST(HorovodTrainer, TimelineWritesOneFilePerRankWithTheCollectivesOfEachStep) {
   testing::TempDir dir;  // each rank's own job directory (only the chief's gets monitors)
   HorovodTrainer hvd;
   auto timeline = std::make_shared<Timeline>(TraceWindow{2, 2});
-  TrainConfig cfg;
-  cfg.model = std::make_shared<Model>(false, "horovod");
-  cfg.data = std::make_shared<FeedInput>(std::make_shared<DataFromList>(shard(data, rank(), n), false));
-  cfg.steps_per_epoch = kSteps;
-  cfg.max_epoch = 1;
+  TrainConfig cfg = loop_config(std::make_shared<Model>(false, "horovod"), shard(data, rank(), n),
+                                kSteps, 1, {timeline});
   cfg.logdir = dir.path();
-  cfg.callbacks = {timeline};
-  cfg.monitors = std::vector<MonitorPtr>{};
-  cfg.extra_callbacks = std::vector<CallbackPtr>{};
   launch_train_with_config(cfg, hvd);
   const std::string path = dir.path() + "/timeline-rank" + std::to_string(rank()) + ".json";
   ASSERT_EQ(timeline->path(), path);
@@ -397,14 +405,7 @@ TEST(HorovodTrainer, AStopOnOneRankEndsEveryRankCleanlyAtTheNextStep) {
     std::vector<CallbackPtr> cbs = {rec};
     // From the chief (a chief-only callback), or from the last rank alone.
     if (from_chief || rank() == n - 1) cbs.push_back(std::make_shared<StopAfterStep>(5, from_chief));
-    TrainConfig cfg;
-    cfg.model = std::make_shared<Model>(false, "horovod");
-    cfg.data = std::make_shared<FeedInput>(std::make_shared<DataFromList>(shard(data, rank(), n), false));
-    cfg.steps_per_epoch = 4;
-    cfg.max_epoch = 3;
-    cfg.callbacks = cbs;
-    cfg.monitors = std::vector<MonitorPtr>{};
-    cfg.extra_callbacks = std::vector<CallbackPtr>{};
+    TrainConfig cfg = loop_config(std::make_shared<Model>(false, "horovod"), shard(data, rank(), n), 4, 3, cbs);
     launch_train_with_config(cfg, hvd);  // no error on any rank
     EXPECT_EQ(hvd.global_step(), 5) << "rank " << rank() << (from_chief ? ", chief stops" : ", last rank stops");
     EXPECT_EQ(rec->steps, 5);
@@ -424,14 +425,7 @@ TEST(HorovodTrainer, AStopAtTheEndOfAnEpochOnTheChiefEndsEveryRankAfterThatEpoch
   HorovodTrainer hvd(o);
   auto rec = std::make_shared<LoopRecorder>();
   std::vector<CallbackPtr> cbs = {std::make_shared<StopAfterStep>(2, true, true), rec};
-  TrainConfig cfg;
-  cfg.model = std::make_shared<Model>(false, "horovod");
-  cfg.data = std::make_shared<FeedInput>(std::make_shared<DataFromList>(shard(data, rank(), n), false));
-  cfg.steps_per_epoch = 4;
-  cfg.max_epoch = 3;
-  cfg.callbacks = cbs;
-  cfg.monitors = std::vector<MonitorPtr>{};
-  cfg.extra_callbacks = std::vector<CallbackPtr>{};
+  TrainConfig cfg = loop_config(std::make_shared<Model>(false, "horovod"), shard(data, rank(), n), 4, 3, cbs);
   launch_train_with_config(cfg, hvd);
   EXPECT_EQ(hvd.global_step(), 4) << "rank " << rank();
   EXPECT_EQ(rec->last, 1);
