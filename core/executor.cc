@@ -125,9 +125,12 @@ std::vector<Node*> topological_order(Graph& graph, const std::vector<Output>& fe
   for (const auto& [key, members] : groups)
     for (Node* m : members) group_of[m] = &members;
 
+  // Control inputs are visited before data inputs: a control input orders a node after
+  // an earlier member of a chain (a distributed trainer's collectives, in the order the
+  // backward pass reaches them), so the chain's earlier members, and what they need, come
+  // first. Data first would place all that the chain's last member needs (the whole
+  // backward pass, for the last gradient bucket) before its first member's inputs.
   auto deps_of = [&](Node* n, std::vector<Node*>& deps) {
-    for (const Output& in : n->inputs())
-      if (!fed.count(in)) deps.push_back(in.node);
     for (Node* dep : n->control_inputs()) {
       // A control dependency on a node whose every output is fed is met
       // (TensorFlow's rule): the node does not run.
@@ -135,6 +138,8 @@ std::vector<Node*> topological_order(Graph& graph, const std::vector<Output>& fe
       for (int o = 0; o < dep->num_outputs() && all_fed; ++o) all_fed = fed.count(dep->output(o)) != 0;
       if (!all_fed) deps.push_back(dep);
     }
+    for (const Output& in : n->inputs())
+      if (!fed.count(in)) deps.push_back(in.node);
   };
   struct Frame {
     Node* node;

@@ -2,7 +2,9 @@
 // the subgraph a run needs into steps and lanes:
 //
 // - Steps follow one topological order of the subgraph (a depth-first
-//   search from the fetches and targets). A node is one step on its device;
+//   search from the fetches and targets, each node's control inputs before
+//   its data inputs, so a chain of ordered nodes, e.g. gradient buckets,
+//   comes in the chain's order). A node is one step on its device;
 //   a multi-device node (OpDef::multi_device, e.g. AllReduce) is one step
 //   per participant, each on its participant's device.
 // - Lanes: one per device, holding that device's steps in the global order.

@@ -527,12 +527,55 @@ std::string describe_collective(const Node* n) {
   return str_cat(n->name(), ": ", what, " ", outs);
 }
 
-void order_collectives(const std::vector<Node*>& nodes) {
-  for (size_t i = 1; i < nodes.size(); ++i) {
-    SPIRE_CHECK(nodes[i - 1]->id() < nodes[i]->id(), "order_collectives: ", nodes[i]->name(),
-                " was made before ", nodes[i - 1]->name(), "; pass the nodes in creation order");
-    nodes[i]->add_control_input(nodes[i - 1]);
+std::vector<int64_t> ready_levels(const Graph& g) {
+  const size_t n = static_cast<size_t>(g.num_nodes());
+  std::vector<int64_t> level(n, -1);
+  std::vector<char> on_stack(n, 0);
+  // Iterative depth-first search (graphs of real models are deep): a frame is a node and
+  // how many of its inputs, then control inputs, it has visited.
+  std::vector<std::pair<Node*, size_t>> stack;
+  for (const auto& root : g.nodes()) {
+    if (level[static_cast<size_t>(root->id())] >= 0) continue;
+    stack.push_back({root.get(), 0});
+    on_stack[static_cast<size_t>(root->id())] = 1;
+    while (!stack.empty()) {
+      auto& [node, next] = stack.back();
+      const size_t ni = static_cast<size_t>(node->num_inputs());
+      const size_t total = ni + node->control_inputs().size();
+      if (next < total) {
+        Node* dep = next < ni ? node->input(static_cast<int>(next)).node : node->control_inputs()[next - ni];
+        ++next;
+        const size_t d = static_cast<size_t>(dep->id());
+        if (level[d] >= 0) continue;
+        SPIRE_CHECK(!on_stack[d], "ready_levels: the graph has a cycle through node '", dep->name(), "'");
+        on_stack[d] = 1;
+        stack.push_back({dep, 0});
+        continue;
+      }
+      int64_t l = 0;
+      for (int i = 0; i < node->num_inputs(); ++i)
+        l = std::max(l, level[static_cast<size_t>(node->input(i).node->id())] + 1);
+      for (Node* c : node->control_inputs()) l = std::max(l, level[static_cast<size_t>(c->id())] + 1);
+      level[static_cast<size_t>(node->id())] = l;
+      on_stack[static_cast<size_t>(node->id())] = 0;
+      stack.pop_back();
+    }
   }
+  return level;
+}
+
+std::vector<Node*> order_collectives(const std::vector<Node*>& nodes) {
+  if (nodes.empty()) return {};
+  const std::vector<int64_t> level = ready_levels(*nodes.front()->graph());
+  std::vector<Node*> order = nodes;
+  auto key = [&](const Node* n) { return std::make_pair(level[static_cast<size_t>(n->id())], n->id()); };
+  std::sort(order.begin(), order.end(), [&](const Node* a, const Node* b) { return key(a) < key(b); });
+  for (size_t i = 1; i < order.size(); ++i) {
+    SPIRE_CHECK(order[i]->graph() == order[0]->graph(), "order_collectives: ", order[i]->name(),
+                " is in another graph than ", order[0]->name());
+    order[i]->add_control_input(order[i - 1]);
+  }
+  return order;
 }
 
 }  // namespace spire::dist

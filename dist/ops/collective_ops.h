@@ -91,11 +91,22 @@ std::vector<Node*> collective_nodes(const Graph& g, const std::string& communica
 /// between ranks is an error naming the first difference, not a hang.
 std::string describe_collective(const Node* n);
 
-/// Gives `nodes` an explicit order: n[i] gets a control input from
-/// n[i - 1], so every run, whatever else it fetches (hooks, chief-only
-/// callbacks), calls them in this order on every process, as MPI needs.
-/// Pass nodes in creation order (a node never depends on a later one, so
-/// no cycle can form); throws spire::Error otherwise.
-void order_collectives(const std::vector<Node*>& nodes);
+/// When each node of `g` can first run, as a number: the longest chain of
+/// nodes (inputs and control inputs) from a node without any, by node id
+/// (a node without inputs: 0). A define-and-run estimate of the order in
+/// which the backward pass makes the gradients, for HorovodTrainer's
+/// buckets and the collectives' order. Throws spire::Error on a cycle.
+std::vector<int64_t> ready_levels(const Graph& g);
+
+/// Gives `nodes` an explicit order, the order in which their inputs can
+/// first exist (ready_levels, ties by creation order): the i-th gets a
+/// control input from the one before, so every run, whatever else it
+/// fetches (hooks, chief-only callbacks), calls them in this order on every
+/// process, as MPI needs. A collective the backward pass reaches early (a
+/// first gradient bucket) then does not wait for one it reaches late (the
+/// gradient of the first synchronized BatchNorm). No cycle can form: every
+/// edge already in the graph goes from a lower level to a higher one.
+/// Returns the nodes in that order.
+std::vector<Node*> order_collectives(const std::vector<Node*>& nodes);
 
 }  // namespace spire::dist

@@ -8,7 +8,11 @@
 
 namespace spire {
 
-Buckets fusion_buckets(const std::vector<Output>& xs, const std::vector<size_t>& order, int64_t threshold_bytes) {
+Buckets fusion_buckets(const std::vector<Output>& xs, const std::vector<size_t>& order, int64_t threshold_bytes,
+                       int64_t first_bucket_bytes) {
+  SPIRE_CHECK(threshold_bytes >= 0 && first_bucket_bytes >= -1, "fusion_buckets: thresholds must be >= 0, got ",
+              threshold_bytes, " and ", first_bucket_bytes);
+  const int64_t first_cap = first_bucket_bytes >= 0 ? std::min(first_bucket_bytes, threshold_bytes) : threshold_bytes;
   Buckets buckets;
   int64_t bytes = 0;
   bool open = false;
@@ -16,14 +20,16 @@ Buckets fusion_buckets(const std::vector<Output>& xs, const std::vector<size_t>&
     const Output& x = xs.at(i);
     const bool known = x.shape().is_fully_defined();
     const int64_t b = known ? static_cast<int64_t>(x.shape().num_bytes(dtype_size(x.dtype()))) : 0;
-    if (open && known && x.dtype() == xs[buckets.back().front()].dtype() && bytes + b <= threshold_bytes) {
+    const int64_t cap = buckets.size() == 1 ? first_cap : threshold_bytes;
+    if (open && known && x.dtype() == xs[buckets.back().front()].dtype() && bytes + b <= cap) {
       buckets.back().push_back(i);
       bytes += b;
       continue;
     }
     buckets.push_back({i});
     bytes = b;
-    open = known && threshold_bytes > 0;
+    const int64_t next_cap = buckets.size() == 1 ? first_cap : threshold_bytes;
+    open = known && next_cap > 0;
   }
   return buckets;
 }

@@ -28,8 +28,13 @@ using Buckets = std::vector<std::vector<size_t>>;
 /// Horovod's fusion buckets: `xs` visited in `order`; consecutive tensors
 /// of one dtype share a bucket of at most `threshold_bytes` bytes (a larger
 /// tensor gets a bucket of its own; a tensor of unknown shape gets its own
-/// and is never packed; threshold 0: one bucket per tensor).
-Buckets fusion_buckets(const std::vector<Output>& xs, const std::vector<size_t>& order, int64_t threshold_bytes);
+/// and is never packed; threshold 0: one bucket per tensor). The first
+/// bucket holds at most `first_bucket_bytes` (-1, or more than the
+/// threshold: `threshold_bytes`), as
+/// PyTorch DDP's first bucket is small so that the first allreduce starts
+/// early in the backward pass.
+Buckets fusion_buckets(const std::vector<Output>& xs, const std::vector<size_t>& order, int64_t threshold_bytes,
+                       int64_t first_bucket_bytes = -1);
 
 /// Greedy load balancing: each item goes to the bin with the least load so
 /// far (the first such bin on ties), which then carries the item's load.

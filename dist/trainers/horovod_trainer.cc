@@ -82,6 +82,8 @@ HorovodTrainer::HorovodTrainer(bool average, HorovodCompression compression)
 HorovodTrainer::HorovodTrainer(HorovodOptions options) : options_(std::move(options)) {
   SPIRE_CHECK(options_.fusion_threshold_bytes >= 0, kKind, ": fusion_threshold_bytes must be >= 0, got ",
               options_.fusion_threshold_bytes);
+  SPIRE_CHECK(options_.first_bucket_bytes >= -1, kKind, ": first_bucket_bytes must be >= 0 (or -1: ",
+              "fusion_threshold_bytes), got ", options_.first_bucket_bytes);
   comm_ = options_.communicator;
   if (!comm_) {
 #if defined(SPIRE_WITH_MPI)
@@ -131,15 +133,20 @@ std::vector<CallbackPtr> HorovodTrainer::_setup_graph(InputSource& input, GetOpt
     grads = compute_tower_gradients(input, *opt);
   }
   if (n > 1) {
-    // Buckets in backward order (the last variables' gradients exist first).
+    // Buckets in the order the backward pass makes the gradients (ties: the last
+    // variables' first).
     std::vector<Output> gs;
     for (const auto& p : grads) gs.push_back(p.first);
+    const std::vector<int64_t> level = dist::ready_levels(g);
     std::vector<size_t> order(gs.size());
     for (size_t i = 0; i < gs.size(); ++i) order[i] = gs.size() - 1 - i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return level[static_cast<size_t>(gs[a].node->id())] < level[static_cast<size_t>(gs[b].node->id())];
+    });
     // fp16 compression (Horovod's Compression.fp16): a bucket of floating
     // gradients travels and is summed as f16, then is cast back.
     const bool fp16 = options_.compression == HorovodCompression::kFp16;
-    const Buckets buckets = fusion_buckets(gs, order, options_.fusion_threshold_bytes);
+    const Buckets buckets = fusion_buckets(gs, order, options_.fusion_threshold_bytes, options_.first_bucket_bytes);
     const dist::ReduceOp op = options_.average ? dist::ReduceOp::kMean : dist::ReduceOp::kSum;
     for (size_t k = 0; k < buckets.size(); ++k) {
       NameScope ns(g, str_cat("AllReduce/bucket", k, "/"));
@@ -164,9 +171,10 @@ std::vector<CallbackPtr> HorovodTrainer::_setup_graph(InputSource& input, GetOpt
             reduced[j].device() == options_.device ? reduced[j] : ops::identity(reduced[j], "to_device");
       }
     }
-    // One order for every collective of the step (synchronized BatchNorm's
-    // in the forward pass, then the buckets), on every rank.
-    dist::order_collectives(dist::collective_nodes(g, communicator_name()));
+    // One order for every collective of the step on every rank: by when their inputs can
+    // first exist (synchronized BatchNorm's in the forward pass, then the buckets and
+    // BatchNorm's gradients as the backward pass reaches them).
+    call_order_ = dist::order_collectives(dist::collective_nodes(g, communicator_name()));
   }
   {
     DeviceScope on(g, options_.device);
@@ -212,13 +220,17 @@ Node* HorovodTrainer::build_broadcast_op() {
     for (size_t j = 0; j < bucket.size(); ++j)
       assigns.push_back(ops::assign(vars[bucket[j]], values[j], "assign").node);
   }
-  dist::order_collectives(collectives);
+  for (Node* c : dist::order_collectives(collectives)) call_order_.push_back(c);
   return ops::group(assigns, "broadcast_global_variables", &g);
 }
 
 void HorovodTrainer::agree_on_collectives() {
+  // In the order the ranks call them (the others, made by callbacks, in creation order).
+  std::vector<Node*> nodes = call_order_;
+  for (Node* n : dist::collective_nodes(graph(), communicator_name()))
+    if (std::find(call_order_.begin(), call_order_.end(), n) == call_order_.end()) nodes.push_back(n);
   std::vector<std::string> items;
-  for (const Node* n : dist::collective_nodes(graph(), communicator_name())) {
+  for (const Node* n : nodes) {
     auto members = bucket_members_.find(n);
     items.push_back(members == bucket_members_.end()
                         ? dist::describe_collective(n)

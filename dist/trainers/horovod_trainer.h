@@ -15,13 +15,19 @@
 //   decides on rank 0, the others follow (tensorpack issue #1054 cannot
 //   happen). launch_train_with_config gives each rank its own shard of the
 //   dataflow (ShardData).
-// - The collectives get an explicit order (control edges), so every rank
-//   calls them in the same order whatever its hooks fetch; before the first
-//   step the ranks agree on the list (name, kind, dtype, shape): a graph
-//   that differs between ranks is an error on every rank naming the first
-//   difference. Gradients are packed into buckets of up to
-//   fusion_threshold_bytes (Horovod's HOROVOD_FUSION_THRESHOLD, 128 MiB), in
-//   backward order, one allreduce per bucket (dist/trainers/gradient_buckets.h).
+// - The collectives get an explicit order (control edges), the order in
+//   which their inputs can first exist (dist::order_collectives), so every
+//   rank calls them in the same order whatever its hooks fetch, and a
+//   gradient bucket never waits for a synchronized BatchNorm's gradient
+//   that the backward pass reaches later; before the first step the ranks
+//   agree on the list in that order (name, kind, dtype, shape, bucket
+//   members): a graph that differs between ranks is an error on every rank
+//   naming the first difference. Gradients are packed, in the order the
+//   backward pass makes them, into buckets of up to fusion_threshold_bytes
+//   (25 MiB; the first up to first_bucket_bytes, 1 MiB), one allreduce per
+//   bucket on a lane of its own, which starts as soon as the bucket's
+//   gradients exist and overlaps the rest of the backward pass
+//   (dist/trainers/gradient_buckets.h).
 // - A rank whose training fails tells the others (MpiRuntime::announce_failure):
 //   they stop at once with an error naming it; a rank that dies or stalls is
 //   named by the others after the collective timeout.
@@ -96,10 +102,19 @@ struct HorovodOptions {
   /// Average the gradients over the ranks (else sum them).
   bool average = true;
   HorovodCompression compression = HorovodCompression::kNone;
-  /// Gradients are packed into buckets of at most this many bytes (one
-  /// allreduce each; a larger gradient gets its own); 0: one allreduce per
-  /// gradient.
-  int64_t fusion_threshold_bytes = int64_t{128} << 20;
+  /// Gradients are packed, in the order the backward pass makes them
+  /// (dist::ready_levels), into buckets of at most this many bytes (one
+  /// allreduce each, started as soon as its gradients exist; a larger
+  /// gradient gets its own); 0: one allreduce per gradient. Horovod fuses
+  /// what is ready each cycle up to HOROVOD_FUSION_THRESHOLD (128 MiB); a
+  /// define-and-run graph fixes the buckets when it is built, so the cap is
+  /// PyTorch DDP's bucket_cap_mb (25 MiB): ResNet-50's 97.5 MiB of
+  /// gradients make 5 buckets, the first starting after the last stage's
+  /// first layers instead of after the whole backward pass.
+  int64_t fusion_threshold_bytes = int64_t{25} << 20;
+  /// The first bucket's cap (PyTorch DDP's 1 MiB first bucket); -1, or
+  /// more than fusion_threshold_bytes: fusion_threshold_bytes.
+  int64_t first_bucket_bytes = int64_t{1} << 20;
   /// Run each bucket's allreduce on a lane of its own (CollectiveOptions::
   /// overlap), so it starts as soon as its gradients exist and overlaps the
   /// rest of the backward pass.
@@ -169,6 +184,7 @@ class HorovodTrainer : public SingleCostTrainer, public MultiProcessTrainer {
   std::shared_ptr<dist::Communicator> comm_;
   std::vector<Node*> grad_collectives_;
   std::map<const Node*, std::string> bucket_members_;  // gradient bucket -> its variables
+  std::vector<Node*> call_order_;  // the collectives in the order every rank calls them
   Node* broadcast_op_ = nullptr;
   uint64_t calls_ = 0;  // outside-graph collectives so far (their keys)
 };

@@ -24,6 +24,12 @@ TEST(GradientBuckets, FusionBucketsFillUpToTheThresholdInOrder) {
   EXPECT_EQ(fusion_buckets(xs, forward, 0), (Buckets{{0}, {1}, {2}, {3}, {4}}));
   // A tensor larger than the threshold gets a bucket of its own.
   EXPECT_EQ(fusion_buckets(xs, forward, 8), (Buckets{{0}, {1}, {2}, {3}, {4}}));
+  // The first bucket has a cap of its own (PyTorch DDP's small first bucket).
+  EXPECT_EQ(fusion_buckets(xs, forward, 1 << 20, 16), (Buckets{{0}, {1, 2, 3}, {4}}));
+  EXPECT_EQ(fusion_buckets(xs, forward, 24, 1 << 20), (Buckets{{0, 1}, {2}, {3}, {4}}));  // never above the threshold
+  EXPECT_EQ(fusion_buckets(xs, forward, 24, 0), (Buckets{{0}, {1}, {2}, {3}, {4}}));
+  EXPECT_EQ(fusion_buckets(xs, forward, 28, 0), (Buckets{{0}, {1}, {2, 3}, {4}}));  // then 28 each
+  expect_error([&] { fusion_buckets(xs, forward, -1); }, {"fusion_buckets", ">= 0"});
   // A tensor of unknown shape is never packed with another.
   std::vector<Output> ys = {xs[0], ops::placeholder(DType::F32, {-1}, "u"), xs[1], xs[3]};
   EXPECT_EQ(fusion_buckets(ys, {0, 1, 2, 3}, 1 << 20), (Buckets{{0}, {1}, {2, 3}}));
