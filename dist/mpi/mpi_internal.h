@@ -81,13 +81,29 @@ inline Clock::duration clock_duration(double seconds) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
-/// Throws spire::Error with MPI's text for a failed call.
+/// Throws spire::Error with MPI's text for a failed call, naming this
+/// process's rank. Spire's communicators return MPI's errors
+/// (use_errors_return) instead of letting MPI abort the job, so an
+/// MPI-level error (a broken connection, a peer gone) reaches here.
 inline void check_mpi(int rc, const char* what) {
   if (rc == MPI_SUCCESS) return;
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, text, &len);
-  throw_error("MPI: ", what, " failed: ", std::string(text, static_cast<size_t>(len)));
+  int rank = -1, inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  if (inited && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  throw_error("MPI: ", what, " failed", rank >= 0 ? str_cat(" on rank ", rank) : std::string(), ": ",
+              std::string(text, static_cast<size_t>(len)));
+}
+
+/// Makes MPI return its errors on `comm` (MPI_ERRORS_RETURN) instead of
+/// aborting the job (MPI_ERRORS_ARE_FATAL, MPI's default), so check_mpi
+/// turns them into spire::Errors and the runtime's failure handling
+/// (announce, end every rank) applies. Every communicator Spire makes gets it.
+inline void use_errors_return(MPI_Comm comm) {
+  check_mpi(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
 }
 
 /// The MPI datatype that moves `dt`'s elements; throws naming `what` for a
@@ -111,6 +127,54 @@ inline int as_int_count(int64_t n, const std::string& what) {
   if (n > INT_MAX) throw_error(what, ": ", n, " elements is more than one MPI call takes (", INT_MAX, ")");
   return static_cast<int>(n);
 }
+
+/// An MPI datatype and count carrying `n` bytes in one message: MPI_CHAR x n
+/// when n fits an int (MPI's counts are ints), else one element of a
+/// derived type of 1 GiB blocks and the rest, so a message of 2 GiB or more
+/// (a large parameter-server shard with its Adam slots) still travels. Its
+/// signature is n MPI_CHARs either way: the receiver learns n with
+/// MPI_Get_elements_x and reads it with a ByteType of its own. A derived
+/// type is freed by the destructor (MPI lets operations in flight finish).
+class ByteType {
+ public:
+  explicit ByteType(uint64_t n) {
+    if (n <= static_cast<uint64_t>(INT_MAX)) {
+      count_ = static_cast<int>(n);
+      return;
+    }
+    constexpr uint64_t kBlock = uint64_t{1} << 30;
+    const uint64_t blocks = n / kBlock, rest = n % kBlock;
+    SPIRE_CHECK(blocks <= static_cast<uint64_t>(INT_MAX), "MPI: a message of ", n, " bytes is too large");
+    MPI_Datatype block, body;
+    check_mpi(MPI_Type_contiguous(static_cast<int>(kBlock), MPI_CHAR, &block), "MPI_Type_contiguous");
+    check_mpi(MPI_Type_contiguous(static_cast<int>(blocks), block, &body), "MPI_Type_contiguous");
+    MPI_Type_free(&block);
+    if (rest == 0) {
+      type_ = body;
+    } else {
+      int lengths[2] = {1, static_cast<int>(rest)};
+      MPI_Aint offsets[2] = {0, static_cast<MPI_Aint>(blocks * kBlock)};
+      MPI_Datatype types[2] = {body, MPI_CHAR};
+      check_mpi(MPI_Type_create_struct(2, lengths, offsets, types, &type_), "MPI_Type_create_struct");
+      MPI_Type_free(&body);
+    }
+    check_mpi(MPI_Type_commit(&type_), "MPI_Type_commit");
+    count_ = 1;
+    derived_ = true;
+  }
+  ~ByteType() {
+    if (derived_) MPI_Type_free(&type_);
+  }
+  ByteType(const ByteType&) = delete;
+  ByteType& operator=(const ByteType&) = delete;
+  MPI_Datatype type() const { return type_; }
+  int count() const { return count_; }
+
+ private:
+  MPI_Datatype type_ = MPI_CHAR;
+  int count_ = 0;
+  bool derived_ = false;
+};
 
 // Tags on a communicator: the algorithms' data cycles below kTagAgree
 // (next_data_tag); MPI guarantees tags up to 32767.

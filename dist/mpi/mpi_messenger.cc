@@ -15,7 +15,7 @@
 
 namespace spire::dist {
 
-using mpi_detail::as_int_count;
+using mpi_detail::ByteType;
 using mpi_detail::check_mpi;
 using mpi_detail::Clock;
 using mpi_detail::clock_duration;
@@ -68,9 +68,8 @@ class MpiMessenger : public Messenger {
     complete_sends();
     Pending p;
     p.buf = std::make_unique<std::vector<char>>(std::move(data));
-    check_mpi(MPI_Isend(p.buf->data(), as_int_count(static_cast<int64_t>(p.buf->size()), "a message"), MPI_CHAR,
-                        to, tag, comm_, &p.req),
-              "MPI_Isend");
+    const ByteType bytes(p.buf->size());  // (2 GiB and more: a derived type)
+    check_mpi(MPI_Isend(p.buf->data(), bytes.count(), bytes.type(), to, tag, comm_, &p.req), "MPI_Isend");
     pending_.push_back(std::move(p));
   }
 
@@ -92,14 +91,18 @@ class MpiMessenger : public Messenger {
       // with the workers: after a short spin it sleeps between polls.
       pause_between_polls(now - start, std::chrono::milliseconds(2));
     }
-    int len = 0;
-    MPI_Get_count(&st, MPI_CHAR, &len);
+    MPI_Count len = 0;  // (MPI_Get_count's int cannot hold 2 GiB)
+    check_mpi(MPI_Get_elements_x(&st, MPI_CHAR, &len), "MPI_Get_elements_x");
+    SPIRE_CHECK(len >= 0, "MPI messenger: rank ", rank_, " got a message of unknown size from rank ", st.MPI_SOURCE);
     Message m;
     m.source = st.MPI_SOURCE;
     m.tag = st.MPI_TAG;
     m.data.resize(static_cast<size_t>(len));
     MPI_Request req;
-    check_mpi(MPI_Imrecv(m.data.data(), len, MPI_CHAR, &msg, &req), "MPI_Imrecv");
+    {
+      const ByteType bytes(static_cast<uint64_t>(len));
+      check_mpi(MPI_Imrecv(m.data.data(), bytes.count(), bytes.type(), &msg, &req), "MPI_Imrecv");
+    }
     for (int polls = 0;; ++polls) {
       int done = 0;
       check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");

@@ -18,6 +18,7 @@
 namespace spire::dist {
 
 using mpi_detail::check_mpi;
+using mpi_detail::use_errors_return;
 
 namespace {
 
@@ -107,11 +108,15 @@ MpiRuntime::MpiRuntime() : control_(std::make_unique<Control>()) {
     throw_error("MPI: Spire's collectives run on the executor's threads and need "
                 "MPI_THREAD_MULTIPLE; this MPI provides level ", provided,
                 initialized_here_ ? "" : " (initialize MPI with MPI_Init_thread(MPI_THREAD_MULTIPLE))");
+  // MPI_COMM_WORLD's calls below (and a program's, where Spire initialized MPI) return
+  // errors rather than abort; a program that initialized MPI keeps its own handler there.
+  if (initialized_here_) use_errors_return(MPI_COMM_WORLD);
   check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
   MPI_Comm local;
   check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local),
             "MPI_Comm_split_type");
+  use_errors_return(local);
   MPI_Comm_rank(local, &local_rank_);
   MPI_Comm_size(local, &local_size_);
   int host = rank_;
@@ -131,6 +136,7 @@ MpiRuntime::MpiRuntime() : control_(std::make_unique<Control>()) {
   if (std::optional<std::string> limit = mpi_control_variable("btl_tcp_eager_limit"))
     tcp_eager_limit_ = std::strtoll(limit->c_str(), nullptr, 10);
   check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &control_->comm), "MPI_Comm_dup");
+  use_errors_return(control_->comm);
 }
 
 bool MpiRuntime::wait_for_peers_at_exit() {

@@ -36,6 +36,7 @@ MPI_Comm duplicate_world(double timeout_seconds, const std::string& who) {
     check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
     if (done) {
       abandon_on_error.pending = false;
+      use_errors_return(*comm);
       return *comm;
     }
     if (polls % 64 == 0) {

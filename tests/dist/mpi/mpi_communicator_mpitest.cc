@@ -23,11 +23,14 @@
 #include "core/ops.h"
 #include "core/session.h"
 #include "dist/ops/collective_ops.h"
+#include "dist/comm/messenger.h"
 #include "dist/mpi/mpi_algorithms.h"
 #include "dist/mpi/mpi_communicator.h"
 #include "dist/mpi/mpi_link_model.h"
 #include "dist/mpi/mpi_runtime.h"
+#include "dist/mpi/mpi_waits.h"
 #include "kernels/functors.h"
+#include "tests/dist/mpi/mpi_test_util.h"
 
 namespace spire::dist {
 namespace {
@@ -306,6 +309,73 @@ TEST(MpiCommunicator, RanksThatDisagreeFailOnEveryRankNamingTheRank) {
   std::vector<Participant> ok{{0, input(DType::I64, 3, r), Tensor(DType::I64, Shape{3})}};
   comm.allreduce(call("ok"), ok, ReduceOp::kMax);
   EXPECT_EQ(ok[0].output.data<int64_t>()[2], 3 * nranks());
+}
+
+TEST(MpiCommunicator, MpiErrorsOnSpiresCommunicatorsAreSpireErrorsNamingTheRank) {
+  // MPI's default handler (MPI_ERRORS_ARE_FATAL) would abort the whole job here; Spire's
+  // communicators (a communicator's own, the runtime's control and MPI_COMM_WORLD, which
+  // Spire initialized) return the error, and check_mpi names the call and the rank.
+  MpiRuntime::get();
+  const MPI_Comm comm = dist::mpi_detail::duplicate_world(10, "test");
+  int value = rank();
+  const int bad_rank = nranks() + 3;
+  for (MPI_Comm c : {comm, MPI_COMM_WORLD}) {
+    try {
+      dist::mpi_detail::check_mpi(MPI_Send(&value, 1, MPI_INT, bad_rank, 0, c), "MPI_Send");
+      ADD_FAILURE() << "no error on rank " << rank();
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(str_cat("MPI: MPI_Send failed on rank ", rank(), ": ")), std::string::npos) << msg;
+      EXPECT_NE(msg.find("rank"), msg.rfind("rank")) << "MPI's own text follows: " << msg;
+    }
+  }
+  // The communicator still works after the error.
+  int sum = 0;
+  dist::mpi_detail::check_mpi(MPI_Allreduce(&value, &sum, 1, MPI_INT, MPI_SUM, comm), "MPI_Allreduce");
+  EXPECT_EQ(sum, nranks() * (nranks() - 1) / 2);
+  MPI_Comm freed = comm;
+  MPI_Comm_free(&freed);
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
+TEST(MpiMessenger, AMessageOfMoreThan2GiBArrivesWhole) {
+  // MPI's counts are ints: a message of 2^31 bytes or more travels as one element of a
+  // derived type (ByteType) and is sized on arrival with MPI_Get_elements_x.
+  if (kSanitized) GTEST_SKIP() << "2 GiB buffers on each of two ranks under a sanitizer's shadow memory";
+  if (nranks() != 2) GTEST_SKIP() << "one pair of ranks is enough (2 GiB a message)";
+  std::shared_ptr<Messenger> m = make_mpi_messenger(120);
+  const size_t n = (size_t{1} << 31) + 4099;
+  // Every byte differs from its neighbours and from the bytes 1 GiB (a block) away.
+  auto byte_at = [](size_t i) { return static_cast<char>(i + (i >> 8) + (i >> 30) * 77); };
+  if (rank() == 0) {
+    std::vector<char> big(n);
+    for (size_t i = 0; i < n; ++i) big[i] = byte_at(i);
+    m->send(1, 5, std::move(big));
+    m->send(1, 5, std::vector<char>{1, 2, 3});  // a small one after it, in order
+  } else if (rank() == 1) {
+    std::optional<Message> got = m->receive(0, 5, 120);
+    ASSERT_TRUE(got.has_value());
+    ASSERT_EQ(got->data.size(), n);
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; ++i) wrong += got->data[i] != byte_at(i);
+    EXPECT_EQ(wrong, 0u);
+    got.reset();
+    std::optional<Message> small = m->receive(0, 5, 60);
+    ASSERT_TRUE(small.has_value());
+    EXPECT_EQ(small->data, (std::vector<char>{1, 2, 3}));
+  }
+  testing::gather_from_ranks(0);  // (every rank waits for the transfer to end)
 }
 
 TEST(MpiCommunicator, CollectivesOfTheSameSizeButDifferentIdentityOrShapeFailEverywhere) {
