@@ -93,6 +93,8 @@ class MessageReader {
   const char* get_bytes(size_t n);
   std::string get_string();
   bool at_end() const { return at_ == data_.size(); }
+  /// Bytes not read yet.
+  size_t remaining() const { return data_.size() - at_; }
 
  private:
   const std::vector<char>& data_;

@@ -69,20 +69,41 @@ void put_bundle(dist::MessageWriter& w, const Bundle& b) {
 }
 
 Bundle get_bundle(dist::MessageReader& r, const std::string& what) {
+  // Everything the peer says is checked against the message before anything is
+  // allocated: a malformed or truncated message is an error naming it, never a huge
+  // allocation or a read past its end.
   Bundle b;
   const int64_t n = r.get_i64();
+  // (Each tensor takes at least its name's length, dtype, rank and byte count: 32 bytes.)
+  SPIRE_CHECK(n >= 0 && static_cast<uint64_t>(n) <= r.remaining() / 32, what, ": a malformed message (", n,
+              " tensors in ", r.remaining(), " bytes)");
   for (int64_t i = 0; i < n; ++i) {
     std::string name = r.get_string();
-    const auto dt = static_cast<DType>(r.get_i64());
+    const int64_t code = r.get_i64();
+    SPIRE_CHECK(code >= static_cast<int64_t>(DType::F32) && code <= static_cast<int64_t>(DType::BF16), what,
+                ": tensor '", name, "' has an unknown dtype code ", code);
+    const auto dt = static_cast<DType>(code);
     const int64_t rank = r.get_i64();
-    SPIRE_CHECK(rank >= 0 && rank < 64, what, ": a malformed tensor '", name, "'");
+    SPIRE_CHECK(rank >= 0 && rank < 64, what, ": tensor '", name, "' has rank ", rank);
     std::vector<int64_t> dims;
-    for (int64_t d = 0; d < rank; ++d) dims.push_back(r.get_i64());
-    Tensor t(dt, Shape(dims));
+    // The bytes the shape needs, without overflow: at most what the message holds.
+    const uint64_t limit = r.remaining();
+    uint64_t bytes = dtype_size(dt);
+    for (int64_t d = 0; d < rank; ++d) {
+      const int64_t dim = r.get_i64();
+      SPIRE_CHECK(dim >= 0, what, ": tensor '", name, "' has dimension ", d, " = ", dim);
+      dims.push_back(dim);
+      if (bytes != 0 && static_cast<uint64_t>(dim) > limit / bytes) bytes = limit + 1;  // (too large)
+      else bytes *= static_cast<uint64_t>(dim);
+    }
     const int64_t nb = r.get_i64();
-    SPIRE_CHECK(nb == static_cast<int64_t>(t.nbytes()), what, ": '", name, "' has ", nb, " bytes, expected ",
-                t.nbytes());
-    std::memcpy(t.raw_data(), r.get_bytes(t.nbytes()), t.nbytes());
+    SPIRE_CHECK(bytes <= limit && nb == static_cast<int64_t>(bytes), what, ": tensor '", name, "' (",
+                dtype_name(dt), Shape(dims).to_string(), ") has ", nb, " bytes where its shape needs ",
+                bytes > limit ? std::string("more than the message holds") : std::to_string(bytes));
+    SPIRE_CHECK(static_cast<uint64_t>(nb) <= r.remaining(), what, ": tensor '", name, "' is cut short (", nb,
+                " bytes, ", r.remaining(), " left in the message)");
+    Tensor t(dt, Shape(dims));
+    if (nb > 0) std::memcpy(t.raw_data(), r.get_bytes(static_cast<size_t>(nb)), static_cast<size_t>(nb));
     b.emplace_back(std::move(name), std::move(t));
   }
   return b;

@@ -97,14 +97,24 @@ void Server::serve(Session& session) {
   for (;;) {
     std::optional<dist::Message> msg = c_.messenger->receive(-1, kTagRequest, c_.timeout_seconds);
     if (!msg) {
-      std::string who;
-      for (int w = 0; w < W; ++w)
-        if (!round[static_cast<size_t>(w)]) who += str_cat(who.empty() ? "" : ", ", c_.worker_rank(w));
+      // The workers it waits for: those that neither sent this round's request nor
+      // ended training (a finished worker is not missing).
+      std::string who, finished;
+      for (int w = 0; w < W; ++w) {
+        std::string& list = done.count(w) ? finished : who;
+        if (done.count(w) || !round[static_cast<size_t>(w)])
+          list += str_cat(list.empty() ? "" : ", ", c_.worker_rank(w));
+      }
       const double t = c_.timeout_seconds;
+      const std::string waiting_for =
+          done.empty() ? str_cat(arrived ? kind_name(round_kind) : "a request")
+                       : std::string("the end of training");
       throw_error(c_.kind, ": parameter server rank ", me,
-                  arrived ? str_cat(" waited ", t, " s for ", kind_name(round_kind), " from rank(s) ", who,
+                  arrived ? str_cat(" waited ", t, " s for ", waiting_for, " from rank(s) ", who,
                                     " (the other workers sent theirs)")
-                          : str_cat(" heard from no worker within ", t, " s (waiting for rank(s) ", who, ")"),
+                          : str_cat(" heard from no worker within ", t, " s (waiting for ", waiting_for,
+                                    " from rank(s) ", who, ")"),
+                  finished.empty() ? std::string() : str_cat("; rank(s) ", finished, " finished training"),
                   "; a worker failed, stalled, or is in a longer epoch-end callback (raise "
                   "DistributedOptions::timeout_seconds)");
     }

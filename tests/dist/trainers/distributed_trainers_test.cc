@@ -385,6 +385,26 @@ TEST(DistributedTrainers, AWorkerThatStopsEndsEveryWorkerCleanlyAtTheSameStep) {
   }
 }
 
+TEST(DistributedTrainers, TheServersTimeoutNamesTheWorkerItWaitsForNotTheFinishedOnes) {
+  // Worker rank 2 stops at step 2 (rank 1 follows at its next push); rank 3 stalls there, so
+  // the server times out waiting for rank 3 alone: ranks 1 and 2 finished, they are not missing.
+  Job job = linear_job(4, 1, 1);
+  job.steps = 6;
+  job.timeout = 1;
+  job.callbacks = [](int r) {
+    if (r == 2) return std::vector<CallbackPtr>{std::make_shared<AtStep>(2, [](Trainer&) { throw StopTraining("enough"); })};
+    if (r == 3)
+      return std::vector<CallbackPtr>{
+          std::make_shared<AtStep>(2, [](Trainer&) { std::this_thread::sleep_for(std::chrono::seconds(3)); })};
+    return std::vector<CallbackPtr>{};
+  };
+  const auto rs = run_job(job);
+  const std::string& e = rs[0].error;
+  EXPECT_NE(e.find("from rank(s) 3"), std::string::npos) << e;
+  EXPECT_NE(e.find("rank(s) 1, 2 finished training"), std::string::npos) << e;
+  EXPECT_EQ(e.find("rank(s) 1, 2, 3"), std::string::npos) << e;
+}
+
 TEST(DistributedTrainers, AdamAdvancesOncePerWorkerUpdate) {
   // The linear model's gradients do not depend on the variables: 2 workers'
   // steps equal SimpleTrainer's steps over their batches interleaved
