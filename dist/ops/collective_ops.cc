@@ -564,17 +564,39 @@ std::vector<int64_t> ready_levels(const Graph& g) {
   return level;
 }
 
-std::vector<Node*> order_collectives(const std::vector<Node*>& nodes) {
+std::vector<Node*> order_collectives(const std::vector<Node*>& nodes,
+                                     const std::map<const Node*, std::vector<const Node*>>& ready_with) {
   if (nodes.empty()) return {};
-  const std::vector<int64_t> level = ready_levels(*nodes.front()->graph());
-  std::vector<Node*> order = nodes;
-  auto key = [&](const Node* n) { return std::make_pair(level[static_cast<size_t>(n->id())], n->id()); };
-  std::sort(order.begin(), order.end(), [&](const Node* a, const Node* b) { return key(a) < key(b); });
-  for (size_t i = 1; i < order.size(); ++i) {
-    SPIRE_CHECK(order[i]->graph() == order[0]->graph(), "order_collectives: ", order[i]->name(),
-                " is in another graph than ", order[0]->name());
-    order[i]->add_control_input(order[i - 1]);
+  const Graph* g = nodes.front()->graph();
+  std::set<const Node*> seen;
+  for (const Node* n : nodes) {
+    SPIRE_CHECK(n->graph() == g, "order_collectives: ", n->name(), " is in another graph than ",
+                nodes.front()->name());
+    SPIRE_CHECK(seen.insert(n).second, "order_collectives: ", n->name(), " is given twice");
   }
+  const std::vector<int64_t> level = ready_levels(*g);
+  auto key = [&](const Node* n) {
+    auto it = ready_with.find(n);
+    int64_t l = level[static_cast<size_t>(n->id())];
+    if (it != ready_with.end() && !it->second.empty()) {
+      l = 0;
+      for (const Node* m : it->second) {
+        SPIRE_CHECK(m->graph() == g, "order_collectives: ", m->name(), " is in another graph");
+        l = std::max(l, level[static_cast<size_t>(m->id())] + 1);
+      }
+    }
+    return std::make_pair(l, n->id());
+  };
+  std::vector<std::pair<std::pair<int64_t, int>, Node*>> keyed;
+  for (Node* n : nodes) keyed.push_back({key(n), n});
+  std::sort(keyed.begin(), keyed.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<Node*> order;
+  for (const auto& k : keyed) order.push_back(k.second);
+  for (size_t i = 1; i < order.size(); ++i) order[i]->add_control_input(order[i - 1]);
+  // (A `ready_with` that leaves out a path into its node could order it before a node it
+  // depends on: the cycle is named here, not at the first run.)
+  if (!ready_with.empty()) ready_levels(*g);
   return order;
 }
 

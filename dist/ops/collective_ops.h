@@ -20,6 +20,7 @@
 // one at a time, e.g. synchronized BatchNorm).
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -104,9 +105,15 @@ std::vector<int64_t> ready_levels(const Graph& g);
 /// fetches (hooks, chief-only callbacks), calls them in this order on every
 /// process, as MPI needs. A collective the backward pass reaches early (a
 /// first gradient bucket) then does not wait for one it reaches late (the
-/// gradient of the first synchronized BatchNorm). No cycle can form: every
-/// edge already in the graph goes from a lower level to a higher one.
-/// Returns the nodes in that order.
-std::vector<Node*> order_collectives(const std::vector<Node*>& nodes);
+/// gradient of the first synchronized BatchNorm). A node in `ready_with`
+/// counts as ready one level after the latest of the nodes listed for it
+/// (a packed gradient bucket: its gradients, not the reshapes and concat
+/// that pack them, so a bucket of several gradients and one of a single
+/// gradient compare alike); every path into it must pass through them.
+/// No cycle can form: every edge already in the graph goes from a lower
+/// (level, id) to a higher one. Throws spire::Error for nodes of different
+/// graphs or a node given twice. Returns the nodes in that order.
+std::vector<Node*> order_collectives(const std::vector<Node*>& nodes,
+                                     const std::map<const Node*, std::vector<const Node*>>& ready_with = {});
 
 }  // namespace spire::dist

@@ -10,8 +10,8 @@ namespace spire {
 
 Buckets fusion_buckets(const std::vector<Output>& xs, const std::vector<size_t>& order, int64_t threshold_bytes,
                        int64_t first_bucket_bytes) {
-  SPIRE_CHECK(threshold_bytes >= 0 && first_bucket_bytes >= -1, "fusion_buckets: thresholds must be >= 0, got ",
-              threshold_bytes, " and ", first_bucket_bytes);
+  SPIRE_CHECK(threshold_bytes >= 0 && first_bucket_bytes >= -1, "fusion_buckets: the threshold must be >= 0 ",
+              "and the first bucket's >= 0 (or -1: the threshold), got ", threshold_bytes, " and ", first_bucket_bytes);
   const int64_t first_cap = first_bucket_bytes >= 0 ? std::min(first_bucket_bytes, threshold_bytes) : threshold_bytes;
   Buckets buckets;
   int64_t bytes = 0;

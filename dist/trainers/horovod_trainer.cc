@@ -98,6 +98,14 @@ HorovodTrainer::HorovodTrainer(HorovodOptions options) : options_(std::move(opti
   }
   SPIRE_CHECK(comm_->devices().size() == 1, kKind, ": the communicator ", comm_->name(),
               " must have one participant per process, it has ", comm_->devices().size());
+#if defined(SPIRE_WITH_MPI)
+  // The gradient buckets' own communicator (every rank makes it here, as the first).
+  if (!options_.communicator && comm_->num_ranks() > 1) {
+    const HorovodBackend b = options_.backend;
+    bucket_comm_ = dist::make_process_communicator(b == HorovodBackend::kDefault ? "" : horovod_backend_name(b),
+                                                   options_.device, options_.timeout_seconds);
+  }
+#endif
   is_chief_ = comm_->rank() == 0;
   logger::info(kKind, ": rank ", rank(), " of ", size(), " (local rank ", local_rank(), "), training on ",
                options_.device.to_string(), ", collectives on ", comm_->name());
@@ -147,6 +155,7 @@ std::vector<CallbackPtr> HorovodTrainer::_setup_graph(InputSource& input, GetOpt
     // gradients travels and is summed as f16, then is cast back.
     const bool fp16 = options_.compression == HorovodCompression::kFp16;
     const Buckets buckets = fusion_buckets(gs, order, options_.fusion_threshold_bytes, options_.first_bucket_bytes);
+    std::map<const Node*, std::vector<const Node*>> ready_with;  // a bucket's allreduce -> its gradients
     const dist::ReduceOp op = options_.average ? dist::ReduceOp::kMean : dist::ReduceOp::kSum;
     for (size_t k = 0; k < buckets.size(); ++k) {
       NameScope ns(g, str_cat("AllReduce/bucket", k, "/"));
@@ -156,9 +165,11 @@ std::vector<CallbackPtr> HorovodTrainer::_setup_graph(InputSource& input, GetOpt
         dist::CollectiveOptions o = base;
         o.name = "allreduce";
         o.overlap = options_.overlap;
+        if (bucket_comm_) o.communicator = bucket_communicator_name();
         const bool compress = fp16 && (x.dtype() == DType::F32 || x.dtype() == DType::F64);
         Output r = dist::all_reduce({compress ? ops::cast(x, DType::F16, "compress") : x}, op, o)[0];
         grad_collectives_.push_back(r.node);
+        for (size_t i : buckets[k]) ready_with[r.node].push_back(gs[i].node);
         // The bucket's members go into the ranks' agreement before the first step.
         std::string members;
         for (size_t i : buckets[k]) members += str_cat(members.empty() ? "" : ", ", grads[i].second.node->name());
@@ -171,10 +182,19 @@ std::vector<CallbackPtr> HorovodTrainer::_setup_graph(InputSource& input, GetOpt
             reduced[j].device() == options_.device ? reduced[j] : ops::identity(reduced[j], "to_device");
       }
     }
-    // One order for every collective of the step on every rank: by when their inputs can
-    // first exist (synchronized BatchNorm's in the forward pass, then the buckets and
-    // BatchNorm's gradients as the backward pass reaches them).
-    call_order_ = dist::order_collectives(dist::collective_nodes(g, communicator_name()));
+    // One order for the step's collectives on each communicator, the same on every rank: by
+    // when their inputs can first exist (a bucket: its gradients). With the buckets on a
+    // communicator of their own, synchronized BatchNorm's allreduces (forward and backward)
+    // form one chain and the buckets another; with one communicator, one chain interleaves
+    // them as the backward pass reaches them.
+    call_order_ = dist::order_collectives(dist::collective_nodes(g, communicator_name()), ready_with);
+    if (bucket_comm_)
+      for (Node* c : dist::order_collectives(dist::collective_nodes(g, bucket_communicator_name()), ready_with))
+        call_order_.push_back(c);
+    // gradient_collectives() in the order they are called.
+    std::stable_sort(grad_collectives_.begin(), grad_collectives_.end(), [&](const Node* a, const Node* b) {
+      return std::find(call_order_.begin(), call_order_.end(), a) < std::find(call_order_.begin(), call_order_.end(), b);
+    });
   }
   {
     DeviceScope on(g, options_.device);
@@ -189,6 +209,7 @@ std::vector<CallbackPtr> HorovodTrainer::_setup_graph(InputSource& input, GetOpt
 
 void HorovodTrainer::on_session_created(Session& session) {
   session.set_resource<dist::Communicator>(communicator_name(), comm_);
+  if (bucket_comm_) session.set_resource<dist::Communicator>(bucket_communicator_name(), bucket_comm_);
 }
 
 Node* HorovodTrainer::build_broadcast_op() {
@@ -227,8 +248,9 @@ Node* HorovodTrainer::build_broadcast_op() {
 void HorovodTrainer::agree_on_collectives() {
   // In the order the ranks call them (the others, made by callbacks, in creation order).
   std::vector<Node*> nodes = call_order_;
-  for (Node* n : dist::collective_nodes(graph(), communicator_name()))
-    if (std::find(call_order_.begin(), call_order_.end(), n) == call_order_.end()) nodes.push_back(n);
+  for (const char* name : {communicator_name(), bucket_communicator_name()})
+    for (Node* n : dist::collective_nodes(graph(), name))
+      if (std::find(call_order_.begin(), call_order_.end(), n) == call_order_.end()) nodes.push_back(n);
   std::vector<std::string> items;
   for (const Node* n : nodes) {
     auto members = bucket_members_.find(n);

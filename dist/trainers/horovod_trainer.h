@@ -27,7 +27,12 @@
 //   (25 MiB; the first up to first_bucket_bytes, 1 MiB), one allreduce per
 //   bucket on a lane of its own, which starts as soon as the bucket's
 //   gradients exist and overlaps the rest of the backward pass
-//   (dist/trainers/gradient_buckets.h).
+//   (dist/trainers/gradient_buckets.h). The buckets have a communicator of
+//   their own (bucket_communicator_name), with its own order: the backward
+//   pass's synchronized-BatchNorm allreduces never wait for a bucket, nor a
+//   bucket for them (with one communicator the two would share one chain,
+//   and the main lane would stop at each BatchNorm gradient until the
+//   bucket before it is all-reduced).
 // - A rank whose training fails tells the others (MpiRuntime::announce_failure):
 //   they stop at once with an error naming it; a rank that dies or stalls is
 //   named by the others after the collective timeout.
@@ -108,9 +113,11 @@ struct HorovodOptions {
   /// gradient gets its own); 0: one allreduce per gradient. Horovod fuses
   /// what is ready each cycle up to HOROVOD_FUSION_THRESHOLD (128 MiB); a
   /// define-and-run graph fixes the buckets when it is built, so the cap is
-  /// PyTorch DDP's bucket_cap_mb (25 MiB): ResNet-50's 97.5 MiB of
-  /// gradients make 5 buckets, the first starting after the last stage's
-  /// first layers instead of after the whole backward pass.
+  /// PyTorch DDP's bucket_cap_mb (25 MiB), never exceeded (DDP closes a
+  /// bucket once past it): ResNet-50's 97.5 MiB of gradients make 6
+  /// buckets (0.004, 24.9, 17.0, 24.0, 23.3 and 8.3 MiB; the first is the
+  /// classifier's bias alone, its 7.8 MiB weight does not fit 1 MiB), where
+  /// 128 MiB made one that started after the whole backward pass.
   int64_t fusion_threshold_bytes = int64_t{25} << 20;
   /// The first bucket's cap (PyTorch DDP's 1 MiB first bucket); -1, or
   /// more than fusion_threshold_bytes: fusion_threshold_bytes.
@@ -151,7 +158,11 @@ class HorovodTrainer : public SingleCostTrainer, public MultiProcessTrainer {
   const dist::Communicator& communicator() const { return *comm_; }
   /// The session resource name of the communicator in the collective nodes.
   static const char* communicator_name() { return "horovod"; }
-  /// The gradient allreduce nodes, one per bucket, in their order (after setup).
+  /// The session resource name of the gradient buckets' own communicator (a
+  /// second one across the same processes, made when HorovodOptions has no
+  /// `communicator`; otherwise the buckets use communicator_name()'s).
+  static const char* bucket_communicator_name() { return "horovod_buckets"; }
+  /// The gradient allreduce nodes, one per bucket, in the order the ranks call them (after setup).
   const std::vector<Node*>& gradient_collectives() const { return grad_collectives_; }
   /// The op assigning every global variable its value on rank 0 (built
   /// when the session is created).
@@ -182,6 +193,7 @@ class HorovodTrainer : public SingleCostTrainer, public MultiProcessTrainer {
   dist::CollectiveCall next_call(const std::string& what);
   HorovodOptions options_;
   std::shared_ptr<dist::Communicator> comm_;
+  std::shared_ptr<dist::Communicator> bucket_comm_;  // null: the buckets use comm_
   std::vector<Node*> grad_collectives_;
   std::map<const Node*, std::string> bucket_members_;  // gradient bucket -> its variables
   std::vector<Node*> call_order_;  // the collectives in the order every rank calls them

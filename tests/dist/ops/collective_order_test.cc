@@ -106,5 +106,31 @@ TEST(CollectiveOrder, BucketsGoBeforeTheBatchNormGradientsTheBackwardPassReaches
   }
 }
 
+TEST(CollectiveOrder, ABucketIsReadyWithItsGradientsNotItsPacking) {
+  // Gradient a (level 1) packed with b (level 1) through Reshape + Concat, and gradient c
+  // (level 2) alone: by the allreduces' own levels the packed bucket (level 4) would come after
+  // c's (level 3); ready with their gradients, it comes first.
+  Graph g;
+  DefaultGraphGuard guard(g);
+  Output x = ops::placeholder(DType::F64, {3}, "x");
+  Output a = ops::tanh(x), b = ops::exp(x), c = ops::tanh(ops::exp(x));
+  Output packed = ops::concat({ops::reshape(a, Shape{3}), ops::reshape(b, Shape{3})}, 0, "pack");
+  Node* ab = dist::all_reduce({packed})[0].node;
+  Node* alone = dist::all_reduce({c})[0].node;
+  const std::vector<int64_t> level = dist::ready_levels(g);
+  ASSERT_GT(level[static_cast<size_t>(ab->id())], level[static_cast<size_t>(alone->id())]);
+  const std::vector<Node*> order = dist::order_collectives({ab, alone}, {{ab, {a.node, b.node}}});
+  EXPECT_EQ(order, (std::vector<Node*>{ab, alone}));
+  // Errors: a node given twice (it would wait for itself), a node of another graph.
+  expect_error([&] { dist::order_collectives({alone, alone}); }, {"order_collectives", "given twice"});
+  Graph other;
+  Node* elsewhere = nullptr;
+  {
+    DefaultGraphGuard g2(other);
+    elsewhere = dist::all_reduce({ops::placeholder(DType::F64, {2}, "y")})[0].node;
+  }
+  expect_error([&] { dist::order_collectives({alone, elsewhere}); }, {"order_collectives", "another graph"});
+}
+
 }  // namespace
 }  // namespace spire::testing

@@ -323,6 +323,15 @@ TEST(HorovodTrainer, SyncBatchNormAcrossRanksEqualsBatchNormOverTheWholeBatch) {
   HorovodTrainer hvd;
   auto got = train(hvd, std::make_shared<Model>(false, "horovod"), shard(data, rank(), n), kSteps, 1, {}, 3, &init);
   for (const auto& [name, w] : want) EXPECT_LE(max_rel_diff(w, got.at(name)), 1e-10) << name;
+  // The buckets are on a communicator of their own: the BatchNorm allreduces (the backward
+  // pass's on the main lane) never wait for a bucket.
+  const auto& buckets = hvd.gradient_collectives();
+  for (Node* b : buckets) EXPECT_EQ(b->attr<std::string>("communicator"), HorovodTrainer::bucket_communicator_name());
+  const auto bn = dist::collective_nodes(hvd.graph(), HorovodTrainer::communicator_name());
+  EXPECT_GE(bn.size(), 4u);  // mean and variance, forward and backward
+  for (Node* c : bn)
+    for (Node* dep : c->control_inputs())
+      EXPECT_EQ(std::find(buckets.begin(), buckets.end(), dep), buckets.end()) << c->name() << " waits for " << dep->name();
   EXPECT_GT(max_rel_diff(want.at("bn/mean/EMA"), Tensor(want.at("bn/mean/EMA").dtype(), want.at("bn/mean/EMA").shape())), 1e-6);
 }
 
