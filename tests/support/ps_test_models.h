@@ -3,6 +3,7 @@
 // whose means are exact, and the hand-computed reference.
 #pragma once
 
+#include <cmath>
 #include <functional>
 #include <map>
 #include <memory>
@@ -45,6 +46,62 @@ class LinearModel : public ModelDesc {
  private:
   bool momentum_, adam_;
 };
+
+// cost = mean over the batch of (tanh(x.w) - y)^2, plain SGD (lr 0.1): gradients that depend
+// on w, so W workers' updates of a step equal the hand-computed reference (tanh_sgd_reference:
+// every worker's gradient taken at the step's starting w, applied in worker order) only if
+// every worker read the w of the step before; a stale read gives other values. (The learning
+// rate is an f32 variable, as tensorpack's: the reference steps by 0.1f.)
+class TanhModel : public ModelDesc {
+ public:
+  std::vector<InputDesc> inputs() const override { return {{"x", DType::F64, {-1, 4}}, {"y", DType::F64, {-1}}}; }
+  Output build_graph(const std::vector<Output>& in) override {
+    Output w = get_variable("w", Shape{4}, DType::F64);
+    Output p = ops::tanh(ops::sum(ops::mul(in[0], w), {1}));
+    return ops::mean(ops::square(ops::sub(p, in[1])), {}, false, "cost");
+  }
+  std::shared_ptr<Optimizer> optimizer() override { return std::make_shared<GradientDescentOptimizer>(0.1); }
+};
+
+// Batches of 2 rows for TanhModel: x in [-1, 1], y in [-0.75, 0.75]; another sequence per `seed`.
+inline std::vector<Datapoint> tanh_batches(int n, int seed) {
+  std::vector<Datapoint> out;
+  for (int i = 0; i < n; ++i) {
+    std::vector<double> x, y;
+    for (int j = 0; j < 8; ++j) x.push_back((static_cast<double>((seed * 7 + i * 3 + j * 5) % 9) - 4) / 4);
+    for (int r = 0; r < 2; ++r) y.push_back((static_cast<double>((seed * 5 + i + r * 3) % 7) - 3) / 4);
+    out.push_back({Tensor::from_vector<double>({2, 4}, x), Tensor::from_vector<double>({2}, y)});
+  }
+  return out;
+}
+
+inline const std::map<std::string, Tensor> kTanhInit = {{"w", Tensor::from_vector<double>({4}, {0.5, -0.25, 0.75, 0.1})}};
+
+// TanhModel's SGD by hand: each step, every worker's gradient at the step's starting w (its
+// batch `step`), applied one after another in worker order.
+inline std::vector<double> tanh_sgd_reference(const std::function<std::vector<Datapoint>(int)>& data,
+                                              int64_t steps, int workers) {
+  std::vector<double> w = {0.5, -0.25, 0.75, 0.1};
+  for (int64_t s = 0; s < steps; ++s) {
+    const std::vector<double> start = w;
+    for (int wk = 0; wk < workers; ++wk) {
+      const std::vector<Datapoint> d = data(wk);
+      const Datapoint& b = d[static_cast<size_t>(s % static_cast<int64_t>(d.size()))];
+      const auto x = b[0].to_vector<double>();
+      const auto y = b[1].to_vector<double>();
+      double g[4] = {0, 0, 0, 0};
+      for (int r = 0; r < 2; ++r) {
+        double z = 0;
+        for (int j = 0; j < 4; ++j) z += x[static_cast<size_t>(r * 4 + j)] * start[static_cast<size_t>(j)];
+        const double p = std::tanh(z);
+        const double dz = 2 * (p - y[static_cast<size_t>(r)]) * (1 - p * p) / 2;  // mean over 2 rows
+        for (int j = 0; j < 4; ++j) g[j] += dz * x[static_cast<size_t>(r * 4 + j)];
+      }
+      for (int j = 0; j < 4; ++j) w[static_cast<size_t>(j)] -= static_cast<double>(0.1f) * g[j];
+    }
+  }
+  return w;
+}
 
 // Batches of 2 rows of small integers (exact means); a different sequence per `seed`.
 inline std::vector<Datapoint> integer_batches(int n, int seed) {

@@ -167,6 +167,35 @@ TEST(DistributedTrainers, SgdUpdatesEqualTheHandComputedReference) {
     }
 }
 
+TEST(DistributedTrainers, ValueDependentGradientsOfTwoAndThreeWorkersEqualTheHandComputedReference) {
+  // TanhModel's gradients depend on w: a worker that read a stale w (not the one the servers
+  // hold after the step before) would end elsewhere. The reference is computed by hand.
+  for (auto [ranks, ps] : {std::pair{3, 1}, {4, 1}, {5, 2}})
+    for (bool replicated : {false, true}) {
+      Job job;
+      job.ranks = ranks;
+      job.num_ps = ps;
+      job.replicated = replicated;
+      job.steps = 5;
+      job.data = [](int w) { return tanh_batches(5, w + 1); };
+      job.model = [] { return std::make_shared<TanhModel>(); };
+      job.init = std::make_shared<DictRestore>(kTanhInit);
+      const auto rs = run_job(job);
+      expect_no_errors(rs);
+      const std::vector<double> want = tanh_sgd_reference(job.data, job.steps, ranks - ps);
+      const std::vector<double> start = kTanhInit.at("w").to_vector<double>();
+      double moved = 0;
+      for (size_t j = 0; j < 4; ++j) moved = std::max(moved, std::abs(want[j] - start[j]));
+      ASSERT_GT(moved, 0.05) << "the reference hardly moves: a stale read would pass";
+      for (int r = ps; r < ranks; ++r) {
+        const std::vector<double> got = rs[static_cast<size_t>(r)].values.at("w").to_vector<double>();
+        for (size_t j = 0; j < 4; ++j)
+          EXPECT_NEAR(got[j], want[j], 1e-12) << ranks << " ranks, " << ps << " ps" << (replicated ? ", replicated" : "")
+                                              << ": rank " << r << " w[" << j << "]";
+      }
+    }
+}
+
 TEST(DistributedTrainers, TheServersHoldWhatTheWorkersRead) {
   Job job = linear_job(4, 2, 2);
   job.model = [] { return std::make_shared<LinearModel>(/*momentum=*/true); };
