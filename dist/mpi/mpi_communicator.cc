@@ -137,135 +137,148 @@ void MpiCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
                          : clock_duration(timeout_seconds_);
   CallWaits waits(*impl_, what, rc, limit, &parts);
   auto wait = [&](MPI_Request& req, const std::string& stage) { waits.wait(req, stage); };
+  auto run_call = [&] {
+    // Trace events of a traced graph run: the wait for the other ranks (the agreement below),
+    // then the transfer, recorded when the call ends (also by an error).
+    const KernelContext* traced = call.kernel && call.kernel->tracing() ? call.kernel : nullptr;
+    const int64_t wait_start = traced ? traced->trace_now_ns() : 0;
+    int64_t transfer_start = 0;
+    MpiAlgorithm traced_algorithm = algorithm_;
+    struct TransferEvent {
+      const KernelContext* k;
+      const CollectiveCall& call;
+      const int64_t& start;
+      const MpiAlgorithm& algorithm;
+      int64_t bytes;
+      ~TransferEvent() {
+        if (!k || start == 0) return;
+        k->trace_event(call.name + ".transfer", "collective", start, k->trace_now_ns(),
+                       {{"algorithm", mpi_algorithm_name(algorithm)}, {"bytes", std::to_string(bytes)}});
+      }
+    } transfer_event{traced, call, transfer_start, traced_algorithm,
+                     sig.count * static_cast<int64_t>(kind == CollectiveKind::kBarrier ? 0 : dtype_size(sig.dtype))};
 
-  // Trace events of a traced graph run: the wait for the other ranks (the agreement below),
-  // then the transfer, recorded when the call ends (also by an error).
-  const KernelContext* traced = call.kernel && call.kernel->tracing() ? call.kernel : nullptr;
-  const int64_t wait_start = traced ? traced->trace_now_ns() : 0;
-  int64_t transfer_start = 0;
-  MpiAlgorithm traced_algorithm = algorithm_;
-  struct TransferEvent {
-    const KernelContext* k;
-    const CollectiveCall& call;
-    const int64_t& start;
-    const MpiAlgorithm& algorithm;
-    int64_t bytes;
-    ~TransferEvent() {
-      if (!k || start == 0) return;
-      k->trace_event(call.name + ".transfer", "collective", start, k->trace_now_ns(),
-                     {{"algorithm", mpi_algorithm_name(algorithm)}, {"bytes", std::to_string(bytes)}});
-    }
-  } transfer_event{traced, call, transfer_start, traced_algorithm,
-                   sig.count * static_cast<int64_t>(kind == CollectiveKind::kBarrier ? 0 : dtype_size(sig.dtype))};
-
-  // Rank 0 checks every rank's signature: a mismatch fails everywhere,
-  // naming the first rank that differs from rank 0; a rank that never
-  // comes is named after the timeout.
-  {
-    waits.require_agreement(encode_signature(sig), [&](const std::vector<std::string>& all) {
-      auto sig_of = [&](int r) {
-        CollectiveSignature x;
-        if (!decode_signature(all[static_cast<size_t>(r)], &x)) x.identity = "(unreadable signature)";
-        return x;
-      };
-      const CollectiveSignature first = sig_of(0);
-      for (int r = 1; r < static_cast<int>(all.size()); ++r) {
-        std::string diff = signature_difference(sig_of(r), first, 0);
-        if (!diff.empty()) {
-          // "participant 0" in the shared wording is rank 0 here.
-          const std::string from = "participant 0";
-          size_t at = diff.find(from);
-          if (at != std::string::npos) diff.replace(at, from.size(), "rank 0");
-          return str_cat("ranks disagree: rank ", r, " ", diff);
+    // Rank 0 checks every rank's signature: a mismatch fails everywhere,
+    // naming the first rank that differs from rank 0; a rank that never
+    // comes is named after the timeout.
+    {
+      waits.require_agreement(encode_signature(sig), [&](const std::vector<std::string>& all) {
+        auto sig_of = [&](int r) {
+          CollectiveSignature x;
+          if (!decode_signature(all[static_cast<size_t>(r)], &x)) x.identity = "(unreadable signature)";
+          return x;
+        };
+        const CollectiveSignature first = sig_of(0);
+        for (int r = 1; r < static_cast<int>(all.size()); ++r) {
+          std::string diff = signature_difference(sig_of(r), first, 0);
+          if (!diff.empty()) {
+            // "participant 0" in the shared wording is rank 0 here.
+            const std::string from = "participant 0";
+            size_t at = diff.find(from);
+            if (at != std::string::npos) diff.replace(at, from.size(), "rank 0");
+            return str_cat("ranks disagree: rank ", r, " ", diff);
+          }
         }
-      }
-      return std::string();
-    });
-  }
+        return std::string();
+      });
+    }
 
-  if (traced) {
-    transfer_start = traced->trace_now_ns();
-    traced->trace_event(call.name + ".wait", "collective", wait_start, transfer_start,
-                        {{"waits_for", "the other ranks to arrive and agree"}});
-  }
-  MPI_Request req;
-  if (kind == CollectiveKind::kBarrier) {
-    check_mpi(MPI_Ibarrier(impl_->comm, &req), "MPI_Ibarrier");
-    wait(req, "the barrier");
-    return;
-  }
-  Participant& p = parts.at(0);
-  const MPI_Datatype type = mpi_type(sig.dtype, what);
-  const int count = as_int_count(sig.count, what);
-  MpiAlgorithm algorithm = algorithm_;
-  if (kind == CollectiveKind::kAllReduce && impl_->size > 1) {
-    if (algorithm == MpiAlgorithm::kAuto) {
-      if (!impl_->model.measured) measure_links(*impl_, waits);
-      // (Sizes repeat call after call, a trainer's buckets step after step:
-      // the choice is kept per size; the model's steps are O(n log n).)
-      const int64_t bytes = sig.count * static_cast<int64_t>(dtype_size(sig.dtype));
-      auto it = impl_->choices.find(bytes);
-      if (it == impl_->choices.end()) {
-        if (impl_->choices.size() >= 4096) impl_->choices.clear();
-        it = impl_->choices.emplace(bytes, impl_->model.choose(impl_->size, bytes)).first;
+    if (traced) {
+      transfer_start = traced->trace_now_ns();
+      traced->trace_event(call.name + ".wait", "collective", wait_start, transfer_start,
+                          {{"waits_for", "the other ranks to arrive and agree"}});
+    }
+    MPI_Request req;
+    if (kind == CollectiveKind::kBarrier) {
+      check_mpi(MPI_Ibarrier(impl_->comm, &req), "MPI_Ibarrier");
+      wait(req, "the barrier");
+      return;
+    }
+    Participant& p = parts.at(0);
+    const MPI_Datatype type = mpi_type(sig.dtype, what);
+    const int count = as_int_count(sig.count, what);
+    MpiAlgorithm algorithm = algorithm_;
+    if (kind == CollectiveKind::kAllReduce && impl_->size > 1) {
+      if (algorithm == MpiAlgorithm::kAuto) {
+        if (!impl_->model.measured) measure_links(*impl_, waits);
+        // (Sizes repeat call after call, a trainer's buckets step after step:
+        // the choice is kept per size; the model's steps are O(n log n).)
+        const int64_t bytes = sig.count * static_cast<int64_t>(dtype_size(sig.dtype));
+        auto it = impl_->choices.find(bytes);
+        if (it == impl_->choices.end()) {
+          if (impl_->choices.size() >= 4096) impl_->choices.clear();
+          it = impl_->choices.emplace(bytes, impl_->model.choose(impl_->size, bytes)).first;
+        }
+        algorithm = it->second;
       }
-      algorithm = it->second;
+      impl_->last_allreduce = algorithm;
+      traced_algorithm = algorithm;
+    } else if (algorithm != MpiAlgorithm::kMpi) {
+      algorithm = MpiAlgorithm::kRing;  // the other collectives: ring and chain
+      traced_algorithm = algorithm;
     }
-    impl_->last_allreduce = algorithm;
-    traced_algorithm = algorithm;
-  } else if (algorithm != MpiAlgorithm::kMpi) {
-    algorithm = MpiAlgorithm::kRing;  // the other collectives: ring and chain
-    traced_algorithm = algorithm;
-  }
-  if ((algorithm == MpiAlgorithm::kRecursiveDoubling || algorithm == MpiAlgorithm::kHalvingDoubling) &&
-      impl_->size > 1) {
-    recursive_doubling(*impl_, waits, sig, p, op, algorithm == MpiAlgorithm::kHalvingDoubling);
-    return;
-  }
-  if (algorithm == MpiAlgorithm::kRing && impl_->size > 1) {
-    ring_collective(*impl_, waits, kind, sig, p, op, root);
-    return;
-  }
-  if ((sig.dtype == DType::F16 || sig.dtype == DType::BF16) &&
-      (kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter))
-    throw_error(what, ": MPI's own collectives cannot reduce ", dtype_name(sig.dtype),
-                " tensors; Spire's algorithms can (SPIRE_MPI_ALGORITHM=auto, ring or recursive-doubling)");
-  switch (kind) {
-    case CollectiveKind::kAllReduce: {
-      if (p.output.raw_data() != p.input.raw_data() && p.input.nbytes())
-        std::memcpy(p.output.raw_data(), p.input.raw_data(), p.input.nbytes());
-      check_mpi(MPI_Iallreduce(MPI_IN_PLACE, p.output.raw_data(), count, type, mpi_op(op), impl_->comm, &req),
-                "MPI_Iallreduce");
-      wait(req, "the allreduce");
-      if (op == ReduceOp::kMean) divide(p.output, impl_->size);
-      break;
+    if ((algorithm == MpiAlgorithm::kRecursiveDoubling || algorithm == MpiAlgorithm::kHalvingDoubling) &&
+        impl_->size > 1) {
+      recursive_doubling(*impl_, waits, sig, p, op, algorithm == MpiAlgorithm::kHalvingDoubling);
+      return;
     }
-    case CollectiveKind::kBroadcast: {
-      if (impl_->rank == root && p.output.raw_data() != p.input.raw_data() && p.input.nbytes())
-        std::memcpy(p.output.raw_data(), p.input.raw_data(), p.input.nbytes());
-      check_mpi(MPI_Ibcast(p.output.raw_data(), count, type, root, impl_->comm, &req), "MPI_Ibcast");
-      wait(req, "the broadcast");
-      break;
+    if (algorithm == MpiAlgorithm::kRing && impl_->size > 1) {
+      ring_collective(*impl_, waits, kind, sig, p, op, root);
+      return;
     }
-    case CollectiveKind::kAllGather: {
-      check_mpi(MPI_Iallgather(p.input.raw_data(), count, type, p.output.raw_data(), count, type,
-                               impl_->comm, &req),
-                "MPI_Iallgather");
-      wait(req, "the allgather");
-      break;
+    if ((sig.dtype == DType::F16 || sig.dtype == DType::BF16) &&
+        (kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter))
+      throw_error(what, ": MPI's own collectives cannot reduce ", dtype_name(sig.dtype),
+                  " tensors; Spire's algorithms can (SPIRE_MPI_ALGORITHM=auto, ring or recursive-doubling)");
+    switch (kind) {
+      case CollectiveKind::kAllReduce: {
+        if (p.output.raw_data() != p.input.raw_data() && p.input.nbytes())
+          std::memcpy(p.output.raw_data(), p.input.raw_data(), p.input.nbytes());
+        check_mpi(MPI_Iallreduce(MPI_IN_PLACE, p.output.raw_data(), count, type, mpi_op(op), impl_->comm, &req),
+                  "MPI_Iallreduce");
+        wait(req, "the allreduce");
+        if (op == ReduceOp::kMean) divide(p.output, impl_->size);
+        break;
+      }
+      case CollectiveKind::kBroadcast: {
+        if (impl_->rank == root && p.output.raw_data() != p.input.raw_data() && p.input.nbytes())
+          std::memcpy(p.output.raw_data(), p.input.raw_data(), p.input.nbytes());
+        check_mpi(MPI_Ibcast(p.output.raw_data(), count, type, root, impl_->comm, &req), "MPI_Ibcast");
+        wait(req, "the broadcast");
+        break;
+      }
+      case CollectiveKind::kAllGather: {
+        check_mpi(MPI_Iallgather(p.input.raw_data(), count, type, p.output.raw_data(), count, type,
+                                 impl_->comm, &req),
+                  "MPI_Iallgather");
+        wait(req, "the allgather");
+        break;
+      }
+      case CollectiveKind::kReduceScatter: {
+        check_mpi(MPI_Ireduce_scatter_block(p.input.raw_data(), p.output.raw_data(), count / impl_->size,
+                                            type, mpi_op(op), impl_->comm, &req),
+                  "MPI_Ireduce_scatter_block");
+        wait(req, "the reduce-scatter");
+        if (op == ReduceOp::kMean) divide(p.output, impl_->size);
+        break;
+      }
+      case CollectiveKind::kBarrier:
+        break;
     }
-    case CollectiveKind::kReduceScatter: {
-      check_mpi(MPI_Ireduce_scatter_block(p.input.raw_data(), p.output.raw_data(), count / impl_->size,
-                                          type, mpi_op(op), impl_->comm, &req),
-                "MPI_Ireduce_scatter_block");
-      wait(req, "the reduce-scatter");
-      if (op == ReduceOp::kMean) divide(p.output, impl_->size);
-      break;
-    }
-    case CollectiveKind::kBarrier:
-      break;
+  };
+  // An error MPI returned may leave requests of this call in flight: the communicator is then
+  // unusable, and the call's buffers are kept (as for a timeout).
+  try {
+    run_call();
+  } catch (const MpiError& e) {
+    if (impl_->broken.empty()) waits.abandon(str_cat(what, " failed: ", e.what()));
+    throw;
   }
 }
+
+namespace {
+void agree_call(CallWaits& waits, const std::string& mine);
+}  // namespace
 
 void MpiCommunicator::agree(const std::string& what, const std::vector<std::string>& items) {
   const std::string full = str_cat(what, " on ", name());
@@ -279,6 +292,17 @@ void MpiCommunicator::agree(const std::string& what, const std::vector<std::stri
     mine += '\n';
   }
   CallWaits waits(*impl_, full, nullptr, clock_duration(timeout_seconds_), nullptr);
+  try {
+    agree_call(waits, mine);
+  } catch (const MpiError& e) {  // (requests may be in flight: see run)
+    if (impl_->broken.empty()) waits.abandon(str_cat(full, " failed: ", e.what()));
+    throw;
+  }
+}
+
+namespace {
+// The agreement's exchange: rank 0 compares every rank's list and names the first difference.
+void agree_call(CallWaits& waits, const std::string& mine) {
   waits.require_agreement(mine, [&](const std::vector<std::string>& all) {
     auto split = [](const std::string& s) {
       std::vector<std::string> v;
@@ -307,7 +331,6 @@ void MpiCommunicator::agree(const std::string& what, const std::vector<std::stri
   });
 }
 
-namespace {
 // The algorithm of a name ("" is auto), or nullopt for an unknown name.
 std::optional<MpiAlgorithm> mpi_algorithm_named(const std::string& name) {
   if (name.empty() || name == "auto") return MpiAlgorithm::kAuto;

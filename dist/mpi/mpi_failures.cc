@@ -44,9 +44,10 @@ std::string MpiRuntime::receive_failure() {
     c.responsive.insert(st.MPI_SOURCE);
     c.failed = true;
     static const char ack = 1;
-    MPI_Request req;
-    MPI_Isend(&ack, 1, MPI_CHAR, st.MPI_SOURCE, kTagAck, c.comm, &req);
-    MPI_Request_free(&req);
+    // (MPI returns errors on Spire's communicators: a failed send leaves no request.)
+    MPI_Request req = MPI_REQUEST_NULL;
+    if (MPI_Isend(&ack, 1, MPI_CHAR, st.MPI_SOURCE, kTagAck, c.comm, &req) == MPI_SUCCESS)
+      MPI_Request_free(&req);
   }
   return c.peer_failure;
 }
@@ -66,9 +67,10 @@ void MpiRuntime::announce_failure(const std::string& why, double ack_timeout_sec
   const std::string* msg = new std::string(why.substr(0, 4000));
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
-    MPI_Request req;
-    MPI_Isend(msg->data(), static_cast<int>(msg->size()), MPI_CHAR, r, kTagFailure, control_->comm, &req);
-    MPI_Request_free(&req);
+    MPI_Request req = MPI_REQUEST_NULL;  // (a send that fails, to a dead rank, leaves none)
+    if (MPI_Isend(msg->data(), static_cast<int>(msg->size()), MPI_CHAR, r, kTagFailure, control_->comm, &req) ==
+        MPI_SUCCESS)
+      MPI_Request_free(&req);
   }
   // Wait (bounded) for every rank's acknowledgement: they have then logged
   // the failure. A dead or stalled rank never answers; the sends to it are
@@ -103,7 +105,7 @@ void MpiRuntime::tell_exiting(int to) {
   const auto deadline = mpi_detail::Clock::now() + std::chrono::seconds(1);
   int done = 0;
   while (!done && mpi_detail::Clock::now() < deadline) {
-    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return;  // (the request ended in error)
     if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   if (!done) MPI_Request_free(&req);

@@ -28,6 +28,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -81,8 +82,16 @@ inline Clock::duration clock_duration(double seconds) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
-/// Throws spire::Error with MPI's text for a failed call, naming this
-/// process's rank. Spire's communicators return MPI's errors
+/// An error MPI returned (check_mpi): a call of a collective that raises it
+/// may leave requests in flight, so the communicator is then unusable
+/// (MpiCommunicator marks it broken and keeps the call's buffers).
+class MpiError : public Error {
+ public:
+  explicit MpiError(const std::string& what) : Error(what) {}
+};
+
+/// Throws MpiError (a spire::Error) with MPI's text for a failed call, naming
+/// this process's rank. Spire's communicators return MPI's errors
 /// (use_errors_return) instead of letting MPI abort the job, so an
 /// MPI-level error (a broken connection, a peer gone) reaches here.
 inline void check_mpi(int rc, const char* what) {
@@ -94,8 +103,8 @@ inline void check_mpi(int rc, const char* what) {
   MPI_Initialized(&inited);
   MPI_Finalized(&finalized);
   if (inited && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  throw_error("MPI: ", what, " failed", rank >= 0 ? str_cat(" on rank ", rank) : std::string(), ": ",
-              std::string(text, static_cast<size_t>(len)));
+  throw MpiError(str_cat("MPI: ", what, " failed", rank >= 0 ? str_cat(" on rank ", rank) : std::string(), ": ",
+                         std::string(text, static_cast<size_t>(len))));
 }
 
 /// Makes MPI return its errors on `comm` (MPI_ERRORS_RETURN) instead of
@@ -145,20 +154,26 @@ class ByteType {
     constexpr uint64_t kBlock = uint64_t{1} << 30;
     const uint64_t blocks = n / kBlock, rest = n % kBlock;
     SPIRE_CHECK(blocks <= static_cast<uint64_t>(INT_MAX), "MPI: a message of ", n, " bytes is too large");
-    MPI_Datatype block, body;
-    check_mpi(MPI_Type_contiguous(static_cast<int>(kBlock), MPI_CHAR, &block), "MPI_Type_contiguous");
-    check_mpi(MPI_Type_contiguous(static_cast<int>(blocks), block, &body), "MPI_Type_contiguous");
-    MPI_Type_free(&block);
+    // (Each intermediate type is freed on every path, an error's included.)
+    struct Owned {
+      MPI_Datatype t = MPI_DATATYPE_NULL;
+      ~Owned() {
+        if (t != MPI_DATATYPE_NULL) MPI_Type_free(&t);
+      }
+    } block, body, whole;
+    check_mpi(MPI_Type_contiguous(static_cast<int>(kBlock), MPI_CHAR, &block.t), "MPI_Type_contiguous");
+    check_mpi(MPI_Type_contiguous(static_cast<int>(blocks), block.t, &body.t), "MPI_Type_contiguous");
     if (rest == 0) {
-      type_ = body;
+      std::swap(whole.t, body.t);
     } else {
       int lengths[2] = {1, static_cast<int>(rest)};
       MPI_Aint offsets[2] = {0, static_cast<MPI_Aint>(blocks * kBlock)};
-      MPI_Datatype types[2] = {body, MPI_CHAR};
-      check_mpi(MPI_Type_create_struct(2, lengths, offsets, types, &type_), "MPI_Type_create_struct");
-      MPI_Type_free(&body);
+      MPI_Datatype types[2] = {body.t, MPI_CHAR};
+      check_mpi(MPI_Type_create_struct(2, lengths, offsets, types, &whole.t), "MPI_Type_create_struct");
     }
-    check_mpi(MPI_Type_commit(&type_), "MPI_Type_commit");
+    check_mpi(MPI_Type_commit(&whole.t), "MPI_Type_commit");
+    type_ = whole.t;
+    whole.t = MPI_DATATYPE_NULL;
     count_ = 1;
     derived_ = true;
   }

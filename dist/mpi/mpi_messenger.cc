@@ -93,11 +93,18 @@ class MpiMessenger : public Messenger {
     }
     MPI_Count len = 0;  // (MPI_Get_count's int cannot hold 2 GiB)
     check_mpi(MPI_Get_elements_x(&st, MPI_CHAR, &len), "MPI_Get_elements_x");
+    // (A matched message that is never received holds its sender up; an error here ends
+    // the job: the failure is announced and every rank stops.)
     SPIRE_CHECK(len >= 0, "MPI messenger: rank ", rank_, " got a message of unknown size from rank ", st.MPI_SOURCE);
     Message m;
     m.source = st.MPI_SOURCE;
     m.tag = st.MPI_TAG;
-    m.data.resize(static_cast<size_t>(len));
+    try {
+      m.data.resize(static_cast<size_t>(len));
+    } catch (const std::bad_alloc&) {
+      throw_error("MPI messenger: rank ", rank_, " cannot hold a ", len, "-byte message from rank ", m.source,
+                  " (out of memory)");
+    }
     MPI_Request req;
     {
       const ByteType bytes(static_cast<uint64_t>(len));
@@ -107,14 +114,12 @@ class MpiMessenger : public Messenger {
       int done = 0;
       check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
       if (done) return m;
-      complete_sends();
-      if (polls % 64 == 0) {
-        try {
-          check_failures();
-        } catch (...) {
-          keep_forever(std::move(m.data));  // MPI may still write it
-          throw;
-        }
+      try {
+        complete_sends();
+        if (polls % 64 == 0) check_failures();
+      } catch (...) {
+        keep_forever(std::move(m.data));  // MPI may still write it
+        throw;
       }
       // The message's data is on its way: its sender is polling too. A
       // sender that dies meanwhile is named by the failure announcements or

@@ -116,7 +116,7 @@ MpiRuntime::MpiRuntime() : control_(std::make_unique<Control>()) {
   MPI_Comm local;
   check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local),
             "MPI_Comm_split_type");
-  use_errors_return(local);
+  MPI_Comm_set_errhandler(local, MPI_ERRORS_RETURN);  // (a failure here leaves MPI's default)
   MPI_Comm_rank(local, &local_rank_);
   MPI_Comm_size(local, &local_size_);
   int host = rank_;
@@ -151,7 +151,14 @@ bool MpiRuntime::wait_for_peers_at_exit() {
   bool said = false;
   for (;;) {
     int done = 0;
-    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+      // (MPI returns errors on the control communicator: a barrier that failed is no
+      // meeting, and MPI_Finalize would wait for ranks that may be gone.)
+      log_at_exit(logger::Level::kError, "rank ", rank_, " finished, but the barrier at exit failed");
+      std::lock_guard<std::mutex> lk(control_->mu);
+      control_->failed = true;
+      return false;
+    }
     if (done) return true;
     std::string failure;
     {

@@ -89,13 +89,18 @@ Bundle get_bundle(dist::MessageReader& r, const std::string& what) {
     // The bytes the shape needs, without overflow: at most what the message holds.
     const uint64_t limit = r.remaining();
     uint64_t bytes = dtype_size(dt);
+    bool too_large = false;
     for (int64_t d = 0; d < rank; ++d) {
       const int64_t dim = r.get_i64();
       SPIRE_CHECK(dim >= 0, what, ": tensor '", name, "' has dimension ", d, " = ", dim);
       dims.push_back(dim);
-      if (bytes != 0 && static_cast<uint64_t>(dim) > limit / bytes) bytes = limit + 1;  // (too large)
+      if (too_large) continue;
+      if (bytes != 0 && static_cast<uint64_t>(dim) > limit / bytes) too_large = true;
       else bytes *= static_cast<uint64_t>(dim);
     }
+    // (A zero among them does not make such a shape acceptable: it is rejected all the same.)
+    SPIRE_CHECK(!too_large, what, ": tensor '", name, "' (", dtype_name(dt), ", ", rank,
+                " dimensions) needs more than the message holds");
     const int64_t nb = r.get_i64();
     SPIRE_CHECK(bytes <= limit && nb == static_cast<int64_t>(bytes), what, ": tensor '", name, "' (",
                 dtype_name(dt), Shape(dims).to_string(), ") has ", nb, " bytes where its shape needs ",

@@ -112,8 +112,8 @@ void Server::serve(Session& session) {
       throw_error(c_.kind, ": parameter server rank ", me,
                   arrived ? str_cat(" waited ", t, " s for ", waiting_for, " from rank(s) ", who,
                                     " (the other workers sent theirs)")
-                          : str_cat(" heard from no worker within ", t, " s (waiting for ", waiting_for,
-                                    " from rank(s) ", who, ")"),
+                          : str_cat(done.empty() ? " heard from no worker within " : " got no request within ", t,
+                                    " s (waiting for ", waiting_for, " from rank(s) ", who, ")"),
                   finished.empty() ? std::string() : str_cat("; rank(s) ", finished, " finished training"),
                   "; a worker failed, stalled, or is in a longer epoch-end callback (raise "
                   "DistributedOptions::timeout_seconds)");

@@ -108,6 +108,9 @@ void Worker::start(Session& session, Graph& g, bool replicated) {
     dist::MessageReader r(reply.data, str_cat(c_.kind, ": the synchronization reply of server rank ", p));
     r.get_bytes(kReplyHeader);
     const int64_t n = r.get_i64();
+    SPIRE_CHECK(n >= 0 && static_cast<uint64_t>(n) <= r.remaining() / 8, c_.kind,
+                ": the synchronization reply of server rank ", p, " is malformed (", n, " input names in ",
+                r.remaining(), " bytes)");
     for (int64_t i = 0; i < n; ++i) input_names_[static_cast<size_t>(p)].push_back(r.get_string());
     set_all(get_bundle(r, "the chief's values"), /*to_replicas=*/true, "the chief's values");
   }
@@ -155,7 +158,10 @@ std::vector<int64_t> Worker::chief_values(const std::vector<int64_t>& values, co
   dist::Message reply = wait_reply(0, kChiefValues, 0);
   dist::MessageReader r(reply.data, str_cat(c_.kind, ": the chief's values (", what, ")"));
   r.get_bytes(kReplyHeader);
-  std::vector<int64_t> out(static_cast<size_t>(r.get_i64()));
+  const int64_t n = r.get_i64();  // (checked against the message before allocating)
+  SPIRE_CHECK(n >= 0 && static_cast<uint64_t>(n) <= r.remaining() / 8, c_.kind, ": the chief's values (", what,
+              ") from server rank 0 are malformed (", n, " values in ", r.remaining(), " bytes)");
+  std::vector<int64_t> out(static_cast<size_t>(n));
   for (int64_t& v : out) v = r.get_i64();
   return out;
 }

@@ -47,17 +47,19 @@ class LinearModel : public ModelDesc {
   bool momentum_, adam_;
 };
 
-// cost = mean over the batch of (tanh(x.w) - y)^2, plain SGD (lr 0.1): gradients that depend
-// on w, so W workers' updates of a step equal the hand-computed reference (tanh_sgd_reference:
-// every worker's gradient taken at the step's starting w, applied in worker order) only if
-// every worker read the w of the step before; a stale read gives other values. (The learning
+// cost = mean over the batch of (tanh(x.w + b) - y)^2, plain SGD (lr 0.1): gradients that
+// depend on w and b, so W workers' updates of a step equal the hand-computed reference
+// (tanh_sgd_reference: every worker's gradient taken at the step's starting w and b, applied in
+// worker order) only if every worker read the values of the step before; a stale read gives
+// others. Two variables, so two servers each hold one (w 32 bytes, b 8). (The learning
 // rate is an f32 variable, as tensorpack's: the reference steps by 0.1f.)
 class TanhModel : public ModelDesc {
  public:
   std::vector<InputDesc> inputs() const override { return {{"x", DType::F64, {-1, 4}}, {"y", DType::F64, {-1}}}; }
   Output build_graph(const std::vector<Output>& in) override {
     Output w = get_variable("w", Shape{4}, DType::F64);
-    Output p = ops::tanh(ops::sum(ops::mul(in[0], w), {1}));
+    Output b = get_variable("b", Shape{1}, DType::F64);
+    Output p = ops::tanh(ops::add(ops::sum(ops::mul(in[0], w), {1}), b));
     return ops::mean(ops::square(ops::sub(p, in[1])), {}, false, "cost");
   }
   std::shared_ptr<Optimizer> optimizer() override { return std::make_shared<GradientDescentOptimizer>(0.1); }
@@ -75,13 +77,14 @@ inline std::vector<Datapoint> tanh_batches(int n, int seed) {
   return out;
 }
 
-inline const std::map<std::string, Tensor> kTanhInit = {{"w", Tensor::from_vector<double>({4}, {0.5, -0.25, 0.75, 0.1})}};
+inline const std::map<std::string, Tensor> kTanhInit = {{"w", Tensor::from_vector<double>({4}, {0.5, -0.25, 0.75, 0.1})},
+                                                         {"b", Tensor::from_vector<double>({1}, {0.2})}};
 
-// TanhModel's SGD by hand: each step, every worker's gradient at the step's starting w (its
-// batch `step`), applied one after another in worker order.
+// TanhModel's SGD by hand: each step, every worker's gradient at the step's starting w and b
+// (its batch `step`), applied one after another in worker order. Returns w then b.
 inline std::vector<double> tanh_sgd_reference(const std::function<std::vector<Datapoint>(int)>& data,
                                               int64_t steps, int workers) {
-  std::vector<double> w = {0.5, -0.25, 0.75, 0.1};
+  std::vector<double> w = {0.5, -0.25, 0.75, 0.1, 0.2};  // w[4] is b
   for (int64_t s = 0; s < steps; ++s) {
     const std::vector<double> start = w;
     for (int wk = 0; wk < workers; ++wk) {
@@ -89,15 +92,16 @@ inline std::vector<double> tanh_sgd_reference(const std::function<std::vector<Da
       const Datapoint& b = d[static_cast<size_t>(s % static_cast<int64_t>(d.size()))];
       const auto x = b[0].to_vector<double>();
       const auto y = b[1].to_vector<double>();
-      double g[4] = {0, 0, 0, 0};
+      double g[5] = {0, 0, 0, 0, 0};
       for (int r = 0; r < 2; ++r) {
         double z = 0;
         for (int j = 0; j < 4; ++j) z += x[static_cast<size_t>(r * 4 + j)] * start[static_cast<size_t>(j)];
-        const double p = std::tanh(z);
+        const double p = std::tanh(z + start[4]);
         const double dz = 2 * (p - y[static_cast<size_t>(r)]) * (1 - p * p) / 2;  // mean over 2 rows
         for (int j = 0; j < 4; ++j) g[j] += dz * x[static_cast<size_t>(r * 4 + j)];
+        g[4] += dz;
       }
-      for (int j = 0; j < 4; ++j) w[static_cast<size_t>(j)] -= static_cast<double>(0.1f) * g[j];
+      for (int j = 0; j < 5; ++j) w[static_cast<size_t>(j)] -= static_cast<double>(0.1f) * g[j];
     }
   }
   return w;

@@ -183,15 +183,18 @@ TEST(DistributedTrainers, ValueDependentGradientsOfTwoAndThreeWorkersEqualTheHan
       const auto rs = run_job(job);
       expect_no_errors(rs);
       const std::vector<double> want = tanh_sgd_reference(job.data, job.steps, ranks - ps);
-      const std::vector<double> start = kTanhInit.at("w").to_vector<double>();
+      std::vector<double> start = kTanhInit.at("w").to_vector<double>();
+      start.push_back(kTanhInit.at("b").to_vector<double>()[0]);
       double moved = 0;
-      for (size_t j = 0; j < 4; ++j) moved = std::max(moved, std::abs(want[j] - start[j]));
+      for (size_t j = 0; j < 5; ++j) moved = std::max(moved, std::abs(want[j] - start[j]));
       ASSERT_GT(moved, 0.05) << "the reference hardly moves: a stale read would pass";
+      if (ps == 2) EXPECT_NE(rs[static_cast<size_t>(ps)].placement.at("w"), rs[static_cast<size_t>(ps)].placement.at("b"));
       for (int r = ps; r < ranks; ++r) {
-        const std::vector<double> got = rs[static_cast<size_t>(r)].values.at("w").to_vector<double>();
-        for (size_t j = 0; j < 4; ++j)
+        std::vector<double> got = rs[static_cast<size_t>(r)].values.at("w").to_vector<double>();
+        got.push_back(rs[static_cast<size_t>(r)].values.at("b").to_vector<double>()[0]);
+        for (size_t j = 0; j < 5; ++j)
           EXPECT_NEAR(got[j], want[j], 1e-12) << ranks << " ranks, " << ps << " ps" << (replicated ? ", replicated" : "")
-                                              << ": rank " << r << " w[" << j << "]";
+                                              << ": rank " << r << (j < 4 ? " w[" + std::to_string(j) + "]" : " b");
       }
     }
 }
@@ -419,12 +422,14 @@ TEST(DistributedTrainers, TheServersTimeoutNamesTheWorkerItWaitsForNotTheFinishe
   // the server times out waiting for rank 3 alone: ranks 1 and 2 finished, they are not missing.
   Job job = linear_job(4, 1, 1);
   job.steps = 6;
-  job.timeout = 1;
+  // The server waits 2 s for a request; the workers 30 s (rank 3 sleeps 5 s, far past the
+  // server's limit, and hears of the server's failure when it wakes).
+  job.timeout_of = [](int r) { return r == 0 ? 2.0 : 30.0; };
   job.callbacks = [](int r) {
     if (r == 2) return std::vector<CallbackPtr>{std::make_shared<AtStep>(2, [](Trainer&) { throw StopTraining("enough"); })};
     if (r == 3)
       return std::vector<CallbackPtr>{
-          std::make_shared<AtStep>(2, [](Trainer&) { std::this_thread::sleep_for(std::chrono::seconds(3)); })};
+          std::make_shared<AtStep>(2, [](Trainer&) { std::this_thread::sleep_for(std::chrono::seconds(5)); })};
     return std::vector<CallbackPtr>{};
   };
   const auto rs = run_job(job);
