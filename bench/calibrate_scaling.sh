@@ -14,7 +14,8 @@
 # (one run on a shared machine is noisy: the median of 5 runs), the
 # calls timed only while the VM's cores are near each other (below); then
 # bench/scaling_sim.py fit writes OUT/fit.txt and OUT/fit.json (constants per setting, predicted vs measured for every
-# configuration, runs pooled by median) and bench/plot_scaling.py the PNGs.
+# configuration, runs pooled by median), scaling_sim.py crossval OUT/crossval.txt (the fit's
+# error on the rows of a rank count or a size it was not given) and bench/plot_scaling.py the PNGs.
 # The ranks are bound to cores so that every run shares them alike
 # (unbound, the scheduler moves them and runs differ far more): on one
 # host round-robin by rank (--map-by core --bind-to core), the test hosts
@@ -78,7 +79,7 @@ counted() { [[ -z $ONLY_RANKS || $ONLY_RANKS == *",$1,"* ]]; }  # counted RANKS
 # The machine's state. A hypervisor may move a VM's vCPUs between the
 # host's cores: for seconds at a time they are near each other or far
 # apart, and every byte between ranks on different cores then costs much
-# more (bench/README.md: the development VM). The benchmark probes it
+# more (bench/DISTRIBUTED.md: the development VM). The benchmark probes it
 # around every round of calls and counts only the rounds between near
 # probes (CoreProbe in mpi_allreduce_bandwidth.cc); what "near" is comes from here: the fastest
 # probe of 8 short 2-rank runs 3 s apart, then of every launch (each gets
@@ -163,4 +164,6 @@ done
 
 python3 -B bench/scaling_sim.py fit "$CSV" --cores "$(nproc)" --sizes 1M,4M,16M,64M --wire tcp-1gbit,tcp-400mbit --inside tcp \
   --json "$OUT/fit.json" | tee "$OUT/fit.txt" | grep -E "^setting|within"
+python3 -B bench/scaling_sim.py crossval "$CSV" --cores "$(nproc)" --sizes 1M,4M,16M,64M --wire tcp-1gbit,tcp-400mbit \
+  --inside tcp | tee "$OUT/crossval.txt"
 python3 -B bench/plot_scaling.py --csv "$CSV" --fit "$OUT/fit.json" --out "$OUT"

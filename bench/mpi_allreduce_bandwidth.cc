@@ -63,7 +63,7 @@ std::string human(int64_t bytes) {
 // the host may move the vCPUs between its cores: for seconds at a time
 // they sit near each other or far apart (another CCD), and every byte
 // that ranks on different cores exchange costs much more when far,
-// flipping mid-run (bench/README.md says how much on the development VM).
+// flipping mid-run (bench/DISTRIBUTED.md says how much on the development VM).
 // No model of one machine fits both, so the benchmark measures
 // which one it is on: rank 0 and the first rank bound to another core
 // ping-pong a cache line in shared memory (2048 round trips, the fastest

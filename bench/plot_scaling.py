@@ -14,10 +14,20 @@
 - predicted_vs_measured.png: every fitted configuration's predicted and
   measured time from 1 MiB (--fit; runs pooled by median), the 15% band
   drawn;
-- busbw.md: the bus bandwidth table of bench/README.md (runs pooled by
+- busbw.md: the bus bandwidth table of bench/DISTRIBUTED.md (runs pooled by
   median).
 
-usage: bench/plot_scaling.py --csv FILE [--fit fit.json] [--measured 2=0.96 ...] [--out DIR]
+- the right panel of scaling_efficiency.png also shows the ResNets on this
+  machine (--resnet: the table bench/resnet_scaling.sh prints): measured
+  2-rank HorovodTrainer efficiency per link and fusion setting beside the
+  simulator's prediction for the same configuration (the fitted constants of
+  that link, the measured 1-rank step, the fusion threshold).
+
+usage: bench/plot_scaling.py (--csv FILE... | --report fit.txt) [--fit fit.json] [--measured 2=0.96 ...]
+                             [--resnet TABLE] [--out DIR]
+  --report: the rows of a fit report (bench/report/fit.txt) instead of CSV files, fitted again
+  (the busbw panels and table need the CSV files; with --report only the efficiency plot and
+  predicted_vs_measured.png are drawn).
 """
 import argparse
 import os
@@ -94,7 +104,7 @@ def plot_busbw(plt, rows, out):
 def busbw_table(rows, out, sizes=(1 << 20, 4 << 20, 16 << 20, 64 << 20), ranks=(2, 4)):
     """Writes OUT/busbw.md: the bus bandwidth (GB/s) of every algorithm and
     the memcpy ceiling (GB/s of one copy) per setting, rank count and size,
-    the runs pooled by median (the table bench/README.md shows)."""
+    the runs pooled by median (the table bench/DISTRIBUTED.md shows)."""
     rows = sim.pool_rows(rows)
     cols = [("auto", "Spire auto"), ("ring", "Spire ring"), ("rd", "Spire rec-dbl"), ("hd", "Spire halv-dbl"),
             ("mpi", "MPI_Allreduce"), ("memcpy", "memcpy")]
@@ -123,8 +133,45 @@ def busbw_table(rows, out, sizes=(1 << 20, 4 << 20, 16 << 20, 64 << 20), ranks=(
     return path
 
 
-def plot_efficiency(plt, fit, measured, out):
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.6))
+# The ResNets of examples/resnet (f32 parameters, layers with parameters).
+RESNETS = {"resnet20": (0.27e6 * 4, 20), "resnet50": (25.6e6 * 4, 161)}
+FUSION_BYTES = {"default": 25 << 20, "one": 128 << 20, "off": 0}
+
+
+def read_resnet_table(path):
+    """Rows of bench/resnet_scaling.sh's table: {(model, batch, ranks, link, fusion): images/s}."""
+    out = {}
+    with open(path) as f:
+        for line in f:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) < 6 or not cells[0].startswith("resnet"):
+                continue
+            out[(cells[0], int(cells[1]), int(cells[2]), cells[3], cells[4])] = float(cells[5])
+    return out
+
+
+def resnet_points(fit, table):
+    """(label, measured efficiency, simulated efficiency) of every 2-rank row of `table`."""
+    pts = []
+    for (model, batch, ranks, link, fusion), ips in sorted(table.items()):
+        one = table.get((model, batch, 1, "shm", "-"))
+        if ranks != 2 or not one or model not in RESNETS:
+            continue
+        measured = ips / (2 * one)
+        simulated = float("nan")
+        if fit and link in fit:
+            nbytes, layers = RESNETS[model]
+            m = sim.Model(model, nbytes, batch / one, 2.0 / 3.0, layers)
+            c = sim.cluster_of_row(fit[link]["constants"], {"ranks": 2, "hosts": 1 if link == "shm" else 2})
+            simulated = sim.efficiency(c, m, FUSION_BYTES.get(fusion, 25 << 20))
+        pts.append((f"{model.replace('resnet', 'R')} {link} {fusion}", measured, simulated))
+    return pts
+
+
+def plot_efficiency(plt, fit, measured, out, resnet=None):
+    pts = resnet_points(fit, resnet) if resnet else []
+    fig, axes = plt.subplots(1, 3 if pts else 2, figsize=(19 if pts else 13, 4.6))
+    left, right = axes[0], axes[1]
     model = sim.Model("ResNet-50", 25.6e6 * 4, RESNET_STEP_S, 2.0 / 3.0, 161)
     ranks = [8 * 2 ** k for k in range(8)]
     for name, spec in CLUSTERS:
@@ -155,6 +202,18 @@ def plot_efficiency(plt, fit, measured, out):
     right.set_title("MNIST convnet on this machine (2 cores)")
     right.grid(True, alpha=0.3)
     right.legend(fontsize=8, loc="lower left")
+    if pts:
+        ax = axes[2]
+        xs = list(range(len(pts)))
+        ax.plot(xs, [p[1] for p in pts], "s", markersize=9, label="measured: HorovodTrainer, 2 ranks, 1 thread each")
+        ax.plot(xs, [p[2] for p in pts], "o", markersize=7, label="simulated: fitted constants of the link")
+        ax.set_xticks(xs)
+        ax.set_xticklabels([p[0] for p in pts], rotation=60, ha="right", fontsize=7)
+        ax.set_ylabel("scaling efficiency at 2 ranks")
+        ax.set_ylim(0.5, 1.05)
+        ax.set_title("ResNets on this machine (bench/resnet_scaling.sh)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8, loc="lower left")
     return save(plt, fig, out, "scaling_efficiency.png")
 
 
@@ -186,26 +245,41 @@ def plot_fit(plt, rows, fit, out):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--csv", required=True, nargs="+")
+    ap.add_argument("--csv", nargs="+", default=[])
+    ap.add_argument("--report", help="a fit report (fit.txt) whose rows are fitted again (instead of --csv)")
     ap.add_argument("--fit")
     ap.add_argument("--measured", nargs="*", default=[], help="RANKS=EFFICIENCY of HorovodTrainer runs")
+    ap.add_argument("--resnet", help="bench/resnet_scaling.sh's table (measured ResNet points)")
     ap.add_argument("--out", default=".")
     args = ap.parse_args(argv)
+    if not args.csv and not args.report:
+        ap.error("give --csv FILE... or --report fit.txt")
     import json
     from plotting import pyplot
-    rows = sim.read_rows(args.csv)
+    rows = sim.read_rows(args.csv) if args.csv else sim.read_fit_report(args.report)
     fit = None
     if args.fit:
         with open(args.fit) as f:
             fit = json.load(f)
+    elif args.report:
+        # The calibration's fit (bench/calibrate_scaling.sh's arguments on this 2-core VM).
+        with open(os.devnull, "w") as devnull:
+            result = sim.fit_report(rows, out=devnull, cores=2, sizes=(1 << 20, 4 << 20, 16 << 20, 64 << 20),
+                                    wire=("tcp-1gbit", "tcp-400mbit"), inside="tcp")
+        fit = {s: {"constants": k} for s, (k, *_rest) in result.items()}
+    resnet = read_resnet_table(args.resnet) if args.resnet else None
     measured = {1: 1.0}
     for m in args.measured:
         r, e = m.split("=")
         measured[int(r)] = float(e)
     plt = pyplot()
     os.makedirs(args.out, exist_ok=True)
-    paths = [plot_busbw(plt, rows, args.out), plot_efficiency(plt, fit, measured, args.out),
-             busbw_table(rows, args.out)]
+    paths = [plot_efficiency(plt, fit, measured, args.out, resnet)]
+    if args.csv:
+        paths += [plot_busbw(plt, rows, args.out), busbw_table(rows, args.out)]
+    if resnet:
+        for label, m, p in resnet_points(fit, resnet):
+            print(f"{label}: measured {m:.2f}, simulated {p:.2f}")
     if fit:
         paths.append(plot_fit(plt, rows, fit, args.out))
     for p in paths:

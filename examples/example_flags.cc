@@ -96,7 +96,12 @@ const char* trainer_flags_usage() {
          "  --ps-device D        ps: cpu, gpu (also devices) or auto (default: gpu up to 2 towers)\n"
          "  --compression C      horovod: none (default) or fp16\n"
          "  --backend B          horovod: default (SPIRE_MPI_ALGORITHM's), auto, ring,\n"
-         "                       recursive-doubling, halving-doubling, mpi or nccl\n";
+         "                       recursive-doubling, halving-doubling, mpi or nccl\n"
+         "  --fusion-threshold B horovod: gradient buckets of at most B bytes (default 26214400,\n"
+         "                       25 MiB; 0 = one allreduce per gradient)\n"
+         "  --first-bucket B     horovod: the first bucket's cap in bytes (default 1048576)\n"
+         "  --timeline S[:N]     trace N steps (default 1) from global step S into\n"
+         "                       <logdir>/timeline-rank<r>.json (Chrome trace JSON, every rank)\n";
 }
 
 int64_t parse_int_flag(const std::string& flag, const std::string& value, int64_t min) {
@@ -117,6 +122,15 @@ bool parse_trainer_flag(const std::string& key, const std::string& val, TrainerF
   else if (key == "--ps-device") f->ps_device = parse_ps_device(val);
   else if (key == "--compression") f->compression = parse_horovod_compression(val);
   else if (key == "--backend") f->backend = parse_horovod_backend(val);
+  else if (key == "--fusion-threshold") f->fusion_threshold = parse_int_flag(key, val, 0);
+  else if (key == "--first-bucket") f->first_bucket = parse_int_flag(key, val, 0);
+  else if (key == "--timeline") {
+    const size_t colon = val.find(':');
+    TraceWindow w;
+    w.first_step = parse_int_flag(key, val.substr(0, colon), 1);
+    if (colon != std::string::npos) w.num_steps = parse_int_flag(key, val.substr(colon + 1), 1);
+    f->timeline = w;
+  }
   else if (key == "--gpus") {
     const int64_t n = parse_int_flag(key, val, 1);
     f->devices.clear();
@@ -143,6 +157,8 @@ void finish_trainer_flags(TrainerFlags* f) {
   only_for(f->ps_device.has_value(), "--ps-device", "ps");
   only_for(f->compression.has_value(), "--compression", "horovod");
   only_for(f->backend.has_value(), "--backend", "horovod");
+  only_for(f->fusion_threshold.has_value(), "--fusion-threshold", "horovod");
+  only_for(f->first_bucket.has_value(), "--first-bucket", "horovod");
   if (f->distributed() && f->devices.empty()) f->devices = "cpu:0";
   if (t != "simple" && !f->horovod() && f->devices.empty()) f->devices = "cpu:0,cpu:1";
   if (f->threads < 0)
@@ -182,6 +198,8 @@ std::unique_ptr<SingleCostTrainer> make_trainer(const TrainerFlags& f) {
   options.device = main_device(f);
   if (f.compression) options.compression = *f.compression;
   if (f.backend) options.backend = *f.backend;
+  if (f.fusion_threshold) options.fusion_threshold_bytes = *f.fusion_threshold;
+  if (f.first_bucket) options.first_bucket_bytes = *f.first_bucket;
   return std::make_unique<HorovodTrainer>(options);
 }
 
@@ -205,6 +223,7 @@ SessionOptions session_options(const TrainerFlags& f) {
 bool launch_example_training(const TrainerFlags& f, TrainConfig config, SingleCostTrainer& trainer,
                              const std::function<void(int)>& on_resume) {
   const std::string logdir = config.logdir;
+  if (f.timeline) config.callbacks.push_back(std::make_shared<Timeline>(*f.timeline));
   config = AutoResumeTrainConfig(config);
   if (auto* h = dynamic_cast<HorovodTrainer*>(&trainer)) {
     // Rank 0 decides where to resume (the trainer makes every rank run its

@@ -2,7 +2,8 @@
 // "--key value" / "--key=value", integer values, finding the MNIST files, and the
 // trainer flags: --trainer picks one of
 // tensorpack's trainers by name, with --devices/--gpus, --ps, --mode, --ps-device,
-// --compression, --backend, --device and --threads; make_trainer builds it,
+// --compression, --backend, --fusion-threshold, --first-bucket, --device and --threads;
+// --timeline traces steps into the log directory (any trainer); make_trainer builds it,
 // make_validation the inference callback that fits it (DataParallelInferenceRunner
 // over several towers, DistributedInferenceRunner under horovod), and
 // launch_example_training runs a TrainConfig with resume, placement and the
@@ -29,6 +30,9 @@ struct TrainerFlags {
   std::optional<spire::PsDevice> ps_device;              // ps
   std::optional<spire::HorovodCompression> compression;  // horovod
   std::optional<spire::HorovodBackend> backend;          // horovod
+  std::optional<int64_t> fusion_threshold;               // horovod: bucket cap, bytes
+  std::optional<int64_t> first_bucket;                   // horovod: first bucket's cap, bytes
+  std::optional<spire::TraceWindow> timeline;            // steps traced into timeline-rank<r>.json
 
   bool horovod() const { return trainer == "horovod"; }
   bool distributed() const { return trainer == "dist-ps" || trainer == "dist-replicated"; }

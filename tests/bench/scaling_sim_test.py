@@ -138,6 +138,37 @@ class Fit(unittest.TestCase):
             report = sim.fit_report(rows, out=devnull)
         self.assertLess(report["s"][1], 1e-6)
 
+    def test_held_out_rows_and_the_report_round_trip(self):
+        # Rows made by the model itself: every row left out is predicted exactly from the
+        # others; one distorted rank count is predicted badly when held out (its own rows
+        # no longer pull the constants), and the fit report reads back as the same rows.
+        rows = []
+        for p, hosts in ((2, 1), (4, 1), (4, 2), (8, 2)):
+            for algo in ("ring", "rd", "hd"):
+                for n in (1 << 20, 1 << 22, 1 << 24):
+                    c = flat(p, per_node=p // hosts, cpu=True)
+                    rows.append({"setting": "s", "ranks": p, "hosts": hosts, "bytes": n, "algorithm": algo,
+                                 "seconds": sim.allreduce_time(c, algo, n)})
+        for by in ("ranks", "bytes"):
+            ins, held = sim.cross_validate(rows, by)["s"]
+            self.assertEqual(len(ins), len(rows))
+            self.assertEqual(len(held), len(rows))
+            self.assertLess(held[-1], 1e-6, by)
+        skewed = [dict(r, seconds=r["seconds"] * (1.6 if r["ranks"] == 8 else 1.0)) for r in rows]
+        ins, held = sim.cross_validate(skewed, "ranks")["s"]
+        self.assertGreater(held[-1], ins[-1])
+        self.assertGreater(held[-1], 0.3)
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+            sim.fit_report(rows, out=f)
+        try:
+            back = sim.read_fit_report(f.name)
+        finally:
+            os.unlink(f.name)
+        key = lambda r: (r["ranks"], r["hosts"], r["algorithm"], r["bytes"])  # noqa: E731
+        self.assertEqual(sorted(map(key, back)), sorted(map(key, rows)))
+        for a, b in zip(sorted(back, key=key), sorted(rows, key=key)):
+            self.assertTrue(close(a["seconds"], b["seconds"], 1e-3), (a, b))
+
     def test_ranks_sharing_cores_stretch_every_term(self):
         # Rows measured with p ranks bound round-robin to 2 cores: the
         # simulator's crowding made them; the fit recovers the constants,

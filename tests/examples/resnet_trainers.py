@@ -3,7 +3,8 @@
 of tensorpack's trainers (simple; replicated, ps and async over two CPU devices; horovod
 on 2 MPI ranks; dist-ps and dist-replicated with 1 server and 2 workers), checking that
 the training loss (the epoch's moving average of xentropy-loss in stats.json) falls from
-the first epoch to the last by more than batch noise.
+the first epoch to the last by more than batch noise; horovod's run also writes one
+timeline per rank (--timeline) with several gradient buckets (--fusion-threshold).
 
 Usage: resnet_trainers.py BUILD_DIR MNIST_DIR [MPIEXEC]
 Exits 77 (ctest's skip) with a message when the MNIST files are absent (../shared/data/README); trainers
@@ -30,7 +31,8 @@ def main():
     common = ["--dataset", "mnist", "--data", mnist, "--depth", "20", "--batch", "16",
               "--max-epoch", "3", "--steps-per-epoch", "6", "--lr", "0.05", "--val-images", "500"]
     runs = [("simple", [], 0), ("replicated", [], 0), ("ps", [], 0), ("async", [], 0),
-            ("horovod", [], 2), ("dist-ps", ["--ps", "1"], 3), ("dist-replicated", ["--ps", "1"], 3)]
+            ("horovod", ["--fusion-threshold", "200000", "--timeline", "8:2"], 2),
+            ("dist-ps", ["--ps", "1"], 3), ("dist-replicated", ["--ps", "1"], 3)]
     failures = []
     env = dict(os.environ, **MPI_ENV)
     for trainer, extra, ranks in runs:
@@ -48,6 +50,16 @@ def main():
                 failures.append(trainer)
                 print("%-16s FAILED (exit %d):\n%s" % (trainer, r.returncode, r.stdout[-3000:]))
                 continue
+            if "--timeline" in extra:
+                # One timeline per rank, each with the step's gradient buckets (several: the
+                # 200 kB cap splits ResNet-20's 1.1 MB of gradients).
+                for rank in range(ranks):
+                    path = os.path.join(logdir, "timeline-rank%d.json" % rank)
+                    names = [e["name"] for e in json.load(open(path))["traceEvents"]] if os.path.exists(path) else []
+                    buckets = {n for n in names if n.startswith("AllReduce/bucket")}
+                    if len(buckets) < 3:
+                        failures.append(trainer + " timeline")
+                        print("%-16s FAILED: %s has %d bucket allreduces" % (trainer, path, len(buckets)))
             stats = json.load(open(stats_path))
             losses = [e["xentropy-loss"] for e in stats if "xentropy-loss" in e]
             # Batch noise moves the average by about 0.01 when nothing trains (lr 0);
