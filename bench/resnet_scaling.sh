@@ -4,7 +4,8 @@
 # (scripts/test_hosts.sh: one rank per network namespace, each pinned to a core), with
 # gradient fusion as configured by --fusions (default: "default" = 25 MiB buckets and a 1 MiB
 # first bucket, "one" = one 128 MiB bucket, Horovod's threshold, as before the overlap work,
-# "off" = one allreduce per gradient). Prints one table: images/s, scaling efficiency
+# "off" = one allreduce per gradient; "ps" = DistributedTrainerParameterServer instead, one
+# server process beside the workers). Prints one table: images/s, scaling efficiency
 # (2-rank images/s / (2 x 1-rank images/s)) and, from each 2-rank run's timeline
 # (--timeline, bench/trace_overlap.py), the step's allreduces, when the first bucket's
 # starts, and their time overlapped with compute and exposed.
@@ -57,7 +58,8 @@ fusion_flags() {
     default) echo "" ;;
     one) echo "--fusion-threshold 134217728 --first-bucket 134217728" ;;
     off) echo "--fusion-threshold 0" ;;
-    *) echo "resnet_scaling: unknown fusion $1 (default, one, off)" >&2; exit 2 ;;
+    ps) echo "" ;;
+    *) echo "resnet_scaling: unknown fusion $1 (default, one, off, ps)" >&2; exit 2 ;;
   esac
 }
 
@@ -68,11 +70,19 @@ run() {
   local depth=${model#resnet}
   local dir="$TMP/$key.$RANDOM"
   local args=(--dataset fake --depth "$depth" --batch "$batch" --threads 1 --val-images 8
-              --max-epoch 2 --steps-per-epoch "$STEPS" --logdir "$dir" --trainer horovod)
-  # shellcheck disable=SC2207
-  [[ $np -gt 1 ]] && args+=($(fusion_flags "$fusion") --timeline "$((STEPS + 2)):$((STEPS - 1))")
-  local launch=(mpirun -np "$np")
-  [[ $link == tcp ]] && launch=(bash scripts/test_hosts.sh run --pin -np "$np")
+              --max-epoch 2 --steps-per-epoch "$STEPS" --logdir "$dir")
+  local procs=$np
+  if [[ $fusion == ps ]]; then
+    # DistributedTrainerParameterServer: one server process beside the np workers.
+    args+=(--trainer dist-ps --ps 1)
+    procs=$((np + 1))
+  else
+    args+=(--trainer horovod)
+    # shellcheck disable=SC2207
+    [[ $np -gt 1 ]] && args+=($(fusion_flags "$fusion") --timeline "$((STEPS + 2)):$((STEPS - 1))")
+  fi
+  local launch=(mpirun -np "$procs")
+  [[ $link == tcp ]] && launch=(bash scripts/test_hosts.sh run --pin -np "$procs")
   if ! "${launch[@]}" "$BIN" "${args[@]}" >"$dir.log" 2>&1; then
     echo "resnet_scaling: $key failed:" >&2
     tail -5 "$dir.log" >&2
@@ -82,7 +92,7 @@ run() {
   local secs
   secs=$(grep -o 'Epoch 2 (global_step [0-9]*) finished, time:[0-9.e+-]*' "$dir.log" | sed 's/.*time://' | sort -g | head -1)
   awk -v k="$key" -v s="$secs" -v n=$((STEPS * batch * np)) 'BEGIN { printf "%s %.2f\n", k, n / s }' >>"$TMP/results"
-  if [[ $np -gt 1 ]]; then
+  if [[ $np -gt 1 && $fusion != ps ]]; then
     python3 bench/trace_overlap.py --summary --label "$key" "$dir"/timeline-rank*.json >>"$TMP/overlap" 2>/dev/null ||
       echo "resnet_scaling: $key: no timeline" >&2
   fi
