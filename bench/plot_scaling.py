@@ -37,6 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "scripts"))
 import scaling_sim as sim  # noqa: E402
+import scaling_crossval  # noqa: E402
 
 # The MNIST convnet of examples/mnist_convnet (836,522 f32 parameters) and one
 # rank's step at batch 128 on this machine (~2950 images/s: 43 ms).
@@ -256,7 +257,7 @@ def main(argv=None):
         ap.error("give --csv FILE... or --report fit.txt")
     import json
     from plotting import pyplot
-    rows = sim.read_rows(args.csv) if args.csv else sim.read_fit_report(args.report)
+    rows = sim.read_rows(args.csv) if args.csv else scaling_crossval.read_fit_report(args.report)
     fit = None
     if args.fit:
         with open(args.fit) as f:

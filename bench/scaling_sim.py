@@ -663,80 +663,6 @@ def fit_report(rows, min_bytes=1 << 20, out=sys.stdout, cores=0, sizes=(), wire=
     return result
 
 
-def read_fit_report(path):
-    """The measured rows of a fit report (fit_report's text, e.g. bench/report/fit.txt):
-    setting, ranks, hosts, bytes, algorithm and the pooled median time, so a committed
-    calibration can be fitted again without its CSV files."""
-    rows, setting = [], None
-    with open(path) as f:
-        for line in f:
-            if line.startswith("setting "):
-                setting = line.split()[1].rstrip(":")
-                continue
-            parts = line.split()
-            if setting and len(parts) >= 7 and parts[0].isdigit() and parts[4].endswith("us"):
-                rows.append({"setting": setting, "ranks": int(parts[0]), "hosts": int(parts[1]),
-                             "algorithm": parts[2], "bytes": int(parts[3]), "seconds": float(parts[4][:-2]) * 1e-6})
-    return rows
-
-
-def cross_validate(rows, by, min_bytes=1 << 20, cores=0, sizes=(), wire=(), inside="tcp"):
-    """Leave-one-out error of the fit: for each setting and each value of `by` ("ranks" or
-    "bytes") among its rows from `min_bytes`, the constants are fitted without the rows of that
-    value and predict them (a size left out is no knot of the beta curve over `sizes`: its
-    beta is interpolated from the neighbours'). Returns {setting: (in-sample errors, held-out errors)}, each a
-    sorted list of |predicted - measured| / measured. A wire setting's inside link is the full
-    fit's (fitted on the inside setting's own rows)."""
-    rows = pool_rows([r for r in rows if r["algorithm"] in FORMULAS])
-    settings = sorted({r["setting"] for r in rows}, key=lambda s: (s in wire, s != inside, s))
-    full = {}
-    out = {}
-    for setting in settings:
-        mine = [r for r in rows if r["setting"] == setting and r["bytes"] >= min_bytes]
-        if not mine:
-            continue
-        two = setting in wire and inside in full
-        placement = "host" if any(r["hosts"] > 1 for r in mine) else "rank"
-
-        def fit(fit_rows, knots=sizes):
-            return fit_constants(fit_rows, cores, knots, full[inside] if two else None, setting in wire, placement)
-        k = fit(mine)
-        full[setting] = k
-        inside_errs = sorted(abs(predict_row(k, r) - r["seconds"]) / r["seconds"] for r in mine)
-        held = []
-        for v in sorted({r[by] for r in mine}):
-            train = [r for r in mine if r[by] != v]
-            test = [r for r in mine if r[by] == v]
-            if not train:
-                continue
-            # (A size left out is no knot of the beta curve: its beta is interpolated.)
-            kv = fit(train, tuple(x for x in sizes if not (by == "bytes" and x == v)))
-            held += [abs(predict_row(kv, r) - r["seconds"]) / r["seconds"] for r in test]
-        out[setting] = (inside_errs, sorted(held))
-    return out
-
-
-def _summary(errs):
-    if not errs:
-        return "-"
-    return (f"{sum(e <= 0.15 for e in errs)} of {len(errs)} within 15%, median {errs[len(errs) // 2] * 100:.1f}%, "
-            f"worst {errs[-1] * 100:.1f}%")
-
-
-def cmd_crossval(args):
-    rows = []
-    for path in args.data:
-        rows += read_fit_report(path) if path.endswith(".txt") else read_rows([path])
-    sizes = tuple(parse_size(x) for x in args.sizes.split(",") if x)
-    wire = tuple(w for w in args.wire.split(",") if w)
-    for by in args.by.split(","):
-        print(f"leave one {'rank count' if by == 'ranks' else 'size'} out (from {human(parse_size(args.min_bytes))}):")
-        result = cross_validate(rows, by, parse_size(args.min_bytes), args.cores, sizes, wire, args.inside)
-        for setting, (ins, held) in result.items():
-            print(f"  {setting}: in-sample {_summary(ins)}; held out {_summary(held)}")
-    return 0
-
-
 # ---- Command line ------------------------------------------------------------------
 
 def human(n):
@@ -879,6 +805,11 @@ def main(argv=None):
     args = ap.parse_args(argv)
     return {"allreduce": cmd_allreduce, "predict": cmd_predict, "fit": cmd_fit,
             "crossval": cmd_crossval}[args.cmd](args) or 0
+
+
+def cmd_crossval(args):
+    import scaling_crossval  # (it imports this module)
+    return scaling_crossval.cmd_crossval(args)
 
 
 if __name__ == "__main__":

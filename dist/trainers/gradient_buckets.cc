@@ -16,20 +16,20 @@ Buckets fusion_buckets(const std::vector<Output>& xs, const std::vector<size_t>&
   Buckets buckets;
   int64_t bytes = 0;
   bool open = false;
+  // The open bucket's cap (the last one made).
+  auto cap = [&] { return buckets.size() == 1 ? first_cap : threshold_bytes; };
   for (size_t i : order) {
     const Output& x = xs.at(i);
     const bool known = x.shape().is_fully_defined();
     const int64_t b = known ? static_cast<int64_t>(x.shape().num_bytes(dtype_size(x.dtype()))) : 0;
-    const int64_t cap = buckets.size() == 1 ? first_cap : threshold_bytes;
-    if (open && known && x.dtype() == xs[buckets.back().front()].dtype() && bytes + b <= cap) {
+    if (open && known && x.dtype() == xs[buckets.back().front()].dtype() && bytes + b <= cap()) {
       buckets.back().push_back(i);
       bytes += b;
       continue;
     }
     buckets.push_back({i});
     bytes = b;
-    const int64_t next_cap = buckets.size() == 1 ? first_cap : threshold_bytes;
-    open = known && next_cap > 0;
+    open = known && cap() > 0;
   }
   return buckets;
 }

@@ -55,6 +55,20 @@ const EnumSpelling<HorovodBackend> kBackends[] = {
     {"hd", HorovodBackend::kHalvingDoubling},
     {"", HorovodBackend::kDefault},
 };
+// A communicator across the processes for `o`'s backend and device (every rank must make
+// it at the same point).
+std::shared_ptr<dist::Communicator> process_communicator(const HorovodOptions& o) {
+#if defined(SPIRE_WITH_MPI)
+  // make_process_communicator takes the backend by name ("" for SPIRE_MPI_ALGORITHM's).
+  return dist::make_process_communicator(o.backend == HorovodBackend::kDefault ? "" : horovod_backend_name(o.backend),
+                                         o.device, o.timeout_seconds);
+#else
+  (void)o;
+  throw_error(kKind, ": this Spire was built without MPI (SPIRE_MPI=OFF); pass a communicator in "
+              "HorovodOptions or rebuild with OpenMPI installed");
+#endif
+}
+
 }  // namespace
 
 HorovodCompression parse_horovod_compression(const std::string& name) {
@@ -84,28 +98,11 @@ HorovodTrainer::HorovodTrainer(HorovodOptions options) : options_(std::move(opti
               options_.fusion_threshold_bytes);
   SPIRE_CHECK(options_.first_bucket_bytes >= -1, kKind, ": first_bucket_bytes must be >= 0 (or -1: ",
               "fusion_threshold_bytes), got ", options_.first_bucket_bytes);
-  comm_ = options_.communicator;
-  if (!comm_) {
-#if defined(SPIRE_WITH_MPI)
-    // make_process_communicator takes the backend by name ("" for SPIRE_MPI_ALGORITHM's).
-    const HorovodBackend b = options_.backend;
-    comm_ = dist::make_process_communicator(b == HorovodBackend::kDefault ? "" : horovod_backend_name(b),
-                                            options_.device, options_.timeout_seconds);
-#else
-    throw_error(kKind, ": this Spire was built without MPI (SPIRE_MPI=OFF); pass a communicator in "
-                "HorovodOptions or rebuild with OpenMPI installed");
-#endif
-  }
+  comm_ = options_.communicator ? options_.communicator : process_communicator(options_);
   SPIRE_CHECK(comm_->devices().size() == 1, kKind, ": the communicator ", comm_->name(),
               " must have one participant per process, it has ", comm_->devices().size());
-#if defined(SPIRE_WITH_MPI)
   // The gradient buckets' own communicator (every rank makes it here, as the first).
-  if (!options_.communicator && comm_->num_ranks() > 1) {
-    const HorovodBackend b = options_.backend;
-    bucket_comm_ = dist::make_process_communicator(b == HorovodBackend::kDefault ? "" : horovod_backend_name(b),
-                                                   options_.device, options_.timeout_seconds);
-  }
-#endif
+  if (!options_.communicator && comm_->num_ranks() > 1) bucket_comm_ = process_communicator(options_);
   is_chief_ = comm_->rank() == 0;
   logger::info(kKind, ": rank ", rank(), " of ", size(), " (local rank ", local_rank(), "), training on ",
                options_.device.to_string(), ", collectives on ", comm_->name());
@@ -192,9 +189,9 @@ std::vector<CallbackPtr> HorovodTrainer::_setup_graph(InputSource& input, GetOpt
       for (Node* c : dist::order_collectives(dist::collective_nodes(g, bucket_communicator_name()), ready_with))
         call_order_.push_back(c);
     // gradient_collectives() in the order they are called.
-    std::stable_sort(grad_collectives_.begin(), grad_collectives_.end(), [&](const Node* a, const Node* b) {
-      return std::find(call_order_.begin(), call_order_.end(), a) < std::find(call_order_.begin(), call_order_.end(), b);
-    });
+    grad_collectives_.clear();
+    for (Node* c : call_order_)
+      if (bucket_members_.count(c)) grad_collectives_.push_back(c);
   }
   {
     DeviceScope on(g, options_.device);

@@ -16,6 +16,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
 import scaling_sim as sim  # noqa: E402
+import scaling_crossval  # noqa: E402
 
 A, B, G = 5e-6, 1e-10, 3e-11
 
@@ -150,18 +151,18 @@ class Fit(unittest.TestCase):
                     rows.append({"setting": "s", "ranks": p, "hosts": hosts, "bytes": n, "algorithm": algo,
                                  "seconds": sim.allreduce_time(c, algo, n)})
         for by in ("ranks", "bytes"):
-            ins, held = sim.cross_validate(rows, by)["s"]
+            ins, held = scaling_crossval.cross_validate(rows, by)["s"]
             self.assertEqual(len(ins), len(rows))
             self.assertEqual(len(held), len(rows))
             self.assertLess(held[-1], 1e-6, by)
         skewed = [dict(r, seconds=r["seconds"] * (1.6 if r["ranks"] == 8 else 1.0)) for r in rows]
-        ins, held = sim.cross_validate(skewed, "ranks")["s"]
+        ins, held = scaling_crossval.cross_validate(skewed, "ranks")["s"]
         self.assertGreater(held[-1], ins[-1])
         self.assertGreater(held[-1], 0.3)
         with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
             sim.fit_report(rows, out=f)
         try:
-            back = sim.read_fit_report(f.name)
+            back = scaling_crossval.read_fit_report(f.name)
         finally:
             os.unlink(f.name)
         key = lambda r: (r["ranks"], r["hosts"], r["algorithm"], r["bytes"])  # noqa: E731

@@ -415,6 +415,13 @@ TEST(HorovodTrainer, BucketsOfTheSameSizesButOtherVariablesFailEveryRankBeforeTh
   }
 }
 
+// How often `needle` occurs in `text`.
+size_t occurrences(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
 TEST(HorovodTrainer, TimelineWritesOneFilePerRankWithTheCollectivesOfEachStep) {
   const int n = nranks();
   auto data = batches(n * kSteps, kBatch, 50);
@@ -430,24 +437,14 @@ TEST(HorovodTrainer, TimelineWritesOneFilePerRankWithTheCollectivesOfEachStep) {
   const std::string json = read_file(path);
   EXPECT_NE(json.find(str_cat("\"name\":\"HorovodTrainer: rank ", rank())), std::string::npos);
   // Two traced steps, each with the synchronized BatchNorm's and the gradients' allreduces.
-  size_t runs = 0, allreduces = 0;
-  for (size_t at = json.find("\"cat\":\"AllReduce\""); at != std::string::npos;
-       at = json.find("\"cat\":\"AllReduce\"", at + 1))
-    ++allreduces;
-  for (size_t at = json.find("\"name\":\"train_op\""); at != std::string::npos;
-       at = json.find("\"name\":\"train_op\"", at + 1))
-    ++runs;
+  const size_t allreduces = occurrences(json, "\"cat\":\"AllReduce\"");
+  const size_t runs = occurrences(json, "\"name\":\"train_op\"");
   EXPECT_EQ(runs, 2u) << json.substr(0, 2000);
   EXPECT_GE(allreduces, 4u) << json.substr(0, 2000);
   // Each allreduce's phases on the MPI communicator: waiting for the other ranks, then the
   // transfer with its algorithm and bytes.
-  size_t waits = 0, transfers = 0;
-  for (size_t at = json.find(".wait\",\"cat\":\"collective\""); at != std::string::npos;
-       at = json.find(".wait\",\"cat\":\"collective\"", at + 1))
-    ++waits;
-  for (size_t at = json.find(".transfer\",\"cat\":\"collective\""); at != std::string::npos;
-       at = json.find(".transfer\",\"cat\":\"collective\"", at + 1))
-    ++transfers;
+  const size_t waits = occurrences(json, ".wait\",\"cat\":\"collective\"");
+  const size_t transfers = occurrences(json, ".transfer\",\"cat\":\"collective\"");
   EXPECT_EQ(waits, allreduces) << json.substr(0, 3000);
   EXPECT_EQ(transfers, allreduces);
   EXPECT_NE(json.find("\"algorithm\":\""), std::string::npos);
