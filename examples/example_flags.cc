@@ -190,7 +190,6 @@ std::unique_ptr<SingleCostTrainer> make_trainer(const TrainerFlags& f) {
   if (f.distributed()) {
     DistributedOptions options;
     options.num_ps = f.num_ps;
-    options.timeout_seconds = 300;  // the servers wait while the chief validates and saves
     if (f.trainer == "dist-ps") return std::make_unique<DistributedTrainerParameterServer>(towers, options);
     return std::make_unique<DistributedTrainerReplicated>(towers, options);
   }

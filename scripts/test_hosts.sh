@@ -141,6 +141,9 @@ check() {
   run_mpi -np 4 "$build/tests/spire_mpi_tests" --gtest_filter='MpiCommunicator.Every*:HorovodTrainer.Ranks*' 2>&1 | tail -3
   [[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "test_hosts check: the MPI tests failed over the shaped link" >&2; return 1; }
   up
+  echo "== rank failures on 2 hosts x 1 rank (TCP): raised, SIGSTOPped, SIGKILLed (recovery), exited, slow"
+  python3 tests/dist/mpi/rank_failures.py "bash scripts/test_hosts.sh run" "$build/tests/spire_mpi_tests" 2 \
+    raise stop kill-recovery exit slow ps-kill-worker || { echo "test_hosts check: a rank failure case failed across hosts" >&2; return 1; }
   if [[ -x $build/examples/mnist_convnet ]] && [[ -f ../shared/data/mnist/train-images-idx3-ubyte.gz ]]; then
     echo "== a short HorovodTrainer run on 2 hosts x 2 ranks"
     local log

@@ -4,15 +4,40 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <mutex>
 
 #include "core/error.h"
+#include "core/logger.h"
 
 namespace spire::dist {
 
 Messenger::~Messenger() = default;
+
+std::optional<Message> Messenger::receive_watched(int from, int tag, double timeout_seconds,
+                                                  const std::function<std::string()>& waiting_for) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  auto waited = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  const double warn_every = stall_check_seconds();
+  for (;;) {
+    // The next piece of the wait: up to the next warning, or to the limit.
+    double piece = warn_every > 0 ? warn_every : 3600;
+    if (timeout_seconds > 0) {
+      const double left = timeout_seconds - waited();
+      if (left <= 0) return std::nullopt;
+      piece = std::min(piece, left);
+    }
+    if (std::optional<Message> m = receive(from, tag, piece)) return m;
+    const double w = waited();
+    if (warn_every > 0 && (timeout_seconds <= 0 || w < timeout_seconds))
+      logger::warn("rank ", rank(), " has waited ", static_cast<int64_t>(w), " s for ", waiting_for(),
+                   "; no rank failed, died or finished, so it goes on waiting",
+                   timeout_seconds > 0 ? str_cat(" (up to ", timeout_seconds, " s)") : std::string(" (no time limit)"));
+  }
+}
 
 // ---- MessageWriter / MessageReader ------------------------------------------------------
 

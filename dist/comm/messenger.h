@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -46,6 +47,18 @@ class Messenger {
   /// Tells every other rank that this one failed (`why`): their waits end
   /// with an error naming this rank.
   virtual void announce_failure(const std::string& why) = 0;
+  /// How often a long wait logs a stall warning (receive_watched): MPI's
+  /// MpiLiveness::stall_check_seconds (SPIRE_STALL_CHECK_SECONDS, 60 s by
+  /// default), 60 s in-process; 0: never.
+  virtual double stall_check_seconds() const { return 60; }
+
+  /// receive() for up to `timeout_seconds` (<= 0: no limit), logging a
+  /// stall warning naming waiting_for() every stall_check_seconds() while
+  /// nothing comes (Horovod's stall inspector): a peer that is slow but
+  /// alive delays the wait, one that failed or died ends it with the
+  /// error receive() throws. nullopt when the limit passed.
+  std::optional<Message> receive_watched(int from, int tag, double timeout_seconds,
+                                         const std::function<std::string()>& waiting_for);
 };
 
 /// N ranks inside one process: endpoint(r) is rank r's Messenger (owned by
@@ -68,8 +81,10 @@ class LocalMessageHub {
 /// The ranks of the MPI job (builds with SPIRE_MPI; throws spire::Error
 /// otherwise). Every rank must create it at the same point: it duplicates
 /// MPI_COMM_WORLD, a collective call, waiting at most `timeout_seconds`
-/// for the other ranks (and ending early when one announced a failure).
-std::shared_ptr<Messenger> make_mpi_messenger(double timeout_seconds = 60);
+/// for the other ranks (<= 0: no limit; it ends early when one announced a
+/// failure, died or finished). A receive from a given rank fails when that
+/// rank finished (reached its exit) without sending the message.
+std::shared_ptr<Messenger> make_mpi_messenger(double timeout_seconds = 0);
 
 /// Small helpers to pack and unpack a message: integers and byte strings
 /// appended in order, read back in the same order (a short or malformed

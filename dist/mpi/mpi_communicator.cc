@@ -70,7 +70,8 @@ MpiCommunicator::MpiCommunicator(Device device, double timeout_seconds, MpiAlgor
               wire_segment_bytes);
   SPIRE_CHECK(device.is_cpu(), "MpiCommunicator: MPI's collectives take CPU tensors; ", device.to_string(),
               " needs NCCL across processes");
-  SPIRE_CHECK(timeout_seconds > 0, "MpiCommunicator: timeout_seconds must be > 0");
+  SPIRE_CHECK(timeout_seconds >= 0, "MpiCommunicator: timeout_seconds must be >= 0 (0: no limit), not ",
+              timeout_seconds);
   MpiRuntime& rt = MpiRuntime::get();
   impl_->comm = duplicate_world(timeout_seconds, "MpiCommunicator");
   impl_->rank = rt.rank();
@@ -134,7 +135,7 @@ void MpiCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
   const RunContext* rc = call.run;
   const auto limit = rc && rc->timeout.count() > 0
                          ? std::chrono::duration_cast<Clock::duration>(rc->timeout)
-                         : clock_duration(timeout_seconds_);
+                         : CallWaits::limit_of(timeout_seconds_);
   CallWaits waits(*impl_, what, rc, limit, &parts);
   auto wait = [&](MPI_Request& req, const std::string& stage) { waits.wait(req, stage); };
   auto run_call = [&] {
@@ -291,7 +292,7 @@ void MpiCommunicator::agree(const std::string& what, const std::vector<std::stri
     mine += clean;
     mine += '\n';
   }
-  CallWaits waits(*impl_, full, nullptr, clock_duration(timeout_seconds_), nullptr);
+  CallWaits waits(*impl_, full, nullptr, CallWaits::limit_of(timeout_seconds_), nullptr);
   try {
     agree_call(waits, mine);
   } catch (const MpiError& e) {  // (requests may be in flight: see run)

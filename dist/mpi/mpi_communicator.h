@@ -5,12 +5,14 @@
 // and friends: the reference and fallback). Every call first checks that all
 // ranks make the same call (kind, dtype, count, reduction, root): rank 0
 // coordinates, as Horovod's controller does, so a mismatch is a
-// spire::Error on every rank naming the first rank that differs, and a rank
-// that never arrives (failed, exited, stalled) is named on every other rank
-// after the timeout, never a hang. Every wait polls with the run's
-// cancellation, the timeout, and the failure announcements of other ranks
-// (MpiRuntime::announce_failure), so a rank that raises ends the others at
-// once. For GPUs, make_process_communicator's backend "nccl" gives NCCL
+// spire::Error on every rank naming the first rank that differs. Every wait
+// polls with the run's cancellation, the failure announcements of other
+// ranks (MpiRuntime::announce_failure), the ranks the runtime's heartbeats
+// found dead and those that reached their exit, so a rank that raises, dies,
+// stops or exits ends the others' waits within seconds, naming it, never a
+// hang; a rank that is only slow (alive: its heartbeats arrive) makes the
+// waits for it log stall warnings naming it, and they fail only at the
+// time limit, where one is set. For GPUs, make_process_communicator's backend "nccl" gives NCCL
 // across the processes (NcclCommunicator, one GPU per rank) behind the same
 // interface, with MPI handing NCCL's unique id to every rank.
 //
@@ -47,10 +49,11 @@ namespace spire::dist {
 /// program's). Calls are serialized per communicator (MPI needs the same
 /// order of collectives on every rank; the per-call agreement check turns a
 /// different order into an error). A wait ends with an error naming the
-/// collective and this rank after the run's timeout (or `timeout_seconds`
-/// when the call has no run), or when the run is cancelled; the
-/// communicator is unusable afterwards (MPI cannot cancel a collective),
-/// and later calls fail at once.
+/// collective and this rank when another rank failed, died or finished,
+/// after the run's timeout (or `timeout_seconds` when the call has no run;
+/// 0: no limit, the default: a slow rank only causes stall warnings), or
+/// when the run is cancelled; the communicator is unusable afterwards (MPI
+/// cannot cancel a collective), and later calls fail at once.
 class MpiCommunicator : public DispatchingCommunicator {
  public:
   /// The pipelined algorithms (ring, recursive doubling, halving-doubling,
@@ -68,8 +71,9 @@ class MpiCommunicator : public DispatchingCommunicator {
   /// the ring crosses hosts (the slowest link sets their pace).
   /// Construction is collective (every rank makes its communicators in the
   /// same order); a rank that does not come within `timeout_seconds`, or
-  /// that announced a failure, makes it throw instead of wait forever.
-  explicit MpiCommunicator(Device device = Device::cpu(), double timeout_seconds = 60,
+  /// that announced a failure (or died, or finished), makes it throw
+  /// instead of wait forever.
+  explicit MpiCommunicator(Device device = Device::cpu(), double timeout_seconds = 0,
                            MpiAlgorithm algorithm = MpiAlgorithm::kAuto,
                            int64_t segment_bytes = 256 << 10, int64_t wire_segment_bytes = 0);
   /// The segment bytes of messages between this rank and `peer`.
@@ -119,7 +123,7 @@ MpiAlgorithm mpi_algorithm_from_env();
 /// mpi_algorithm_from_env(): how trainers make theirs, so a job switches
 /// to MPI's collectives with SPIRE_MPI_ALGORITHM=mpi and no code change.
 std::shared_ptr<MpiCommunicator> make_mpi_communicator(Device device = Device::cpu(),
-                                                       double timeout_seconds = 60);
+                                                       double timeout_seconds = 0);
 
 /// The communicator of this process's participant across the MPI job, by
 /// backend name: "auto", "ring", "recursive-doubling" (or "rd"),
@@ -131,6 +135,6 @@ std::shared_ptr<MpiCommunicator> make_mpi_communicator(Device device = Device::c
 /// initialization waits for all). Throws spire::Error naming the backend
 /// for an unknown name, "nccl" without NCCL or without a GPU.
 std::shared_ptr<Communicator> make_process_communicator(const std::string& backend, const Device& gpu,
-                                                        double timeout_seconds = 60);
+                                                        double timeout_seconds = 0);
 
 }  // namespace spire::dist

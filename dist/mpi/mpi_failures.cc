@@ -17,12 +17,9 @@
 
 namespace spire::dist {
 
-namespace {
-// Tags on the runtime's control communicator.
-constexpr int kTagFailure = 1;  // "this rank failed: why"
-constexpr int kTagAck = 2;      // "received your failure"
-constexpr int kTagExiting = 3;  // "after the failure, this rank reached its exit"
-}  // namespace
+using mpi_detail::control_tag::kAck;
+using mpi_detail::control_tag::kExiting;
+using mpi_detail::control_tag::kFailure;
 
 // Receives every failure announcement waiting on the control communicator,
 // acknowledges each and marks the runtime failed; returns the first one
@@ -33,20 +30,24 @@ std::string MpiRuntime::receive_failure() {
     int flag = 0;
     MPI_Message m;
     MPI_Status st;
-    MPI_Improbe(MPI_ANY_SOURCE, kTagFailure, c.comm, &flag, &m, &st);
+    MPI_Improbe(MPI_ANY_SOURCE, kFailure, c.comm, &flag, &m, &st);
     if (!flag) break;
     int len = 0;
     MPI_Get_count(&st, MPI_CHAR, &len);
-    std::string why(static_cast<size_t>(len), '\0');
-    MPI_Mrecv(why.data(), len, MPI_CHAR, &m, MPI_STATUS_IGNORE);
-    if (c.peer_failure.empty()) c.peer_failure = str_cat("rank ", st.MPI_SOURCE, " failed: ", why);
+    std::string text(static_cast<size_t>(len), '\0');
+    MPI_Mrecv(text.data(), len, MPI_CHAR, &m, MPI_STATUS_IGNORE);
+    // 'F': the sender failed; 'D': the sender saw a rank die (the text names it).
+    if (c.peer_failure.empty()) {
+      if (!text.empty() && text[0] == 'D') c.peer_failure = text.substr(1);
+      else c.peer_failure = str_cat("rank ", st.MPI_SOURCE, " failed: ", text.empty() ? text : text.substr(1));
+    }
     c.lowest_announcer = std::min(c.lowest_announcer, st.MPI_SOURCE);
     c.responsive.insert(st.MPI_SOURCE);
     c.failed = true;
     static const char ack = 1;
     // (MPI returns errors on Spire's communicators: a failed send leaves no request.)
     MPI_Request req = MPI_REQUEST_NULL;
-    if (MPI_Isend(&ack, 1, MPI_CHAR, st.MPI_SOURCE, kTagAck, c.comm, &req) == MPI_SUCCESS)
+    if (MPI_Isend(&ack, 1, MPI_CHAR, st.MPI_SOURCE, kAck, c.comm, &req) == MPI_SUCCESS)
       MPI_Request_free(&req);
   }
   return c.peer_failure;
@@ -61,14 +62,28 @@ void MpiRuntime::announce_failure(const std::string& why, double ack_timeout_sec
   std::lock_guard<std::mutex> lk(control_->mu);
   control_->failed = true;
   if (control_->announced || !control_->peer_failure.empty()) return;  // said once; or a reaction to another's
-  control_->announced = true;
   logger::error("rank ", rank_, " failed, telling the other ranks: ", why);
+  announce('F', why, ack_timeout_seconds);
+}
+
+void MpiRuntime::announce_dead(int peer, const std::string& why) {
+  std::lock_guard<std::mutex> lk(control_->mu);
+  receive_failure();  // (another's announcement first: one failure is enough)
+  if (control_->announced || !control_->peer_failure.empty()) return;
+  control_->failed = true;
+  control_->peer_failure = str_cat("rank ", peer, " stopped responding: ", why, " (noticed by rank ", rank_, ")");
+  logger::error("rank ", rank_, ": ", control_->peer_failure, "; telling the other ranks");
+  announce('D', control_->peer_failure, kAckTimeoutSeconds);
+}
+
+void MpiRuntime::announce(char kind, const std::string& text, double ack_timeout_seconds) {
+  control_->announced = true;
   // Leaked on purpose: MPI may still read it when a rank never receives it.
-  const std::string* msg = new std::string(why.substr(0, 4000));
+  const std::string* msg = new std::string(kind + text.substr(0, 4000));
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     MPI_Request req = MPI_REQUEST_NULL;  // (a send that fails, to a dead rank, leaves none)
-    if (MPI_Isend(msg->data(), static_cast<int>(msg->size()), MPI_CHAR, r, kTagFailure, control_->comm, &req) ==
+    if (MPI_Isend(msg->data(), static_cast<int>(msg->size()), MPI_CHAR, r, kFailure, control_->comm, &req) ==
         MPI_SUCCESS)
       MPI_Request_free(&req);
   }
@@ -85,7 +100,7 @@ void MpiRuntime::announce_failure(const std::string& why, double ack_timeout_sec
     int flag = 0;
     MPI_Message m;
     MPI_Status st;
-    MPI_Improbe(MPI_ANY_SOURCE, kTagAck, control_->comm, &flag, &m, &st);
+    MPI_Improbe(MPI_ANY_SOURCE, kAck, control_->comm, &flag, &m, &st);
     if (flag) {
       char c;
       MPI_Mrecv(&c, 1, MPI_CHAR, &m, MPI_STATUS_IGNORE);
@@ -100,7 +115,7 @@ void MpiRuntime::announce_failure(const std::string& why, double ack_timeout_sec
 void MpiRuntime::tell_exiting(int to) {
   static const char exiting = 1;
   MPI_Request req;
-  if (MPI_Isend(&exiting, 1, MPI_CHAR, to, kTagExiting, control_->comm, &req) != MPI_SUCCESS) return;
+  if (MPI_Isend(&exiting, 1, MPI_CHAR, to, kExiting, control_->comm, &req) != MPI_SUCCESS) return;
   // One byte goes out eagerly; a dead receiver must not hold this rank up.
   const auto deadline = mpi_detail::Clock::now() + std::chrono::seconds(1);
   int done = 0;
@@ -126,7 +141,7 @@ bool MpiRuntime::wait_for_responsive_ranks_to_exit(double timeout_seconds) {
         int flag = 0;
         MPI_Message m;
         MPI_Status st;
-        MPI_Improbe(MPI_ANY_SOURCE, kTagExiting, control_->comm, &flag, &m, &st);
+        MPI_Improbe(MPI_ANY_SOURCE, kExiting, control_->comm, &flag, &m, &st);
         if (!flag) break;
         char c;
         MPI_Mrecv(&c, 1, MPI_CHAR, &m, MPI_STATUS_IGNORE);

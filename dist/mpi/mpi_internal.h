@@ -22,11 +22,14 @@
 
 #include <chrono>
 #include <climits>
+#include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -37,7 +40,8 @@
 namespace spire::dist {
 
 /// The runtime's control communicator and what it heard: the failure
-/// announcements (mpi_failures.cc) and the barrier at exit (mpi_runtime.cc).
+/// announcements (mpi_failures.cc), the barrier at exit (mpi_runtime.cc),
+/// the heartbeats and the ranks that finished (mpi_heartbeat.cc).
 struct MpiRuntime::Control {
   MPI_Comm comm = MPI_COMM_NULL;  // failure announcements and the barrier at exit only
   mutable std::mutex mu;
@@ -49,6 +53,18 @@ struct MpiRuntime::Control {
   // announcement or announced one themselves. The rank that ends the job
   // waits (bounded) for each of them to reach its exit first.
   std::set<int> responsive;
+  // Ranks that told they reached their exit, and when this rank heard it
+  // (mpi_heartbeat.cc's finished_peer drains the notices).
+  std::map<int, std::chrono::steady_clock::time_point> finished;
+  bool told_finished = false;  // this rank told the others it finished
+  // The heartbeat thread (mpi_heartbeat.cc) and what it saw: when each
+  // watched neighbour's last heartbeat arrived. `beat_mu` guards these and
+  // `stop` (never held with `mu` taken after it).
+  std::mutex beat_mu;
+  std::condition_variable beat_cv;
+  bool stop = false;
+  std::map<int, std::chrono::steady_clock::time_point> last_beat;
+  std::thread heartbeat;
 };
 
 /// One communicator's MPI state (MpiCommunicator's mutex guards it).
@@ -190,6 +206,15 @@ class ByteType {
   int count_ = 0;
   bool derived_ = false;
 };
+
+// Tags on the runtime's control communicator (MpiRuntime::Control::comm).
+namespace control_tag {
+constexpr int kFailure = 1;    // 'F' + why: "this rank failed"; 'D' + text: "that rank is dead"
+constexpr int kAck = 2;        // "received your failure"
+constexpr int kExiting = 3;    // "after the failure, this rank reached its exit"
+constexpr int kHeartbeat = 4;  // "this rank is alive" (to its ring neighbours)
+constexpr int kFinished = 5;   // "this rank finished and waits at its exit"
+}  // namespace control_tag
 
 // Tags on a communicator: the algorithms' data cycles below kTagAgree
 // (next_data_tag); MPI guarantees tags up to 32767.

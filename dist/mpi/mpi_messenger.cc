@@ -16,6 +16,7 @@
 namespace spire::dist {
 
 using mpi_detail::ByteType;
+using mpi_detail::CallWaits;
 using mpi_detail::check_mpi;
 using mpi_detail::Clock;
 using mpi_detail::clock_duration;
@@ -75,7 +76,8 @@ class MpiMessenger : public Messenger {
 
   std::optional<Message> receive(int from, int tag, double timeout_seconds) override {
     const Clock::time_point start = Clock::now();
-    const Clock::time_point deadline = start + clock_duration(timeout_seconds);
+    const Clock::duration limit = CallWaits::limit_of(timeout_seconds);
+    const Clock::time_point deadline = limit >= CallWaits::kNoLimit ? Clock::time_point::max() : start + limit;
     MPI_Message msg;
     MPI_Status st;
     for (int polls = 0;; ++polls) {
@@ -84,7 +86,7 @@ class MpiMessenger : public Messenger {
                 "MPI_Improbe");
       if (flag) break;
       complete_sends();
-      if (polls % 64 == 0) check_failures();
+      if (polls % 64 == 0) check_failures(from);
       const Clock::time_point now = Clock::now();
       if (now >= deadline) return std::nullopt;
       // A server waits a whole step between requests, and shares the cores
@@ -116,7 +118,7 @@ class MpiMessenger : public Messenger {
       if (done) return m;
       try {
         complete_sends();
-        if (polls % 64 == 0) check_failures();
+        if (polls % 64 == 0) check_failures(m.source);
       } catch (...) {
         keep_forever(std::move(m.data));  // MPI may still write it
         throw;
@@ -124,7 +126,7 @@ class MpiMessenger : public Messenger {
       // The message's data is on its way: its sender is polling too. A
       // sender that dies meanwhile is named by the failure announcements or
       // mpirun; the time limit of the whole wait still holds.
-      if (Clock::now() >= deadline + clock_duration(timeout_seconds)) {
+      if (limit < CallWaits::kNoLimit && Clock::now() >= deadline + limit) {
         keep_forever(std::move(m.data));
         throw_error("MPI messenger: rank ", rank_, " timed out receiving a ", len, "-byte message from rank ",
                     m.source, " (", 2 * timeout_seconds, " s)");
@@ -134,6 +136,7 @@ class MpiMessenger : public Messenger {
   }
 
   void announce_failure(const std::string& why) override { MpiRuntime::get().announce_failure(why); }
+  double stall_check_seconds() const override { return MpiRuntime::get().liveness().stall_check_seconds; }
 
  private:
   struct Pending {
@@ -155,9 +158,17 @@ class MpiMessenger : public Messenger {
       }
     }
   }
-  void check_failures() {
-    const std::string failure = MpiRuntime::get().peer_failure();
+  // Another rank's failure or death, or the end of rank `from` (-1: none
+  // in particular: a server hears from whichever worker asks) while this
+  // rank waits for its message.
+  void check_failures(int from) {
+    MpiRuntime& rt = MpiRuntime::get();
+    const std::string failure = rt.peer_failure();
     if (!failure.empty()) throw_error("rank ", rank_, ": ", failure);
+    if (from < 0) return;
+    const std::string finished = rt.finished_peer(CallWaits::kFinishedGraceSeconds, from);
+    if (!finished.empty())
+      throw_error("MPI messenger: rank ", rank_, " waits for a message from rank ", from, ", but ", finished);
   }
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;

@@ -94,7 +94,7 @@ MpiRuntime& MpiRuntime::get() {
   return runtime;
 }
 
-MpiRuntime::MpiRuntime() : control_(std::make_unique<Control>()) {
+MpiRuntime::MpiRuntime() : control_(std::make_unique<Control>()), liveness_(MpiLiveness::from_env()) {
   int inited = 0;
   check_mpi(MPI_Initialized(&inited), "MPI_Initialized");
   int provided = 0;
@@ -137,6 +137,7 @@ MpiRuntime::MpiRuntime() : control_(std::make_unique<Control>()) {
     tcp_eager_limit_ = std::strtoll(limit->c_str(), nullptr, 10);
   check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &control_->comm), "MPI_Comm_dup");
   use_errors_return(control_->comm);
+  start_heartbeat();
 }
 
 bool MpiRuntime::wait_for_peers_at_exit() {
@@ -144,7 +145,10 @@ bool MpiRuntime::wait_for_peers_at_exit() {
   // Spire's announcements, and a job whose other ranks then fail and call
   // MPI_Abort has been seen to hang there (mpirun never returning). So a rank
   // that ends well first meets the others in a barrier it polls, listening
-  // for failures; like MPI_Finalize it waits as long as the others run.
+  // for failures; like MPI_Finalize it waits as long as the others run
+  // (its heartbeats go on meanwhile). It first tells the others it
+  // finished: a wait of theirs for this rank then ends with an error.
+  tell_finished();
   MPI_Request req;
   if (MPI_Ibarrier(control_->comm, &req) != MPI_SUCCESS) return false;
   const auto start = std::chrono::steady_clock::now();
@@ -180,7 +184,10 @@ bool MpiRuntime::wait_for_peers_at_exit() {
 MpiRuntime::~MpiRuntime() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (finalized) return;
+  if (finalized) {
+    stop_heartbeat();  // (MPI_Finalize's hook has stopped it)
+    return;
+  }
   if (!failed() && initialized_here_ && size_ > 1) wait_for_peers_at_exit();
   if (failed()) {
     // MPI_Finalize would wait for every rank, and a failed job may have a
@@ -225,9 +232,11 @@ MpiRuntime::~MpiRuntime() {
                   ": MPI_Abort did not end this process in 10 s; killing it");
       std::raise(SIGKILL);
     }).detach();
+    stop_heartbeat();
     MPI_Abort(MPI_COMM_WORLD, 1);
     return;
   }
+  stop_heartbeat();
   if (initialized_here_) {
     MPI_Comm_free(&control_->comm);
     MPI_Finalize();

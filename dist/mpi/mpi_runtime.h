@@ -3,10 +3,13 @@
 // messenger of dist/mpi: it initializes MPI, tells where each rank runs
 // (hosts, local ranks, what MPI's transports allow), carries the failure
 // announcements between ranks on a control communicator of its own (so a
-// rank that raises ends every other rank's wait at once), and ends the job
-// at exit: MPI_Finalize when every rank ended well, MPI_Abort when one
-// failed. Initialization and exit are in mpi_runtime.cc, the failure
-// announcements in mpi_failures.cc.
+// rank that raises ends every other rank's wait at once), tells a dead or
+// stopped rank from a slow one by heartbeats on that communicator (a dead
+// one is announced like a failure; a slow one only makes the waits for it
+// log stall warnings), and ends the job at exit: MPI_Finalize when every
+// rank ended well, MPI_Abort when one failed. Initialization and exit are in
+// mpi_runtime.cc, the failure announcements in mpi_failures.cc, the
+// heartbeats and the ranks that finished in mpi_heartbeat.cc.
 //
 // mpi.h stays out of this header: programs include it without MPI's flags.
 #pragma once
@@ -17,6 +20,26 @@
 #include <vector>
 
 namespace spire::dist {
+
+/// How the MPI runtime tells a dead rank from a slow one (read from the
+/// environment when the runtime starts; Horovod's stall inspector has the
+/// same two times). Every rank sends a heartbeat to its two ring neighbours
+/// every `heartbeat_seconds` from a thread of its own, whatever its main
+/// threads do; a neighbour silent for `dead_after_seconds` is dead (killed,
+/// stopped, its host gone) and is announced to every rank as a failure, so
+/// every wait ends naming it. A wait for a rank that still beats only logs
+/// a stall warning every `stall_check_seconds`, naming what it waits for
+/// and whom, and fails only at its own time limit where it has one
+/// (HorovodOptions::timeout_seconds and the like: none by default).
+struct MpiLiveness {
+  double heartbeat_seconds = 0.5;    ///< SPIRE_MPI_HEARTBEAT_SECONDS (> 0)
+  double dead_after_seconds = 10;    ///< SPIRE_MPI_DEAD_AFTER_SECONDS (0: never declared dead)
+  double stall_check_seconds = 60;   ///< SPIRE_STALL_CHECK_SECONDS (Horovod's; 0: no warnings)
+  /// The settings the environment gives (unset or empty: the defaults);
+  /// throws spire::Error naming the variable for a value that is not a
+  /// number in range, or a dead-after time shorter than 4 heartbeats.
+  static MpiLiveness from_env();
+};
 
 /// The process's MPI runtime. MPI may be initialized once per process, so
 /// this is the one process-wide object of dist/: get() initializes MPI
@@ -57,6 +80,15 @@ class MpiRuntime {
   /// (from then on; the runtime is marked failed). Non-blocking: every
   /// communicator wait polls it.
   std::string peer_failure();
+  /// The liveness settings this runtime runs with.
+  const MpiLiveness& liveness() const { return liveness_; }
+  /// "" unless another rank reached its exit (returned from main, or
+  /// finished its work and waits for the others there) at least
+  /// `grace_seconds` ago: then "rank R finished (reached its exit N s
+  /// ago) ..." for the lowest such rank (`rank` >= 0: that rank only). A
+  /// rank at its exit never calls a collective or sends again, so a wait
+  /// for one that it has not answered by then never ends. Non-blocking.
+  std::string finished_peer(double grace_seconds, int rank = -1);
   /// True after a failure was announced or received. A failed runtime ends
   /// the process with MPI_Abort at exit instead of MPI_Finalize (which
   /// would wait forever for a dead or stalled rank), so mpirun ends every
@@ -65,6 +97,12 @@ class MpiRuntime {
   /// failures (a failure then ends it the same way; not when the program
   /// initialized MPI itself: it then calls MPI_Finalize).
   bool failed() const;
+  /// Stops this rank's heartbeats (idempotent): done at exit.
+  void stop_heartbeat();
+  /// At the start of MPI_Finalize (a hook on MPI_COMM_SELF, also when the
+  /// program finalizes MPI itself): tells the others this rank finished,
+  /// unless it failed, and stops the heartbeats.
+  void finalizing();
   ~MpiRuntime();
   MpiRuntime(const MpiRuntime&) = delete;
   MpiRuntime& operator=(const MpiRuntime&) = delete;
@@ -84,8 +122,24 @@ class MpiRuntime {
   /// short of reporting its error. False when a lower rank's announcement
   /// arrived meanwhile: the ending is then that rank's.
   bool wait_for_responsive_ranks_to_exit(double timeout_seconds);
+  /// Tells every other rank that `peer` stopped answering heartbeats
+  /// (`why`): like announce_failure, but naming `peer` (this rank is fine).
+  void announce_dead(int peer, const std::string& why);
+  /// Tells the failure to every other rank on the control communicator
+  /// ('F' + why: this rank failed; 'D' + text: a peer is dead) and waits,
+  /// bounded, for their acknowledgements. The caller holds the control mutex.
+  void announce(char kind, const std::string& text, double ack_timeout_seconds);
+  /// The heartbeat thread (mpi_heartbeat.cc): started when the runtime is
+  /// made (more than one rank and dead_after_seconds > 0), stopped before
+  /// MPI_Finalize (also a program's: a hook on MPI_COMM_SELF).
+  void start_heartbeat();
+  void heartbeat_loop();
+  /// At exit: tells every other rank that this one finished.
+  void tell_finished();
   struct Control;  // the control communicator and what it heard (mpi_internal.h)
   std::unique_ptr<Control> control_;
+  MpiLiveness liveness_;
+
   bool initialized_here_ = false;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   std::vector<int> host_of_;

@@ -7,6 +7,8 @@
 
 #include <utility>
 
+#include "core/logger.h"
+
 namespace spire::dist::mpi_detail {
 
 void keep_forever(std::vector<char>&& b) {
@@ -30,7 +32,11 @@ MPI_Comm duplicate_world(double timeout_seconds, const std::string& who) {
   } abandon_on_error{storage};
   MPI_Request req;
   check_mpi(MPI_Comm_idup(MPI_COMM_WORLD, comm, &req), "MPI_Comm_idup");
-  const Clock::time_point deadline = Clock::now() + clock_duration(timeout_seconds);
+  const Clock::time_point start = Clock::now();
+  const Clock::duration limit = CallWaits::limit_of(timeout_seconds);
+  const Clock::time_point deadline = limit >= CallWaits::kNoLimit ? Clock::time_point::max() : start + limit;
+  const double stall_check = rt.liveness().stall_check_seconds;
+  Clock::time_point next_warning = stall_check > 0 ? start + clock_duration(stall_check) : Clock::time_point::max();
   for (int polls = 0;; ++polls) {
     int done = 0;
     check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
@@ -40,14 +46,22 @@ MPI_Comm duplicate_world(double timeout_seconds, const std::string& who) {
       return *comm;
     }
     if (polls % 64 == 0) {
-      const std::string failure = rt.peer_failure();
+      std::string failure = rt.peer_failure();
+      if (failure.empty()) failure = rt.finished_peer(CallWaits::kFinishedGraceSeconds);
       if (!failure.empty())
         throw_error(who, ": rank ", rt.rank(), " was creating its communicator with the others (MPI_Comm_idup): ",
                     failure);
     }
-    if (Clock::now() >= deadline)
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline)
       throw_error(who, ": rank ", rt.rank(), " waited ", timeout_seconds, " s for the other ranks to create "
-                  "theirs (MPI_Comm_idup): a rank failed, exited, stalled, or does not make one");
+                  "theirs (MPI_Comm_idup): a rank stalled or does not make one");
+    if (now >= next_warning) {
+      logger::warn("rank ", rt.rank(), ": ", who, " has waited ", static_cast<int64_t>(seconds(now - start)),
+                   " s for the other ranks to create theirs (MPI_Comm_idup); no rank has failed, died or "
+                   "finished, so it goes on waiting");
+      next_warning = now + clock_duration(stall_check);
+    }
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
 }
@@ -68,11 +82,16 @@ void CallWaits::wait(MPI_Request& req, const std::string& stage) {
          check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
          return done != 0;
        },
-       limit_,
-       [&] {
-         return str_cat("timed out after ", seconds(limit_), " s waiting for ", stage,
-                        "; a rank may have failed, stalled, or called a different collective");
-       });
+       limit_, [&] { return stage; });
+}
+
+void CallWaits::stall_warning(Clock::duration waited, const std::string& whom) const {
+  logger::warn("rank ", impl_.rank, ": ", what_, " has waited ", static_cast<int64_t>(seconds(waited)),
+               " s for ", whom, "; no rank has failed, died (", MpiRuntime::get().liveness().dead_after_seconds,
+               " s without heartbeats) or finished, so it goes on waiting",
+               limit_ >= kNoLimit ? std::string(" (no time limit)")
+               : str_cat(" (up to its limit of ", seconds(limit_), " s)"),
+               "; a chief-only callback or a rank that skipped a collective are the usual causes");
 }
 
 std::string CallWaits::coordinate(const std::string& mine,
@@ -88,17 +107,14 @@ std::string CallWaits::coordinate(const std::string& mine,
               "MPI_Isend");
     MPI_Message msg;
     MPI_Status st;
-    const Clock::duration verdict_limit = 2 * limit_ + std::chrono::seconds(1);
+    // (Rank 0 names a missing rank after the limit: twice that and more is rank 0's own silence.)
+    const Clock::duration verdict_limit = limit_ >= kNoLimit ? kNoLimit : 2 * limit_ + std::chrono::seconds(1);
     poll([&] {
            int flag = 0;
            check_mpi(MPI_Improbe(0, kTagVerdict, comm, &flag, &msg, &st), "MPI_Improbe");
            return flag != 0;
          },
-         verdict_limit,
-         [&] {
-           return str_cat("rank 0 (the coordinator) did not answer within ", seconds(verdict_limit),
-                          " s: rank 0 failed, exited, stalled, or called a different collective");
-         });
+         verdict_limit, [] { return std::string("rank 0 (the coordinator) to hear from every rank and answer"); });
     int len = 0;
     MPI_Get_count(&st, MPI_CHAR, &len);
     std::string verdict(static_cast<size_t>(len), '\0');
@@ -112,6 +128,12 @@ std::string CallWaits::coordinate(const std::string& mine,
   all[0] = mine;
   arrived[0] = 1;
   int missing = n - 1;
+  auto missing_ranks = [&] {
+    std::string who;
+    for (int r = 1; r < n; ++r)
+      if (!arrived[static_cast<size_t>(r)]) who += str_cat(who.empty() ? "" : ", ", r);
+    return who;
+  };
   poll([&] {
          for (int r = 1; r < n; ++r) {
            if (arrived[static_cast<size_t>(r)]) continue;
@@ -130,15 +152,13 @@ std::string CallWaits::coordinate(const std::string& mine,
          }
          return missing == 0;
        },
-       limit_, [] { return std::string(); }, /*throw_on_timeout=*/false);
+       limit_, [&] { return str_cat(missing == 1 ? "rank " : "ranks ", missing_ranks(), " to make this call"); },
+       /*throw_on_timeout=*/false);
   // 'F': a failure (the communicator breaks everywhere); 'M': a mismatch; "": agreed.
   std::string verdict;
   if (missing) {
-    std::string who;
-    for (int r = 1; r < n; ++r)
-      if (!arrived[static_cast<size_t>(r)]) who += str_cat(who.empty() ? "" : ", ", r);
-    verdict = str_cat("F", missing == 1 ? "rank " : "ranks ", who, " did not arrive within ", seconds(limit_),
-                      " s (failed, exited, stalled, or called a different collective)");
+    verdict = str_cat("F", missing == 1 ? "rank " : "ranks ", missing_ranks(), " did not arrive within ",
+                      seconds(limit_), " s (stalled, or called a different collective)");
   } else {
     const std::string diff = judge(all);
     if (!diff.empty()) verdict = "M" + diff;

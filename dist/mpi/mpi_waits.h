@@ -1,10 +1,13 @@
-// Internal to dist/mpi (it includes mpi.h; see mpi_internal.h): the bounded
-// waits of the MPI backend. No wait of a communicator or messenger blocks
-// in MPI: each polls its request with a time limit and the other ranks'
-// failure announcements (MpiRuntime::peer_failure, mpi_failures.cc), and a
+// Internal to dist/mpi (it includes mpi.h; see mpi_internal.h): the waits
+// of the MPI backend. No wait of a communicator or messenger blocks in MPI:
+// each polls its request with the other ranks' failure announcements
+// (MpiRuntime::peer_failure, mpi_failures.cc; a rank the heartbeats found
+// dead is announced the same way), the ranks that reached their exit
+// (MpiRuntime::finished_peer), its time limit where it has one, and a
 // collective's also with the run's cancellation, so a rank that fails,
-// exits or stalls is named on every other rank instead of hanging it. What
-// a wait that ends early leaves behind (a request MPI cannot withdraw, and
+// dies, stops or exits is named on every other rank instead of hanging it,
+// while a slow rank only makes the waits for it log stall warnings. What a
+// wait that ends early leaves behind (a request MPI cannot withdraw, and
 // the buffers it may still write) is kept alive, never freed under MPI's
 // feet.
 //
@@ -34,11 +37,11 @@ void keep_forever(std::vector<char>&& b);
 
 /// A duplicate of MPI_COMM_WORLD for `who` (a communicator or messenger of
 /// its own: no message of others can match its calls). The duplicate is
-/// collective, so it is polled: a rank that never comes (it failed before
-/// making its own, stalled, or does not make one) ends the wait after
-/// `timeout_seconds` with an error, and a failure another rank announces
-/// ends it at once, naming that rank; a blocking MPI_Comm_dup would wait
-/// forever. On an error the pending duplicate is left to MPI, with the
+/// collective, so it is polled: a rank that never comes ends the wait
+/// after `timeout_seconds` (<= 0: no limit, stall warnings only) with an
+/// error, and a failure another rank announces (or a dead or finished
+/// rank) ends it at once, naming that rank; a blocking MPI_Comm_dup would
+/// wait forever. On an error the pending duplicate is left to MPI, with the
 /// handle it may still write kept alive for the rest of the process (MPI
 /// cannot withdraw it); MPI_COMM_WORLD's collectives are then out of step
 /// with a late rank's, so the job should end, as the error says.
@@ -60,6 +63,13 @@ inline void pause_between_polls(Clock::duration waited, Clock::duration yield_un
 /// alive (MPI cannot withdraw a started operation).
 class CallWaits {
  public:
+  /// A limit that never passes.
+  static constexpr Clock::duration kNoLimit = Clock::duration::max();
+  /// How long after a rank said it reached its exit a wait that still
+  /// needs it fails: what that rank sent before it finished arrives by then.
+  static constexpr double kFinishedGraceSeconds = 3;
+  /// `seconds` as a wait's limit: kNoLimit for <= 0 (no limit).
+  static Clock::duration limit_of(double seconds) { return seconds > 0 ? clock_duration(seconds) : kNoLimit; }
   /// `what` names the call in errors; `rc` (may be null) gives the
   /// cancellation; `parts` (may be null) are the call's tensors, kept with
   /// its buffers when the call is abandoned.
@@ -76,11 +86,21 @@ class CallWaits {
   void abandon(const std::string& why);
 
   /// Polls done() until it returns true; false when `limit` passed (only
-  /// with throw_on_timeout = false). Throws on cancellation, on another
-  /// rank's failure, and on timeout with timeout_text().
+  /// with throw_on_timeout = false; kNoLimit: never). Throws on
+  /// cancellation, on another rank's failure (a dead rank is one: the
+  /// heartbeats, mpi_heartbeat.cc), when a rank finished (reached its exit)
+  /// more than kFinishedGraceSeconds ago while this wait goes on, and on
+  /// timeout. waiting_for() says what the wait is for ("rank 2 in the
+  /// ring"): the timeout's error and the stall warnings logged every
+  /// MpiLiveness::stall_check_seconds name it.
   template <typename Done, typename Text>
-  bool poll(Done&& done, Clock::duration limit, Text&& timeout_text, bool throw_on_timeout = true) {
-    const Clock::time_point start = Clock::now(), deadline = start + limit;
+  bool poll(Done&& done, Clock::duration limit, Text&& waiting_for, bool throw_on_timeout = true) {
+    const Clock::time_point start = Clock::now();
+    const Clock::time_point deadline = limit >= kNoLimit ? Clock::time_point::max() : start + limit;
+    const MpiLiveness& live = MpiRuntime::get().liveness();
+    const Clock::duration stall_every =
+        live.stall_check_seconds > 0 ? clock_duration(live.stall_check_seconds) : kNoLimit;
+    Clock::time_point next_warning = stall_every >= kNoLimit ? Clock::time_point::max() : start + stall_every;
     // Latency matters (a step of recursive doubling is one message), and
     // MPI's TCP transport moves data only inside MPI calls: poll without
     // pause for 20 us, then yielding the core between polls until a second
@@ -96,19 +116,18 @@ class CallWaits {
         abandon(str_cat(what_, " was abandoned by a cancelled run"));
         throw Cancelled(str_cat(what_, ": cancelled while waiting for the other ranks"));
       }
-      if (spins % 64 == 0) {
-        const std::string failure = MpiRuntime::get().peer_failure();
-        if (!failure.empty()) {
-          abandon(failure);
-          throw_error(what_, ": ", failure);
-        }
-      }
+      if (spins % 64 == 0) check_peers(waiting_for);
       const Clock::time_point now = Clock::now();
       if (now >= deadline) {
         if (!throw_on_timeout) return false;
-        const std::string text = timeout_text();
+        const std::string text = str_cat("timed out after ", seconds(limit), " s waiting for ", waiting_for(),
+                                         "; a rank may be stalled or have called a different collective");
         abandon(str_cat(what_, ": ", text));
         throw_error(what_, ": ", text);
+      }
+      if (now >= next_warning) {
+        stall_warning(now - start, waiting_for());
+        next_warning = now + stall_every;
       }
       pause_between_polls(now - start, std::chrono::seconds(1));
     }
@@ -133,6 +152,23 @@ class CallWaits {
                          const std::function<std::string(const std::vector<std::string>&)>& judge);
 
  private:
+  /// Throws (abandoning the call) when another rank failed or died, or
+  /// finished while this wait goes on.
+  template <typename Text>
+  void check_peers(Text&& waiting_for) {
+    MpiRuntime& rt = MpiRuntime::get();
+    std::string failure = rt.peer_failure();
+    if (failure.empty()) {
+      const std::string finished = rt.finished_peer(kFinishedGraceSeconds);
+      if (!finished.empty()) failure = str_cat(finished, " (this rank waits for ", waiting_for(), ")");
+    }
+    if (failure.empty()) return;
+    abandon(failure);
+    throw_error(what_, ": ", failure);
+  }
+  /// Logs that this call has waited `waited` for `whom` (the ranks answer
+  /// heartbeats: slow, not dead).
+  void stall_warning(Clock::duration waited, const std::string& whom) const;
   MpiCommunicator::Impl& impl_;
   std::string what_;
   const RunContext* rc_;

@@ -45,7 +45,8 @@ DistributedTrainerBase::DistributedTrainerBase(std::vector<Device> devices, Dist
   SPIRE_CHECK(options_.num_ps >= 1, kind_, ": num_ps must be >= 1, got ", options_.num_ps);
   SPIRE_CHECK(options_.num_ps < size_, kind_, ": ", options_.num_ps, " parameter server(s) leave no worker among ",
               size_, " rank(s); run more ranks (mpirun -np N) or fewer servers");
-  SPIRE_CHECK(options_.timeout_seconds > 0, kind_, ": timeout_seconds must be > 0");
+  SPIRE_CHECK(options_.timeout_seconds >= 0, kind_, ": timeout_seconds must be >= 0 (0: no limit), not ",
+              options_.timeout_seconds);
   c.kind = kind_;
   c.rank = rank_;
   c.num_ps = options_.num_ps;

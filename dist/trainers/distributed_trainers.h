@@ -50,11 +50,13 @@
 //   the servers; the other workers' next push is answered "stop" (not
 //   applied) and they end their loops cleanly too.
 // - Failures: a rank whose training fails tells the others (their waits end
-//   at once naming it). A server waits `timeout_seconds` for a worker, a
-//   worker 1.5x that (+2 s) for a server, so a stalled or dead worker is
-//   named by the server, which tells the others; a dead server is named by
-//   the workers (mpirun itself ends the job at once when a process is
-//   killed, unless --enable-recovery). Every wait is bounded.
+//   at once naming it); a rank that dies or is stopped is found by the MPI
+//   runtime's heartbeats and named to every rank within seconds (mpirun
+//   itself ends the job at once when a process is killed, unless
+//   --enable-recovery). A slow rank only makes the others log stall
+//   warnings. With a time limit (timeout_seconds), a server waits that long
+//   for a worker, a worker 1.5x that (+2 s) for a server, so a stalled
+//   worker is named by the server, which tells the others.
 // - Deviations and details: every rank builds the whole model (a server's
 //   towers are never run, but its devices must exist); the model
 //   variables of the replicated trainer are sharded after the trainable
@@ -82,10 +84,13 @@ struct DistributedOptions {
   /// The number of parameter servers: ranks 0..num_ps-1 (at least one
   /// rank must be left for a worker).
   int num_ps = 1;
-  /// How long any wait for another rank lasts before it fails naming the
-  /// rank (the servers wait between steps while the chief validates and
-  /// saves: make it longer than the chief's epoch-end callbacks).
-  double timeout_seconds = 60;
+  /// How long any wait for another rank may last before it fails naming
+  /// the rank; 0 (the default): no limit. A rank that fails, dies or is
+  /// stopped ends every wait within seconds all the same (MPI's heartbeats,
+  /// dist/mpi/mpi_runtime.h's MpiLiveness); one that is only slow (the
+  /// chief validating and saving while the servers wait) makes the waits
+  /// log a stall warning every SPIRE_STALL_CHECK_SECONDS (60).
+  double timeout_seconds = 0;
   /// The ranks' messages; null: the MPI job's (make_mpi_messenger()).
   std::shared_ptr<dist::Messenger> messenger;
 };

@@ -34,8 +34,9 @@
 //   and the main lane would stop at each BatchNorm gradient until the
 //   bucket before it is all-reduced).
 // - A rank whose training fails tells the others (MpiRuntime::announce_failure):
-//   they stop at once with an error naming it; a rank that dies or stalls is
-//   named by the others after the collective timeout.
+//   they stop at once with an error naming it; a rank that dies or is
+//   stopped is found by the heartbeats and named within seconds; a slow
+//   rank only makes the others log stall warnings naming it.
 // - BatchNorm(sync_statistics = SyncStatistics::kTowers, tensorpack's
 //   "horovod" or "nccl") averages the batch statistics over the ranks.
 //   DistributedInferenceRunner validates on every rank's shard and sums the
@@ -126,9 +127,16 @@ struct HorovodOptions {
   /// overlap), so it starts as soon as its gradients exist and overlaps the
   /// rest of the backward pass.
   bool overlap = true;
-  /// How long any collective waits for the other ranks before it fails
-  /// naming the missing rank (MpiCommunicator's timeout).
-  double timeout_seconds = 60;
+  /// How long a collective outside a session run (the per-step stop
+  /// agreement, broadcasts and sums for callbacks) may wait for the other
+  /// ranks before it fails naming the missing ones (MpiCommunicator's
+  /// timeout; the graph's collectives use SessionOptions::timeout_seconds);
+  /// 0 (the default): no limit. A rank that fails, dies or is stopped ends
+  /// every wait within seconds all the same (MPI's heartbeats: MpiLiveness
+  /// in dist/mpi/mpi_runtime.h); one that is only slow (the chief validating
+  /// or saving) makes the others log a stall warning every
+  /// SPIRE_STALL_CHECK_SECONDS (60), as Horovod's stall inspector does.
+  double timeout_seconds = 0;
   /// The collectives across the processes when `communicator` is null.
   HorovodBackend backend = HorovodBackend::kDefault;
   /// The communicator across the processes (one participant each), or null

@@ -81,7 +81,7 @@ struct Cluster {
   std::string kind;  // the trainer's name, for messages
   std::shared_ptr<dist::Messenger> messenger;
   int rank = 0, num_ps = 1, num_workers = 1;
-  double timeout_seconds = 60;
+  double timeout_seconds = 0;  // 0: no limit (DistributedOptions::timeout_seconds)
   std::shared_ptr<Optimizer> opt;
   std::vector<Shard> shards;              // one per server
   std::map<std::string, Output> by_name;  // every variable of the graph (set with the session)

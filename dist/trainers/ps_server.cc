@@ -95,28 +95,39 @@ void Server::serve(Session& session) {
   logger::info(c_.kind, ": parameter server rank ", me, " serves ", mine().vars.size(), " variables (",
                mine().bytes, " bytes) to ", W, " worker(s)");
   for (;;) {
-    std::optional<dist::Message> msg = c_.messenger->receive(-1, kTagRequest, c_.timeout_seconds);
-    if (!msg) {
-      // The workers it waits for: those that neither sent this round's request nor
-      // ended training (a finished worker is not missing).
-      std::string who, finished;
+    // The workers it waits for: those that neither sent this round's request nor
+    // ended training (a finished worker is not missing).
+    auto waited_for = [&](std::string* finished) {
+      std::string who;
       for (int w = 0; w < W; ++w) {
-        std::string& list = done.count(w) ? finished : who;
+        std::string& list = done.count(w) ? *finished : who;
         if (done.count(w) || !round[static_cast<size_t>(w)])
           list += str_cat(list.empty() ? "" : ", ", c_.worker_rank(w));
       }
+      return who;
+    };
+    auto waiting_for = [&] {
+      return done.empty() ? std::string(arrived ? kind_name(round_kind) : "a request")
+                          : std::string("the end of training");
+    };
+    std::optional<dist::Message> msg =
+        c_.messenger->receive_watched(-1, kTagRequest, c_.timeout_seconds, [&] {
+          std::string finished;
+          const std::string who = waited_for(&finished);
+          return str_cat(c_.kind, "'s parameter server rank ", me, " to get ", waiting_for(), " from rank(s) ", who);
+        });
+    if (!msg) {
+      std::string finished;
+      const std::string who = waited_for(&finished);
       const double t = c_.timeout_seconds;
-      const std::string waiting_for =
-          done.empty() ? str_cat(arrived ? kind_name(round_kind) : "a request")
-                       : std::string("the end of training");
       throw_error(c_.kind, ": parameter server rank ", me,
-                  arrived ? str_cat(" waited ", t, " s for ", waiting_for, " from rank(s) ", who,
+                  arrived ? str_cat(" waited ", t, " s for ", waiting_for(), " from rank(s) ", who,
                                     " (the other workers sent theirs)")
                           : str_cat(done.empty() ? " heard from no worker within " : " got no request within ", t,
-                                    " s (waiting for ", waiting_for, " from rank(s) ", who, ")"),
+                                    " s (waiting for ", waiting_for(), " from rank(s) ", who, ")"),
                   finished.empty() ? std::string() : str_cat("; rank(s) ", finished, " finished training"),
-                  "; a worker failed, stalled, or is in a longer epoch-end callback (raise "
-                  "DistributedOptions::timeout_seconds)");
+                  "; a worker stalled, or is in an epoch-end callback longer than the limit (raise "
+                  "DistributedOptions::timeout_seconds, or 0: no limit)");
     }
     const int w = msg->source - c_.num_ps;
     SPIRE_CHECK(w >= 0 && w < W, c_.kind, ": parameter server rank ", me, " got a request from rank ",

@@ -55,7 +55,10 @@ void Worker::set_all(const Bundle& values, bool to_replicas, const std::string& 
 }
 
 dist::Message Worker::wait_reply(int p, int64_t kind, int64_t step, bool* stop) {
-  std::optional<dist::Message> msg = c_.messenger->receive(c_.server_rank(p), kTagReply, timeout());
+  std::optional<dist::Message> msg = c_.messenger->receive_watched(c_.server_rank(p), kTagReply, timeout(), [&] {
+    return str_cat(c_.kind, "'s worker rank ", c_.rank, " to get parameter server rank ", c_.server_rank(p),
+                   "'s answer to ", kind_name(kind), kind == kPush ? str_cat(" of step ", step) : std::string());
+  });
   if (msg) {
     dist::MessageReader r(msg->data, str_cat(c_.kind, ": a reply of server rank ", p));
     const int64_t status = r.get_i64(), k = r.get_i64(), s = r.get_i64();
@@ -70,8 +73,8 @@ dist::Message Worker::wait_reply(int p, int64_t kind, int64_t step, bool* stop) 
   throw_error(c_.kind, ": rank ", c_.rank, " (worker ", c_.rank - c_.num_ps, ") waited ", timeout(),
               " s for parameter server rank ", c_.server_rank(p), " to answer ", kind_name(kind),
               kind == kPush ? str_cat(" of step ", step) : std::string(),
-              "; the server or another worker failed, stalled, or is still in a longer epoch-end "
-              "callback (raise DistributedOptions::timeout_seconds)");
+              "; the server or another worker stalled, or is in an epoch-end callback longer than the limit "
+              "(raise DistributedOptions::timeout_seconds, or 0: no limit)");
 }
 
 Bundle Worker::chief_values_for(int p, Graph& g) const {

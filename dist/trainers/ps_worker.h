@@ -59,7 +59,7 @@ class Worker {
   dist::Message wait_reply(int p, int64_t kind, int64_t step, bool* stop = nullptr);
   /// A worker waits longer than a server: when a worker stalls, the server
   /// (which knows who is missing) reports first and names it.
-  double timeout() const { return 1.5 * c_.timeout_seconds + 2; }
+  double timeout() const { return c_.timeout_seconds > 0 ? 1.5 * c_.timeout_seconds + 2 : 0; }
   /// The chief's values for server p: every global variable but the other
   /// servers' shards (and their slots).
   Bundle chief_values_for(int p, Graph& g) const;

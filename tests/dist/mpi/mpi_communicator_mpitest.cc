@@ -700,6 +700,7 @@ TEST(MpiCommunicator, GraphAllReduceAcrossRanks) {
 
 namespace spire {
 int run_trainer_failure();                   // horovod_trainer_mpitest.cc
+int run_trainer_slow();                      // horovod_trainer_mpitest.cc
 int run_ps_failure(const std::string& mode);  // distributed_trainers_mpitest.cc
 }
 
@@ -708,14 +709,24 @@ namespace {
 // A rank failure for tests/dist/mpi/rank_failures.py (not a gtest: the job
 // must end, non-zero, as a real one would). Every rank runs one good
 // allreduce; then rank 1 fails by `mode` ("raise": announces its error and
-// exits 1, as a trainer does; "kill": SIGKILL; "stall": sleeps; "exit":
-// leaves main early) while the others call the next allreduce (3 s timeout),
-// print their error and announce it, as a trainer does. "raise-early": rank
-// 1 raises before it makes its communicator, while the others make theirs
-// (which is collective).
+// exits 1, as a trainer does; "kill": SIGKILL; "stop": SIGSTOP; "exit":
+// leaves main early) while the others call the next allreduce (no time
+// limit: the runtime's heartbeats and exit notices end it), print their
+// error and announce it, as a trainer does. "slow": rank 1 only sleeps
+// SPIRE_TEST_SLEEP_SECONDS (alive) and the job ends well. "raise-early":
+// rank 1 raises before it makes its communicator, while the others make
+// theirs (which is collective).
+// How long the "slow" modes' rank sleeps: SPIRE_TEST_SLEEP_SECONDS (default
+// 8 s; rank_failures.py sets it).
+double sleep_seconds() {
+  const char* v = std::getenv("SPIRE_TEST_SLEEP_SECONDS");
+  return v && *v ? std::atof(v) : 8.0;
+}
+
 int run_failure(const std::string& mode) {
   using namespace spire;
   if (mode == "trainer") return run_trainer_failure();
+  if (mode == "trainer-slow") return run_trainer_slow();
   if (mode.rfind("ps-", 0) == 0) return run_ps_failure(mode);
   using namespace spire::dist;
   MpiRuntime& rt = MpiRuntime::get();
@@ -739,7 +750,7 @@ int run_failure(const std::string& mode) {
     rt.announce_failure(e.what(), 2.0);
     return 1;
   };
-  MpiCommunicator comm(Device::cpu(), 3.0);
+  MpiCommunicator comm(Device::cpu(), /*timeout_seconds=*/0);
   std::vector<Participant> p{{0, input(DType::F32, 1000, rt.rank()), Tensor(DType::F32, Shape{1000})}};
   // Rank 1 may be done with the first allreduce (and fail) while another
   // rank still waits for its last segment: that rank then hears the failure
@@ -756,11 +767,15 @@ int run_failure(const std::string& mode) {
       return 1;
     }
     if (mode == "kill") ::raise(SIGKILL);
-    if (mode == "stall") std::this_thread::sleep_for(std::chrono::seconds(600));
+    if (mode == "stop") ::raise(SIGSTOP);
     if (mode == "exit") return 0;
+    if (mode == "slow") std::this_thread::sleep_for(std::chrono::duration<double>(sleep_seconds()));
   }
   try {
     comm.allreduce(call("next"), p, ReduceOp::kSum);
+    const float want = static_cast<float>(rt.size() * (rt.size() + 1) / 2);  // input(): rank + 1 at [0]
+    SPIRE_CHECK(p[0].output.data<float>()[0] == want, "rank ", rt.rank(), ": the allreduce summed ",
+                p[0].output.data<float>()[0], ", not ", want);
     std::fprintf(stderr, "rank %d: no error\n", rt.rank());
     return 0;
   } catch (const Error& e) {

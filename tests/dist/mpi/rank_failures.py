@@ -1,35 +1,57 @@
 #!/usr/bin/env python3
-"""A failing rank never leaves the others hanging (ctest runs this; see
-tests/CMakeLists.txt): runs `spire_mpi_tests --spire-failure=MODE` under
-mpirun, where rank 1 raises (announcing its error), is SIGKILLed, stalls or
-exits early while the other ranks wait in an allreduce with a 3 s timeout
-(or, "raise-early", rank 1 raises before it makes its communicator while
-the others make theirs; or, "trainer", a HorovodTrainer callback raises on rank 1; or, the
-"ps-" modes, a DistributedTrainerParameterServer worker raises or is killed,
-or its server (rank 0) is killed), and checks that the whole job ends non-zero within a time bound, that every
-surviving rank's error names the failed rank, and that no process of the job is left
-behind. SIGKILL runs twice: as mpirun does by default ("kill": mpirun
-itself ends the others at once and names rank 1) and with mpirun's
---enable-recovery ("kill-recovery": the others run on, and Spire's own
-detection ends them, naming rank 1; OpenMPI 4.1's mpirun then exits 0).
+"""A failing rank never leaves the others hanging, and a slow one does not
+fail the job (ctest runs this; see tests/CMakeLists.txt): runs
+`spire_mpi_tests --spire-failure=MODE` under mpirun, where rank 1 raises
+(announcing its error), is SIGKILLed, is SIGSTOPped ("stop"), exits early,
+or only sleeps ("slow") while the other ranks wait in an allreduce with no
+time limit (or, "raise-early", rank 1 raises before it makes its
+communicator while the others make theirs; or, "trainer", a HorovodTrainer
+callback raises on rank 1; or, "trainer-slow", a chief-only HorovodTrainer
+callback sleeps SPIRE_TEST_SLEEP_SECONDS, 125 s by default: twice the 60 s
+the others' waits were limited to; or, the "ps-" modes, a
+DistributedTrainerParameterServer worker raises or is killed, or its server
+(rank 0) is killed). A failure must end the whole job non-zero within a
+time bound, every surviving rank's error naming the failed rank, with no
+process left behind; the slow modes must end well, the waiting ranks having
+logged stall warnings. SIGKILL runs twice: as mpirun does by default
+("kill": mpirun itself ends the others at once and names rank 1) and with
+mpirun's --enable-recovery ("kill-recovery": the others run on, and Spire's
+heartbeats find rank 1 dead). OpenMPI 4.1's mpirun exits 0 under
+--enable-recovery whatever its ranks do (even `sh -c 'exit 3'`), so there
+the test requires the survivors' own verdict instead: the job ended by
+Spire's MPI_Abort.
 
 usage: rank_failures.py MPIEXEC SPIRE_MPI_TESTS NRANKS [MODE...]
+(MPIEXEC may carry arguments: "scripts/test_hosts.sh run" runs the jobs
+across the test hosts, over TCP.)
 """
 import os
+import re
+import shlex
 import subprocess
 import sys
 import time
 
-BOUND_S = {"raise": 10, "raise-early": 10, "kill": 15, "kill-recovery": 20, "stall": 20, "exit": 20, "trainer": 20,
-           "ps-raise-worker": 10, "ps-kill-worker": 20, "ps-kill-server": 20}
+SLEEP_S = float(os.environ.get("SPIRE_TEST_SLEEP_SECONDS", "125"))
+BOUND_S = {"raise": 10, "raise-early": 10, "kill": 15, "kill-recovery": 25, "stop": 25, "exit": 15, "slow": 20,
+           "trainer": 20, "trainer-slow": SLEEP_S + 40, "ps-raise-worker": 10, "ps-kill-worker": 25,
+           "ps-kill-server": 25}
+# What each surviving rank's error must say ("" for the slow modes: no error).
+WANT = {"raise": "rank 1 failed: the model raised: boom", "raise-early": "rank 1 failed: the model raised: boom",
+        "trainer": "rank 1 failed: ", "kill-recovery": "rank 1 stopped responding: no heartbeat",
+        "stop": "rank 1 stopped responding: no heartbeat", "exit": "rank 1 finished (reached its exit"}
+# The environment of each mode's job: short stall checks, so the slow modes
+# show their warnings; the low-level slow mode sleeps 8 s.
+ENV = {"slow": {"SPIRE_STALL_CHECK_SECONDS": "2", "SPIRE_TEST_SLEEP_SECONDS": "8"},
+       "trainer-slow": {"SPIRE_STALL_CHECK_SECONDS": str(max(1, SLEEP_S // 4)), "SPIRE_TEST_SLEEP_SECONDS": str(SLEEP_S)}}
 # The parameter-server trainer's modes (DistributedTrainerParameterServer,
 # rank 0 the server): the rank that fails and what every other rank's error
 # must say. The kill modes run with --enable-recovery, so Spire's own
 # detection ends the job.
 PS_MODES = {
     "ps-raise-worker": (1, "rank 1 failed: "),
-    "ps-kill-worker": (1, "rank(s) 1"),
-    "ps-kill-server": (0, "parameter server rank 0"),
+    "ps-kill-worker": (1, "rank 1 stopped responding: no heartbeat"),
+    "ps-kill-server": (0, "rank 0 stopped responding: no heartbeat"),
 }
 
 
@@ -40,43 +62,61 @@ def leftovers(tag):
 
 def main():
     mpiexec, binary, nranks = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    modes = sys.argv[4:] or ["raise", "raise-early", "kill", "kill-recovery", "stall", "exit", "trainer", *PS_MODES]
+    modes = sys.argv[4:] or ["raise", "raise-early", "kill", "kill-recovery", "stop", "exit", "slow", "trainer",
+                             "trainer-slow", *PS_MODES]
     failures = []
     for mode in modes:
         flag = f"--spire-failure={mode.replace('-recovery', '')}"
         victim, ps_want = PS_MODES.get(mode, (1, None))
-        cmd = [mpiexec, "-np", str(nranks), binary, flag]
-        if mode == "kill-recovery" or mode.startswith("ps-kill"):
-            # By default mpirun ends every rank as soon as one is killed (and
-            # names it: "kill"); with --enable-recovery it lets the others
-            # run, so Spire's own detection is what ends them.
-            cmd.insert(1, "--enable-recovery")
+        recovery = mode == "kill-recovery" or mode.startswith("ps-kill")
+        slow = mode in ("slow", "trainer-slow")
+        # By default mpirun ends every rank as soon as one is killed (and
+        # names it: "kill"); with --enable-recovery it lets the others run,
+        # so Spire's own detection is what ends them.
+        cmd = [*shlex.split(mpiexec), *(["--enable-recovery"] if recovery else []), "-np", str(nranks), binary, flag]
+        limit = BOUND_S[mode] + 60
         start = time.monotonic()
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit,
+                                  env={**os.environ, **ENV.get(mode, {})})
             out, rc = proc.stdout + proc.stderr, proc.returncode
         except subprocess.TimeoutExpired as e:
             out, rc = (e.stdout or b"").decode() + (e.stderr or b"").decode(), None
         took = time.monotonic() - start
         problems = []
         if rc is None:
-            problems.append("the job hung (killed after 90 s)")
-        elif rc == 0 and mode != "kill-recovery" and not mode.startswith("ps-kill"):  # (with recovery, OpenMPI 4.1's mpirun exits 0)
+            problems.append(f"the job hung (killed after {limit:.0f} s)")
+        elif slow and rc != 0:
+            problems.append(f"the job exited {rc}")
+        elif not slow and not recovery and rc == 0:
             problems.append("the job exited 0")
+        if recovery and "ending every rank with MPI_Abort" not in out:
+            problems.append("no survivor ended the job with MPI_Abort")
         if took > BOUND_S[mode]:
             problems.append(f"the job took {took:.1f} s (bound {BOUND_S[mode]} s)")
         survivors = [r for r in range(nranks) if r != victim]
         if mode == "kill" and "rank 1" not in out:
             problems.append("mpirun did not name rank 1")
         for r in survivors if mode != "kill" else []:
+            if slow:
+                if f"rank {r}: no error" not in out:
+                    problems.append(f"rank {r} did not end well")
+                continue
             lines = [l for l in out.splitlines() if l.startswith(f"rank {r}: spire::Error")]
-            want = ("rank 1 failed: " if mode in ("raise", "raise-early", "trainer") else "rank 1 did not arrive")
-            if ps_want:
-                want = ps_want
-            if mode in ("raise", "raise-early"):
-                want += "the model raised: boom"
+            want = ps_want or WANT[mode]
             if not any(want in l for l in lines):
                 problems.append(f"rank {r} did not report '{want}'")
+        if slow:
+            # The slow rank held the others up (its sleep), and they said why.
+            if took < float(ENV[mode]["SPIRE_TEST_SLEEP_SECONDS"]):
+                problems.append(f"the job took {took:.1f} s, less than the slow rank's sleep")
+            waited = ("for rank 1 to make this call" if mode == "slow"
+                      else "for rank 0 (the coordinator) to hear from every rank")
+            if not any("has waited" in l and waited in l for l in out.splitlines()):
+                problems.append(f"no stall warning '... has waited N s {waited}'")
+            sums = set(re.findall(r"checksum (\S+)", out))
+            if mode == "trainer-slow" and len(sums) != 1:
+                problems.append(f"the ranks ended with different variables: {sums}")
         time.sleep(0.5)
         left = leftovers(flag)
         if left:

@@ -602,4 +602,43 @@ int run_trainer_failure() {
   }
 }
 
+// A chief-only callback (as a validation or a checkpoint save is) that
+// sleeps at the end of epoch 1 for SPIRE_TEST_SLEEP_SECONDS (default 125:
+// twice the 60 s the other ranks' waits used to be limited to), while the
+// other ranks wait for rank 0 at the step boundary, for
+// tests/dist/mpi/rank_failures.py's "trainer-slow" mode: with HorovodTrainer's
+// defaults the job ends well, the waiting ranks logging stall warnings.
+int run_trainer_slow() {
+  class SleepAtEpochEnd : public Callback {
+   public:
+    explicit SleepAtEpochEnd(double s) : seconds_(s) {}  // (chief-only: Callback's default)
+
+   protected:
+    void _trigger_epoch() override {
+      if (trainer().epoch_num() == 1) std::this_thread::sleep_for(std::chrono::duration<double>(seconds_));
+    }
+
+   private:
+    double seconds_;
+  };
+  const char* v = std::getenv("SPIRE_TEST_SLEEP_SECONDS");
+  const double sleep = v && *v ? std::atof(v) : 125.0;
+  const int n = nranks();
+  auto data = batches(n * 20, kBatch, 48);
+  try {
+    HorovodTrainer hvd;
+    const auto values = train(hvd, std::make_shared<Model>(false), shard(data, rank(), n), 5, 2,
+                              {std::make_shared<SleepAtEpochEnd>(sleep)});
+    // Every rank ends with the same variables (the steps after the pause were all-reduced).
+    const Tensor& w = values.at("fc1/W");
+    double sum = 0;
+    for (int64_t i = 0; i < w.num_elements(); ++i) sum += w.data<double>()[i] * static_cast<double>(i + 1);
+    std::fprintf(stderr, "rank %d: no error; fc1/W checksum %.17g\n", rank(), sum);
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "rank %d: spire::Error: %s\n", rank(), e.what());
+    return 1;
+  }
+}
+
 }  // namespace spire
