@@ -284,6 +284,7 @@ void Trainer::train(const std::vector<CallbackPtr>& callbacks,
     try {
       if (mp->run_service()) return;
       mp->synchronize_loop(steps_per_epoch, starting_epoch, max_epoch);
+      mp->synchronize_rng(*session_);
     } catch (const std::exception& e) {
       mp->on_failure(e);
       throw;
