@@ -89,6 +89,24 @@ uint64_t Session::advance_rng(const Node* n, uint64_t count) {
   return start;
 }
 
+std::vector<std::pair<const Node*, uint64_t>> Session::rng_offsets() const {
+  std::vector<std::pair<const Node*, uint64_t>> out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    out.assign(rng_.begin(), rng_.end());
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first->id() < b.first->id(); });
+  return out;
+}
+
+void Session::set_rng_offset(const Node* n, uint64_t offset) {
+  SPIRE_CHECK(n, "Session::set_rng_offset: null node");
+  SPIRE_CHECK(n->graph() == &graph_, "Session::set_rng_offset: node '", n->name(),
+              "' (", n->op_type(), ") is not a node of this session's graph");
+  std::lock_guard<std::mutex> lock(mu_);
+  rng_[n] = offset;
+}
+
 Tensor Session::constant_cache(const Node* n, const std::function<Tensor()>& make) {
   std::lock_guard<std::mutex> lock(mu_);
   Tensor& slot = constants_[n];

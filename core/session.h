@@ -154,6 +154,17 @@ class Session : private SessionState {
   void set_variable_value(const Node* var, const Tensor& value);
   bool is_initialized(const Node* var) const;
 
+  /// The positions of the random streams (see SessionState::advance_rng):
+  /// every random node that has drawn in this session (or had its offset
+  /// set), with the stream offset its next run draws from, by node id. A
+  /// checkpoint keeps them so that a resumed run draws what the
+  /// uninterrupted one would have (PyTorch saves its RNG state likewise).
+  std::vector<std::pair<const Node*, uint64_t>> rng_offsets() const;
+  /// Sets the stream offset random node `n`'s next run draws from (restoring
+  /// a checkpoint). Throws spire::Error when `n` is not a node of this
+  /// session's graph.
+  void set_rng_offset(const Node* n, uint64_t offset);
+
   /// The lanes of the plan a run with these fetches, feeds and targets
   /// would use: one line per lane, "<device>: <node>, <node>[participant], ..."
   /// (for tests and debugging).

@@ -206,10 +206,10 @@ int main(int argc, char** argv) {
     config.logdir = flags.logdir;
 
     std::unique_ptr<SingleCostTrainer> trainer = make_trainer(t);
-    // On resume, continue the shuffling sequence where the interrupted run was.
-    if (!launch_example_training(t, config, *trainer,
-                                 [&](int epoch) { mnist_train->set_next_epoch(epoch - 1); }))
-      return 0;
+    // On resume the data continues where the interrupted run was (the input
+    // skips to the restored global_step), with the same dropout masks (the
+    // checkpoint keeps the random streams' positions).
+    if (!launch_example_training(t, config, *trainer)) return 0;
     double acc = 0, err = 0;
     int epoch = 0, err_epoch = 0;
     if (!final_stat(*trainer, flags.logdir, "validation_accuracy", &acc, &epoch)) {

@@ -3,7 +3,8 @@
 // and loop settings; launch_train_with_config() builds the graph of a
 // SingleCostTrainer from it and trains; AutoResumeTrainConfig() turns a
 // config into one that continues an interrupted run from its log directory
-// (latest checkpoint + the epoch after the last one in stats.json).
+// (latest checkpoint + the epoch after the last one in stats.json), drawing
+// the same random numbers and reading the same data as the uninterrupted run.
 //
 //   TrainConfig cfg;
 //   cfg.model = std::make_shared<MyModel>();
@@ -79,9 +80,12 @@ void launch_train_with_config(const TrainConfig& config, SingleCostTrainer& trai
 /// consistently); with neither (or no logdir) `config` is returned
 /// unchanged. With always_resume = false, a config that already has a
 /// session_init keeps it and a starting_epoch other than 1 is kept (only
-/// what the config leaves unset is resumed). The data order is not
-/// adjusted: for a run to continue exactly, make the dataflow start at the
-/// resumed epoch (e.g. DataFromList::set_next_epoch(starting_epoch - 1)).
+/// what the config leaves unset is resumed). The resumed run continues
+/// exactly where the interrupted one was: the checkpoint restores the
+/// variables (global_step among them) and the random streams' positions
+/// (CheckpointRestore), and the input continues the data at the restored
+/// global_step (FeedInput::reset_state_at_step: whole passes skipped with
+/// DataFlow::set_next_epoch, the rest read and dropped).
 TrainConfig AutoResumeTrainConfig(TrainConfig config, bool always_resume = true);
 
 }  // namespace spire

@@ -19,6 +19,12 @@ void DataFlow::reset_state() {
   reset_done_ = true;
 }
 
+void DataFlow::set_next_epoch(int64_t e) {
+  SPIRE_CHECK(e >= 0, name(), ": set_next_epoch(", e, "): the epoch must be >= 0");
+  throw_error(name(), ": set_next_epoch(", e, "): this DataFlow cannot start a later pass without "
+              "reading the earlier ones (can_set_next_epoch() is false)");
+}
+
 void DataFlow::begin_epoch() {
   SPIRE_CHECK(reset_done_, name(),
               ": reset_state() must be called once before iterating (begin_epoch())");
@@ -52,6 +58,14 @@ int64_t ProxyDataFlow::size() const {
   SPIRE_CHECK(has_size(), "size() is not available for ", name(), " (its upstream ",
               ds_->name(), " has no size)");
   return ds_->size();
+}
+
+void ProxyDataFlow::set_next_epoch(int64_t e) {
+  SPIRE_CHECK(can_set_next_epoch(), name(), ": set_next_epoch(", e, "): ",
+              passes_through_epochs() ? str_cat("its upstream ", ds_->name(), " cannot start a later pass")
+                                      : std::string("its pass is not one pass of its upstream (or, for a "
+                                                    "prefetching DataFlow, its workers already started)"));
+  ds_->set_next_epoch(e);
 }
 
 // ---- shuffle ----------------------------------------------------------------------

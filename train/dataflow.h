@@ -74,6 +74,20 @@ class DataFlow {
   class EpochRange;
   EpochRange epoch();
 
+  /// Resuming (see set_next_epoch): true when this DataFlow can start a
+  /// later pass without reading the earlier ones. False by default.
+  virtual bool can_set_next_epoch() const { return false; }
+  /// Makes the pass the next begin_epoch() starts pass `e` (0-based, counted
+  /// from reset_state()), as if `e` passes had been read: a resumed run
+  /// continues the order of the interrupted one (PyTorch's
+  /// DistributedSampler.set_epoch). Shuffling sources (DataFromList,
+  /// ILSVRC12Files, TextWindowData) set their order's epoch; wrappers whose
+  /// pass is one upstream pass (BatchData, ShardData, MapData,
+  /// MapDataComponent; PrefetchData and MultiThreadMapData before
+  /// reset_state()) pass it on. Throws spire::Error when
+  /// can_set_next_epoch() is false, or for e < 0.
+  virtual void set_next_epoch(int64_t e);
+
  protected:
   virtual void reset_state_impl() {}
   virtual void begin_epoch_impl() = 0;
@@ -130,8 +144,17 @@ class ProxyDataFlow : public DataFlow {
   bool has_size() const override { return ds_->has_size(); }
   int64_t size() const override;
   const std::shared_ptr<DataFlow>& upstream() const { return ds_; }
+  /// When one pass of this DataFlow is one pass of the upstream
+  /// (passes_through_epochs()), the upstream's.
+  bool can_set_next_epoch() const override {
+    return passes_through_epochs() && ds_->can_set_next_epoch();
+  }
+  void set_next_epoch(int64_t e) override;
 
  protected:
+  /// True when each pass of this DataFlow is exactly one pass of the
+  /// upstream (so set_next_epoch may be passed on). False by default.
+  virtual bool passes_through_epochs() const { return false; }
   void reset_state_impl() override { ds_->reset_state(); }
   void begin_epoch_impl() override { ds_->begin_epoch(); }
   bool next_impl(Datapoint& dp) override { return ds_->next(dp); }
@@ -214,7 +237,8 @@ class DataFromList : public DataFlow {
   /// reset_state()); set it to resume a run at epoch `e` with the order it
   /// would have had.
   int64_t next_epoch() const { return order_.next_epoch(); }
-  void set_next_epoch(int64_t e) { order_.set_next_epoch(e, name()); }
+  bool can_set_next_epoch() const override { return true; }
+  void set_next_epoch(int64_t e) override { order_.set_next_epoch(e, name()); }
 
  protected:
   void begin_epoch_impl() override { order_.begin(static_cast<int64_t>(list_.size())); }
@@ -243,6 +267,7 @@ class BatchData : public ProxyDataFlow {
   static Datapoint aggregate_batch(const std::vector<Datapoint>& dps);
 
  protected:
+  bool passes_through_epochs() const override { return true; }
   bool next_impl(Datapoint& dp) override;
 
  private:
@@ -287,6 +312,7 @@ class ShardData : public ProxyDataFlow {
   std::string name() const override { return "ShardData"; }
 
  protected:
+  bool passes_through_epochs() const override { return true; }
   void begin_epoch_impl() override;
   bool next_impl(Datapoint& dp) override;
 
@@ -330,6 +356,7 @@ class MapData : public ProxyDataFlow {
   std::string name() const override { return "MapData"; }
 
  protected:
+  bool passes_through_epochs() const override { return true; }
   bool next_impl(Datapoint& dp) override;
 
  private:
@@ -345,6 +372,7 @@ class MapDataComponent : public ProxyDataFlow {
   std::string name() const override { return "MapDataComponent"; }
 
  protected:
+  bool passes_through_epochs() const override { return true; }
   bool next_impl(Datapoint& dp) override;
 
  private:
@@ -385,6 +413,8 @@ class ParallelDataFlowBase : public ProxyDataFlow {
   int64_t buffer_size() const { return capacity_; }
 
  protected:
+  /// Before reset_state() only (the workers start the upstream's first pass there).
+  bool passes_through_epochs() const override { return !is_reset(); }
   ParallelDataFlowBase(std::shared_ptr<DataFlow> ds, int num_threads, int64_t buffer_size,
                        MapData::Func func, const char* what);
   void reset_state_impl() override;

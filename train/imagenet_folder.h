@@ -71,7 +71,8 @@ class ILSVRC12Files : public DataFlow {
   /// The epoch the next begin_epoch() starts (0 after construction); set it
   /// to resume at epoch `e` with the order it would have had.
   int64_t next_epoch() const { return order_.next_epoch(); }
-  void set_next_epoch(int64_t e);
+  bool can_set_next_epoch() const override { return true; }
+  void set_next_epoch(int64_t e) override;
 
  protected:
   void begin_epoch_impl() override;

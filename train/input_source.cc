@@ -12,6 +12,7 @@
 
 #include "core/ops/state_ops.h"
 #include "train/dataflow.h"
+#include "train/trainer.h"
 #include "core/logger.h"
 
 namespace spire {
@@ -69,7 +70,7 @@ class FeedInput::FeedCallback : public Callback {
   std::string name() const override { return "FeedInput"; }
 
  protected:
-  void _before_train() override { in_.reset_state(); }
+  void _before_train() override { in_.reset_state_at_step(trainer().global_step()); }
   SessionRunArgs _before_run(SessionRunContext&) override {
     std::vector<std::vector<Tensor>> step;
     if (!in_.next_step(step)) throw StopTraining("FeedInput: the dataflow is exhausted");
@@ -91,12 +92,40 @@ FeedInput::~FeedInput() = default;
 
 int64_t FeedInput::size() const { return df_->size(); }
 
-void FeedInput::reset_state() {
-  if (!state_reset_) {
-    df_->reset_state();
-    state_reset_ = true;
+void FeedInput::reset_state_at_step(int64_t global_step) {
+  SPIRE_CHECK(global_step >= 0, "FeedInput: reset_state_at_step(", global_step, "): the step must be >= 0");
+  if (state_reset_) {
+    df_->begin_epoch();
+    return;
   }
+  // A resumed run: the stream continues where step `global_step` of the
+  // uninterrupted run read (every step takes one datapoint per tower).
+  int64_t skip = global_step * num_towers();
+  int64_t pass = 0;
+  if (skip > 0 && df_->has_size() && df_->size() > 0 && df_->can_set_next_epoch()) {
+    pass = skip / df_->size();
+    skip %= df_->size();
+    df_->set_next_epoch(pass);
+  }
+  df_->reset_state();
+  state_reset_ = true;
   df_->begin_epoch();
+  if (global_step == 0) return;
+  logger::info("FeedInput: resuming at global_step ", global_step, ": ", df_->name(), " starts at pass ", pass,
+               " and drops its first ", skip, " datapoint(s)");
+  Datapoint dp;
+  bool restarted = false;
+  for (int64_t i = 0; i < skip;) {
+    if (df_->next(dp)) {
+      ++i;
+      restarted = false;
+      continue;
+    }
+    if (!infinite_) break;  // the first step finds the end of the data
+    if (restarted) throw StopTraining("FeedInput: the dataflow is empty");
+    df_->begin_epoch();
+    restarted = true;
+  }
 }
 
 std::vector<Output> FeedInput::get_input_tensors(int tower) const {
@@ -273,7 +302,7 @@ class StagingInput::StagingCallback : public Callback {
  protected:
   void _before_train() override {
     in_.stager_->stop();  // a stager of an earlier train() must not race with the reset
-    in_.input_->reset_state();
+    in_.input_->reset_state_at_step(trainer().global_step());
     in_.stager_->start();  // pre-fills before the first step
   }
   SessionRunArgs _before_run(SessionRunContext&) override {

@@ -59,14 +59,23 @@ class InputSource {
 /// the signature ("x"), tower k's "input<k>/x", each on its tower's device.
 /// With `infinite`, a finished epoch of `df` starts the next one (also in
 /// the middle of a step's datapoints); otherwise the end of `df` stops
-/// training without running the partial step.
+/// training without running the partial step. A resumed run continues the
+/// data where the interrupted one was (reset_state_at_step).
 class FeedInput : public InputSource {
  public:
   explicit FeedInput(std::shared_ptr<DataFlow> df, bool infinite = true);
   ~FeedInput() override;
   std::vector<Output> get_input_tensors(int tower = 0) const override;
   int64_t size() const override;
-  void reset_state() override;
+  void reset_state() override { reset_state_at_step(0); }
+  /// reset_state() for a run that starts at `global_step` (its input
+  /// callback passes the trainer's, restored from a checkpoint on resume):
+  /// the first time, with global_step > 0, the stream of `df`'s passes
+  /// continues global_step x towers datapoints in, where the uninterrupted
+  /// run's step `global_step` read. Whole passes are skipped with
+  /// DataFlow::set_next_epoch when `df` has a size and can_set_next_epoch(),
+  /// the rest are read and dropped.
+  void reset_state_at_step(int64_t global_step);
 
  protected:
   std::vector<CallbackPtr> _setup(const std::vector<InputDesc>& signature, Graph& g) override;

@@ -74,6 +74,11 @@ class MultiProcessTrainer {
   /// last epoch: e.g. the epoch the chief resumes from), logging where it
   /// differs from the one it was given. Called by train() before main_loop.
   void synchronize_loop(int64_t& steps_per_epoch, int& starting_epoch, int& max_epoch);
+  /// Makes this process's random streams continue where the chief's are
+  /// (Session::rng_offsets: the positions the chief restored from a
+  /// checkpoint), by node name; nodes the chief has and this process lacks
+  /// are skipped. Called by train() after synchronize_loop.
+  void synchronize_rng(Session& session);
 };
 
 }  // namespace spire

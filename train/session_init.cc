@@ -1,5 +1,7 @@
 #include "train/session_init.h"
 
+#include <cerrno>
+#include <cstdlib>
 #include <set>
 
 #include "layers/variables.h"
@@ -48,11 +50,19 @@ void CheckpointRestore::init(Session& session) {
     SPIRE_CHECK(!latest.empty(), "CheckpointRestore: no checkpoint found at '", path_, "'");
     file = latest;
   }
-  auto values = load_checkpoint(file);
+  Checkpoint ckpt = read_checkpoint(file);
+  auto& values = ckpt.tensors;
   for (const auto& name : ignore_) values.erase(name);
   logger::info("Restoring checkpoint from ", file, " ...");
   dict_ = std::make_unique<DictRestore>(std::move(values));
   dict_->init(session);
+  auto rng = ckpt.metadata.find(kRngOffsetsMetadataKey);
+  if (rng == ckpt.metadata.end()) {
+    logger::info("restore: ", file, " holds no random-stream positions (an older checkpoint); "
+                 "random ops draw from the start of their streams");
+    return;
+  }
+  for (const auto& w : restore_rng_offsets(session, rng->second, file)) logger::warn("restore: ", w);
 }
 
 const std::vector<std::string>& CheckpointRestore::warnings() const {
@@ -68,6 +78,50 @@ std::map<std::string, Tensor> get_variable_values(Session& session) {
     if (t.defined()) out[v.name()] = t.to(Device::cpu());
   }
   return out;
+}
+
+std::string encode_rng_offsets(const Session& session) {
+  std::string out;
+  for (const auto& [node, offset] : session.rng_offsets()) {
+    SPIRE_CHECK(node->name().find_first_of("\r\n") == std::string::npos,
+                "encode_rng_offsets: the name of random node ", node->id(),
+                " has a line break; its stream position cannot be saved");
+    out += str_cat(offset, " ", node->name(), "\n");
+  }
+  return out;
+}
+
+std::vector<std::string> restore_rng_offsets(Session& session, const std::string& text,
+                                             const std::string& source) {
+  std::vector<std::pair<const Node*, uint64_t>> parsed;
+  std::vector<std::string> warnings;
+  size_t line_no = 0;
+  for (size_t at = 0; at < text.size();) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(at, end - at);
+    at = end + 1;
+    ++line_no;
+    const size_t space = line.find(' ');
+    const std::string digits = line.substr(0, space);
+    const bool numeric = !digits.empty() && digits.size() <= 20 &&
+                         digits.find_first_not_of("0123456789") == std::string::npos;
+    errno = 0;
+    const unsigned long long offset = numeric ? std::strtoull(digits.c_str(), nullptr, 10) : 0;
+    if (space == std::string::npos || space + 1 == line.size() || !numeric || errno == ERANGE)
+      throw_error("restore: ", source, ": metadata '", kRngOffsetsMetadataKey, "' line ", line_no,
+                  " is malformed (expected '<offset> <node name>', got '", line, "')");
+    const std::string name = line.substr(space + 1);
+    const Node* n = session.graph().find_node(name);
+    if (!n) {
+      warnings.push_back(str_cat("random node '", name, "' of the checkpoint is not in the graph; its "
+                                 "stream position is not restored"));
+      continue;
+    }
+    parsed.emplace_back(n, static_cast<uint64_t>(offset));
+  }
+  for (const auto& [n, offset] : parsed) session.set_rng_offset(n, offset);
+  return warnings;
 }
 
 }  // namespace spire

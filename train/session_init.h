@@ -2,7 +2,9 @@
 // gets its variable values after the default initializers ran: nothing
 // (JustCurrentSession), a checkpoint (all variables or by name, with
 // warnings for missing and unexpected ones), a map of tensors, or a chain.
-// Only the chief runs them.
+// Only the chief runs them. A checkpoint also restores the positions of the
+// session's random streams (Session::rng_offsets) when it holds them, so a
+// resumed run draws the dropout masks the uninterrupted run would have.
 #pragma once
 
 #include <map>
@@ -45,7 +47,10 @@ class DictRestore : public SessionInit {
 };
 
 /// Restores from a safetensors checkpoint file, or from the latest
-/// checkpoint of a directory. `ignore` names variables to leave alone.
+/// checkpoint of a directory. `ignore` names variables to leave alone. The
+/// random streams' positions are restored too when the checkpoint's
+/// metadata has them (kRngOffsetsMetadataKey; older checkpoints have none
+/// and leave the streams where they are, with a log line).
 class CheckpointRestore : public SessionInit {
  public:
   explicit CheckpointRestore(std::string path, std::vector<std::string> ignore = {});
@@ -78,5 +83,21 @@ class ChainInit : public SessionInit {
 /// left out, as tensorpack saves GLOBAL_VARIABLES only: checkpoints hold the
 /// master copies under their single-device names.
 std::map<std::string, Tensor> get_variable_values(Session& session);
+
+/// The checkpoint metadata key holding the positions of the random streams
+/// (what ModelSaver writes, CheckpointRestore restores): one line
+/// "<offset> <node name>" per random node that has drawn, in node order.
+inline constexpr const char* kRngOffsetsMetadataKey = "rng_offsets";
+
+/// Session::rng_offsets() in the kRngOffsetsMetadataKey format. Throws
+/// spire::Error for a node name with a line break (it could not be read back).
+std::string encode_rng_offsets(const Session& session);
+
+/// Sets the random streams of `session` from `text` (encode_rng_offsets'
+/// format) by node name. Returns a warning for each name that is not a node
+/// of the graph (those are skipped). Throws spire::Error naming `source`
+/// (the file) for a malformed line; nothing is set then.
+std::vector<std::string> restore_rng_offsets(Session& session, const std::string& text,
+                                             const std::string& source);
 
 }  // namespace spire

@@ -136,7 +136,8 @@ class TextWindowData : public DataFlow {
   std::string name() const override { return "TextWindowData"; }
   /// The epoch the next begin_epoch() starts (0 after construction); set it to resume.
   int64_t next_epoch() const { return next_epoch_; }
-  void set_next_epoch(int64_t e);
+  bool can_set_next_epoch() const override { return true; }
+  void set_next_epoch(int64_t e) override;
   /// The window starts of batch `batch` of epoch `epoch` (what that
   /// datapoint holds; for parity tests).
   std::vector<int64_t> offsets_of(int64_t epoch, int64_t batch) const;

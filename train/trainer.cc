@@ -35,10 +35,16 @@ class Trainer::StepCounter : public Callback {
     }
     increment_ = ops::assign_add(step_, ops::scalar(1, DType::I64, &g), "global_step_increment").node;
   }
-  void _before_train() override {
+  void _before_train() override { load(); }
+
+ public:
+  /// Sets the trainer's loop.global_step from the variable (restored or initialized).
+  void load() {
     Tensor v = trainer().session().variable_value(step_.node);
     trainer().loop_.global_step = v.defined() ? v.item<int64_t>() : 0;
   }
+
+ protected:
   SessionRunArgs _before_run(SessionRunContext&) override { return {{}, {increment_}, {}}; }
   void _after_run(SessionRunContext&, const SessionRunValues&) override {
     ++trainer().loop_.global_step;
@@ -113,7 +119,9 @@ void Trainer::setup_callbacks(const std::vector<CallbackPtr>& callbacks,
     logdir_.clear();
   }
   std::vector<CallbackPtr> ordered;
-  ordered.push_back(std::make_shared<StepCounter>());
+  auto step_counter = std::make_shared<StepCounter>();
+  step_counter_ = step_counter.get();
+  ordered.push_back(step_counter);
   ordered.insert(ordered.end(), callbacks.begin(), callbacks.end());
   for (auto& cb : ordered) register_callback(cb);
   std::vector<MonitorPtr> registered;
@@ -148,6 +156,8 @@ void Trainer::initialize(SessionCreator creator, std::shared_ptr<SessionInit> in
       }
     }
     if (mp) mp->after_session_init(*session_);
+    // Valid from here on (the input callbacks' before_train resume the data at it).
+    step_counter_->load();
     hook_ = std::make_unique<CallbacksHook>(*group_);
     session_->add_hook(hook_.get());
     graph_->finalize();
@@ -284,6 +294,7 @@ void Trainer::train(const std::vector<CallbackPtr>& callbacks,
     try {
       if (mp->run_service()) return;
       mp->synchronize_loop(steps_per_epoch, starting_epoch, max_epoch);
+      mp->synchronize_rng(*session_);
     } catch (const std::exception& e) {
       mp->on_failure(e);
       throw;

@@ -84,6 +84,8 @@ class Trainer {
   Graph& graph() const { return *graph_; }
   const TrainLoop& loop() const { return loop_; }
   int epoch_num() const { return loop_.epoch_num; }
+  /// Hooked runs so far, across resumes: the restored "global_step"
+  /// variable once initialize() ran, then one more per hooked run.
   int64_t global_step() const { return loop_.global_step; }
   int64_t local_step() const { return loop_.local_step; }
   int64_t steps_per_epoch() const { return loop_.steps_per_epoch; }
@@ -171,6 +173,7 @@ class Trainer {
   MultiProcessTrainer* multi_process();
   class StepCounter;
   friend class StepCounter;
+  StepCounter* step_counter_ = nullptr;  // registered by setup_callbacks (held by callbacks_)
 };
 
 /// A trainer with a tower function (set once): towers() are the calls

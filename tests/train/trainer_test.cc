@@ -1,7 +1,10 @@
 // Trainer loop tests: the exact hook sequence over 2 epochs x 3 steps,
 // chief-only filtering, StopTraining from a callback and from run_step,
 // errors reported with the callback's name, hooked vs plain sessions, the
-// hooks a MultiProcessTrainer gets from the base Trainer.
+// hooks a MultiProcessTrainer gets from the base Trainer (and the chief's
+// random-stream positions it takes).
+#include <optional>
+
 #include "tests/support/op_test_util.h"
 #include "train/monitor.h"
 #include "layers/layers.h"
@@ -197,6 +200,10 @@ class ProcessTrainer : public CountingTrainer, public MultiProcessTrainer {
   std::vector<int64_t> chief = {2, 3, 3};
   bool serves = false;
   bool fail_step = false;
+  /// The chief's (name hash, offset) pairs of synchronize_rng (unset: this process's own).
+  std::optional<std::vector<int64_t>> chief_rng;
+  /// What this process passed to synchronize_rng.
+  std::vector<int64_t> sent_rng;
 
   void run_step() override {
     if (fail_step) throw Error("step failed");
@@ -206,6 +213,10 @@ class ProcessTrainer : public CountingTrainer, public MultiProcessTrainer {
  protected:
   std::vector<int64_t> chief_values(const std::vector<int64_t>& values, const std::string& what) override {
     log_->push_back(str_cat("chief_values:", what, ":", values.size()));
+    if (what == "synchronize_rng") sent_rng = values;
+    if (chief_rng && what == "synchronize_rng (count)")
+      return {static_cast<int64_t>(chief_rng->size() / 2)};
+    if (chief_rng && what == "synchronize_rng") return *chief_rng;
     return what == "synchronize_loop" ? chief : values;
   }
   void after_session_init(Session&) override { log_->push_back("after_session_init"); }
@@ -230,7 +241,8 @@ TEST(MultiProcessTrainer, TheBaseCallsTheHooksAndRunsTheChiefsLoop) {
   // A process that is not the chief writes no log directory.
   EXPECT_EQ(t.logdir(), "");
   EXPECT_EQ(log, (std::vector<std::string>{"after_session_init", "run_service", "chief_values:synchronize_loop:3",
-                                           "on_main_loop_finished"}));
+                                           "chief_values:synchronize_rng (count):1",
+                                           "chief_values:synchronize_rng:0", "on_main_loop_finished"}));
   // The chief's loop: 2 steps of epoch 3 only.
   EXPECT_EQ(t.steps_per_epoch(), 2);
   EXPECT_EQ(t.starting_epoch(), 3);
@@ -240,6 +252,37 @@ TEST(MultiProcessTrainer, TheBaseCallsTheHooksAndRunsTheChiefsLoop) {
   EXPECT_EQ(t.broadcast_from_chief(7, "probe"), 7);
   expect_error([&] { t.broadcast_from_chief(std::vector<int64_t>{1, 2}, "synchronize_loop"); },
                {"ProcessTrainer: rank 1", "the chief sent 3 value(s), this process has 2"});
+}
+
+// Every process's random streams continue where the chief's are (the
+// chief's restored from a checkpoint), matched by node name.
+TEST(MultiProcessTrainer, RandomStreamsTakeTheChiefsPositions) {
+  auto with_dropout = [](ProcessTrainer& t, int draws) {
+    Output d;
+    {
+      DefaultGraphGuard guard(t.graph());
+      d = ops::dropout(ops::constant(Tensor::from_vector<float>({4}, {1, 1, 1, 1})), 0.5, 0, "drop");
+    }
+    SessionCreator creator = [init = t.init, d, draws](Graph& g) {
+      auto s = creator_with_init(init)(g);
+      for (int i = 0; i < draws; ++i) s->run({d});
+      return s;
+    };
+    return std::make_pair(d, creator);
+  };
+  std::vector<std::string> log;
+  ProcessTrainer chief(&log);
+  auto [d, chief_creator] = with_dropout(chief, 3);
+  chief.train({}, {}, chief_creator, nullptr, 1, 1, 1);
+  ASSERT_EQ(chief.sent_rng.size(), 2u);  // (name hash, offset) of "drop"
+  EXPECT_EQ(chief.sent_rng[1], 12);
+  ProcessTrainer other(&log);
+  auto [d2, other_creator] = with_dropout(other, 0);
+  other.chief_rng = chief.sent_rng;
+  other.train({}, {}, other_creator, nullptr, 1, 1, 1);
+  ASSERT_EQ(other.session().rng_offsets().size(), 1u);
+  EXPECT_EQ(other.session().rng_offsets()[0].first, d2.node);
+  EXPECT_EQ(other.session().rng_offsets()[0].second, 12u);
 }
 
 TEST(MultiProcessTrainer, AServiceProcessRunsNoLoop) {
@@ -259,8 +302,8 @@ TEST(MultiProcessTrainer, FailuresAreAnnouncedBeforeTheyPropagate) {
   t.fail_step = true;
   auto watch = std::make_shared<StopAt>(-1);
   expect_error([&] { t.train({watch}, {}, creator_with_init(t.init), nullptr, 5, 1, 10); }, {"step failed"});
-  ASSERT_EQ(log.size(), 4u);
-  EXPECT_EQ(log[3], "on_failure:step failed");
+  ASSERT_EQ(log.size(), 6u);
+  EXPECT_EQ(log[5], "on_failure:step failed");
   EXPECT_TRUE(watch->after_train_called);
   // A chief keeps its log directory; StopTraining is no failure.
   std::vector<std::string> log2;

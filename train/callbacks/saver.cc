@@ -25,9 +25,11 @@ void ModelSaver::_setup_graph() {
 
 void ModelSaver::_trigger() {
   const int64_t step = trainer().global_step();
-  std::map<std::string, std::string> meta = {{"global_step", std::to_string(step)},
-                                             {"epoch_num", std::to_string(trainer().epoch_num())}};
   try {
+    // The random streams' positions too, so a resumed run draws what this one goes on to draw.
+    std::map<std::string, std::string> meta = {{"global_step", std::to_string(step)},
+                                               {"epoch_num", std::to_string(trainer().epoch_num())},
+                                               {kRngOffsetsMetadataKey, encode_rng_offsets(trainer().session())}};
     last_saved_ = save_checkpoint_in_dir(dir_, "model", step, get_variable_values(trainer().session()),
                                          max_to_keep_, meta);
     logger::info("Model saved to ", last_saved_, ".");

@@ -1,6 +1,8 @@
 // Checkpoint callbacks (tensorpack's callbacks/saver.py): ModelSaver writes
 // every variable to <dir>/model-<global_step>.safetensors on each trigger
-// (every epoch by default) through save_checkpoint_in_dir (atomic write,
+// (every epoch by default), with global_step, epoch_num and the positions of
+// the session's random streams in its metadata (kRngOffsetsMetadataKey,
+// train/session_init.h), through save_checkpoint_in_dir (atomic write,
 // `checkpoint` index updated, oldest files beyond max_to_keep deleted);
 // MinSaver / MaxSaver copy ModelSaver's latest checkpoint to a fixed file
 // whenever a monitored statistic reaches a new minimum / maximum.
@@ -22,7 +24,8 @@
 namespace spire {
 
 /// Saves the global variables (get_variable_values: not the replicas of
-/// multi-device trainers) on each trigger. Chief-only.
+/// multi-device trainers) and the random streams' positions on each
+/// trigger. Chief-only.
 class ModelSaver : public Callback {
  public:
   /// `checkpoint_dir` "" = the trainer's logdir (an error when that is empty too).
