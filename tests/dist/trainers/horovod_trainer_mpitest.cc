@@ -5,7 +5,8 @@
 // ranks fail on every rank before the first step; every rank runs rank 0's
 // loop; the distributed InferenceRunner gives the numbers of one
 // InferenceRunner over the whole dataflow; with a (fake) GPU communicator the graph's
-// collectives go to it and the host-side calls to the CPU control communicator.
+// collectives go to it and the host-side calls to the CPU control communicator, and a
+// collective that differs on one rank fails every rank naming both.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -637,6 +638,61 @@ TEST(HorovodTrainer, WithAGpuCommunicatorTheGraphCollectivesGoToItAndTheHostCall
   EXPECT_EQ(host["broadcast synchronize_loop"], 1);
   EXPECT_GE(host["allreduce stop training"], 3);
   EXPECT_EQ(host["allreduce DistributedInferenceRunner"], 1);
+}
+
+// Before training, rank 0 runs the training tower's cost (through synchronized BatchNorm's
+// allreduce) and every other rank the variables' broadcast: the first collective differs.
+class RankDependentRun : public Callback {
+ public:
+  explicit RankDependentRun(Datapoint batch) : batch_(std::move(batch)) { chief_only_ = false; }
+  std::string name() const override { return "RankDependentRun"; }
+
+ protected:
+  void _before_train() override {
+    Graph& g = trainer().graph();
+    if (rank() == 0) {
+      Output cost = get_tensor_maybe_in_tower(trainer(), "cost");
+      trainer().session().run_without_hooks(
+          {cost}, {{g.output_by_name("x"), batch_[0]}, {g.output_by_name("label"), batch_[1]}});
+    } else {
+      trainer().session().run_without_hooks({}, {}, {dynamic_cast<HorovodTrainer&>(trainer()).broadcast_op()});
+    }
+  }
+
+ private:
+  Datapoint batch_;
+};
+
+TEST(HorovodTrainer, WithANegotiatedGpuCommunicatorACollectiveThatDiffersOnOneRankFailsEveryRankNamingBoth) {
+  // The fake, as NCCL, checks nothing; the negotiation over MPI names both collectives.
+  const int n = nranks();
+  auto data = batches(n * kSteps, kBatch, 51);
+  auto gpu = std::make_shared<testing::FakeGpuCommunicator>(std::make_shared<dist::MpiCommunicator>(Device::cpu(), 20),
+                                                            /*graph_calls_only=*/true);
+  HorovodOptions o;
+  o.timeout_seconds = 20;
+  o.communicator = std::make_shared<dist::NegotiatedCommunicator>(
+      gpu, std::make_shared<dist::MpiCommunicator>(Device::cpu(), 20));
+  o.control_communicator = std::make_shared<dist::MpiCommunicator>(Device::cpu(), 20);
+  HorovodTrainer hvd(o);
+  const size_t before = gpu->calls().size();
+  try {
+    train(hvd, std::make_shared<Model>(false, "horovod"), shard(data, rank(), n), kSteps, 1,
+          {std::make_shared<RankDependentRun>(data[0])});
+    ADD_FAILURE() << "no error on rank " << rank();
+  } catch (const DisagreementError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("ranks disagree: rank "), std::string::npos) << msg;
+    const size_t first = msg.find(" called broadcast 'broadcast_global_variables/"),
+                 second = msg.find(" where rank 0 called allreduce 'bn/cross_rank_mean/");
+    EXPECT_NE(first, std::string::npos) << msg;
+    EXPECT_NE(second, std::string::npos) << msg;
+    EXPECT_LT(first, second) << msg;
+  }
+  // The mismatched calls never reached the fake (only the broadcast after the session's
+  // initialization did).
+  for (size_t i = before; i < gpu->calls().size(); ++i)
+    EXPECT_NE(gpu->calls()[i].name.find("broadcast_global_variables/"), std::string::npos) << gpu->calls()[i].name;
 }
 
 }  // namespace
