@@ -50,9 +50,30 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 
 struct NcclCommunicator::Comms {
   std::vector<ncclComm_t> comms;
+  /// Non-blocking communicators (across processes) are finalized within this bound first.
+  bool nonblocking = false;
+  double finalize_seconds = 60;
   ~Comms() {
-    for (ncclComm_t c : comms)
-      if (c) ncclCommDestroy(c);
+    using Clock = std::chrono::steady_clock;
+    for (ncclComm_t c : comms) {
+      if (!c) continue;
+      if (nonblocking) {
+        // Flush the pending work (ncclCommFinalize, polled), then free; one that does not
+        // finish in time (a peer gone) is aborted instead of waited for.
+        ncclResult_t state = ncclCommFinalize(c);
+        const Clock::time_point deadline =
+            Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(finalize_seconds));
+        while (state == ncclInProgress && Clock::now() < deadline) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          if (ncclCommGetAsyncError(c, &state) != ncclSuccess) state = ncclInternalError;
+        }
+        if (state != ncclSuccess) {
+          ncclCommAbort(c);
+          continue;
+        }
+      }
+      ncclCommDestroy(c);
+    }
   }
 };
 
@@ -138,6 +159,8 @@ NcclCommunicator::NcclCommunicator(Device device, int rank, int nranks, const Nc
   ncclUniqueId uid;
   std::memcpy(&uid, id.data(), id.size());
   comms_->comms.resize(1, nullptr);
+  comms_->nonblocking = true;
+  comms_->finalize_seconds = options_.timeout_seconds;
   // Non-blocking: the initialization returns at once and is polled, so a rank that never
   // comes ends it after the timeout instead of hanging it.
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;

@@ -25,7 +25,8 @@
 // MpiRuntime's failure announcements). On an error or an abandoned wait it
 // calls ncclCommAbort and marks the communicator broken: later calls fail
 // at once naming why. (The calling lane waits for the transfer; the
-// executor's other lanes go on.) The per-call identity check across
+// executor's other lanes go on.) Destruction finalizes it within the same
+// bound (ncclCommFinalize, polled), else aborts it. The per-call identity check across
 // processes is NegotiatedCommunicator's (dist/comm/negotiated_communicator.h),
 // which make_process_communicator("nccl") wraps around this. Never run on a
 // GPU in CI (compiled only).
