@@ -53,6 +53,11 @@ struct NcclCommunicator::Comms {
   /// Non-blocking communicators (across processes) are finalized within this bound first.
   bool nonblocking = false;
   double finalize_seconds = 60;
+  /// Across processes, the communicator's own stream (null: the device's comm_stream()):
+  /// HorovodTrainer's two NCCL communicators (buckets, and the other collectives) run on two
+  /// lanes, and on one shared stream the ranks could queue their kernels in different orders,
+  /// each waiting for the other's.
+  cudaStream_t own_stream = nullptr;
   ~Comms() {
     using Clock = std::chrono::steady_clock;
     for (ncclComm_t c : comms) {
@@ -74,6 +79,7 @@ struct NcclCommunicator::Comms {
       }
       ncclCommDestroy(c);
     }
+    if (own_stream) cudaStreamDestroy(own_stream);
   }
 };
 
@@ -161,6 +167,7 @@ NcclCommunicator::NcclCommunicator(Device device, int rank, int nranks, const Nc
   comms_->comms.resize(1, nullptr);
   comms_->nonblocking = true;
   comms_->finalize_seconds = options_.timeout_seconds;
+  SPIRE_CUDA_CHECK(cudaStreamCreateWithFlags(&comms_->own_stream, cudaStreamNonBlocking));
   // Non-blocking: the initialization returns at once and is polled, so a rank that never
   // comes ends it after the timeout instead of hanging it.
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -265,12 +272,12 @@ void NcclCommunicator::issue(const CollectiveSignature& sig, std::vector<Partici
   const ncclRedOp_t op = nccl_op(sig.op);
   // Order each communication stream after its compute stream's work so far.
   // (comm_stream() sets its device itself when it creates the stream.)
+  std::vector<cudaStream_t> streams;
   for (Participant& p : all) {
     auto& c = cuda::context_for(devices_[static_cast<size_t>(p.local)].index);
-    order_after(c, c.stream(), c.comm_stream());
+    streams.push_back(comms_->own_stream ? comms_->own_stream : c.comm_stream());
+    order_after(c, c.stream(), streams.back());
   }
-  std::vector<cudaStream_t> streams;
-  for (Participant& p : all) streams.push_back(cuda::context_for(devices_[static_cast<size_t>(p.local)].index).comm_stream());
   GroupGuard group;
   group.start();
   ncclResult_t r = ncclSuccess;
@@ -316,7 +323,7 @@ void NcclCommunicator::issue(const CollectiveSignature& sig, std::vector<Partici
         cuda::PooledEvent* e;
         ~Release() { c.events().release(e); }
       } release{c, e};
-      SPIRE_CUDA_CHECK(cudaEventRecord(e->event, c.comm_stream()));
+      SPIRE_CUDA_CHECK(cudaEventRecord(e->event, streams.at(0)));
       poll(run, str_cat(where, " to complete on every rank"), [&](bool* done) {
         const cudaError_t q = cudaEventQuery(e->event);
         *done = q == cudaSuccess;
@@ -330,9 +337,9 @@ void NcclCommunicator::issue(const CollectiveSignature& sig, std::vector<Partici
   // Later compute work (readers of the outputs, and the frees of the inputs
   // and outputs, which the allocator orders on the compute stream) waits for
   // the communication.
-  for (Participant& p : all) {
-    auto& c = cuda::context_for(devices_[static_cast<size_t>(p.local)].index);
-    order_after(c, c.comm_stream(), c.stream());
+  for (size_t k = 0; k < all.size(); ++k) {
+    auto& c = cuda::context_for(devices_[static_cast<size_t>(all[k].local)].index);
+    order_after(c, streams[k], c.stream());
   }
 }
 
