@@ -154,7 +154,7 @@ NcclUniqueId nccl_unique_id() {
 NcclCommunicator::NcclCommunicator(Device device, int rank, int nranks, const NcclUniqueId& id,
                                    NcclProcessOptions options)
     : devices_{device}, rank_(rank), nranks_(nranks), options_(std::move(options)),
-      comms_(std::make_unique<Comms>()) {
+      comms_(std::make_unique<Comms>()), across_processes_(true) {
   SPIRE_CHECK(device.is_cuda(), "NcclCommunicator: ", device.to_string(), " is not a GPU");
   SPIRE_CHECK(nranks >= 1 && rank >= 0 && rank < nranks, "NcclCommunicator: rank ", rank, " of ", nranks,
               " does not exist");
@@ -229,22 +229,24 @@ void NcclCommunicator::poll(const RunContext* run, const std::string& what,
                     ncclGetLastError(c), ")");
       }
     }
-    bool finished = false;
-    const std::string error = done(&finished);
-    if (!error.empty()) throw_error(what, ": ", error);
-    if (finished && !in_progress) return;
+    // A cancelled run or a failed peer ends the wait even where the work is done: the run
+    // fails anyway, and the next call would wait for that peer.
     if (run && run->cancellation && run->cancellation->cancelled())
       throw Cancelled(str_cat(what, ": cancelled: another part of the run failed"));
     const Clock::time_point now = Clock::now();
-    if (now >= deadline)
-      throw_error("timed out after ", std::chrono::duration<double>(limit).count(), " s waiting for ", what,
-                  " (", by_run ? "SessionOptions" : "NcclProcessOptions",
-                  "::timeout_seconds): a rank failed, stalled or issued another collective");
     if (options_.peer_failure && now >= next_peer_check) {  // (at the cancellation's pace)
       next_peer_check = now + kCancellationPollInterval;
       const std::string peer = options_.peer_failure();
       if (!peer.empty()) throw_error(what, ": abandoned: ", peer);
     }
+    bool finished = false;
+    const std::string error = done(&finished);
+    if (!error.empty()) throw_error(what, ": ", error);
+    if (finished && !in_progress) return;
+    if (now >= deadline)
+      throw_error("timed out after ", std::chrono::duration<double>(limit).count(), " s waiting for ", what,
+                  " (", by_run ? "SessionOptions" : "NcclProcessOptions",
+                  "::timeout_seconds): a rank failed, stalled or issued another collective");
     // Spin briefly (a collective often ends within microseconds), then sleep in short slices.
     if (spin < 100)
       std::this_thread::yield();
@@ -310,7 +312,7 @@ void NcclCommunicator::issue(const CollectiveSignature& sig, std::vector<Partici
     for (ncclResult_t x : {r, end})
       if (x != ncclSuccess && x != ncclInProgress)
         throw_error(where, ": NCCL failed: ", ncclGetErrorString(x), " (", ncclGetLastError(comms_->comms[0]), ")");
-    if (nranks_ == 1) {
+    if (!across_processes_) {
       // (One process: a blocking communicator, no rank to wait for.)
     } else {
       // Across processes: wait until the work is done on the GPU (or NCCL fails, the run is

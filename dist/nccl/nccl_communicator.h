@@ -9,7 +9,8 @@
 // one to arrive issues one NCCL group call (ncclGroupStart/End) for all
 // local participants (one group at a time per communicator), the others wait
 // for it with the run's cancellation and timeout. The work goes on each
-// device's communication stream, ordered after its compute stream by a
+// device's communication stream (across processes: a stream of the
+// communicator's own), ordered after its compute stream by a
 // pooled event, and the compute stream waits for it before its later work
 // (the outputs' readers, and the frees the caching allocator orders on that
 // stream).
@@ -51,7 +52,8 @@ using NcclUniqueId = std::array<char, 128>;
 /// A new unique id (ncclGetUniqueId); one process makes it and gives it to the others.
 NcclUniqueId nccl_unique_id();
 
-/// How a cross-process NcclCommunicator bounds its waits.
+/// How a cross-process NcclCommunicator bounds its waits (also one of a single process made
+/// by the process constructor).
 struct NcclProcessOptions {
   /// Longest wait for NCCL's initialization, and for a call whose run sets no timeout.
   double timeout_seconds = 60;
@@ -101,6 +103,7 @@ class NcclCommunicator final : public DispatchingCommunicator {
   int rank_ = 0, nranks_ = 1;
   NcclProcessOptions options_;
   std::unique_ptr<Comms> comms_;
+  bool across_processes_ = false;  // made by the process constructor (polled waits)
   std::mutex issue_mu_;  // one NCCL group at a time; guards comms_ once made
   mutable std::mutex broken_mu_;  // guards broken_ (taken inside issue_mu_ or alone)
   std::string broken_;
