@@ -92,6 +92,7 @@
 #include "dist/comm/communicator.h"
 #include "dist/comm/in_process_ring.h"
 #include "dist/comm/messenger.h"
+#include "dist/comm/negotiated_communicator.h"
 #include "dist/ops/collective_ops.h"
 #include "dist/trainers/distributed_trainers.h"
 #include "dist/trainers/horovod_trainer.h"

@@ -13,6 +13,7 @@
 
 #include "dist/mpi/mpi_waits.h"
 #if defined(SPIRE_WITH_NCCL)
+#include "dist/comm/negotiated_communicator.h"
 #include "dist/nccl/nccl_communicator.h"
 #endif
 
@@ -367,18 +368,23 @@ std::shared_ptr<Communicator> make_process_communicator(const std::string& backe
   }
 #if defined(SPIRE_WITH_NCCL)
   SPIRE_CHECK(gpu.is_cuda(), "backend 'nccl' needs a GPU for this rank, got ", gpu.to_string());
-  // Rank 0's unique id, to every rank over MPI (as 16 x i64).
-  MpiCommunicator mpi(Device::cpu(), timeout_seconds, MpiAlgorithm::kRing);
+  // Rank 0's unique id, to every rank over MPI (as 16 x i64), over the MPI communicator that
+  // then negotiates each of NCCL's calls (NCCL checks nothing itself).
+  auto mpi = std::make_shared<MpiCommunicator>(Device::cpu(), timeout_seconds, MpiAlgorithm::kRing);
   Tensor bytes(DType::I64, Shape{16});
   NcclUniqueId id{};
-  if (mpi.rank() == 0) id = nccl_unique_id();
+  if (mpi->rank() == 0) id = nccl_unique_id();
   std::memcpy(bytes.raw_data(), id.data(), id.size());
   std::vector<Participant> parts{{0, bytes, bytes}};
   CollectiveCall call;
   call.name = "nccl unique id";
-  mpi.broadcast(call, parts, 0);
+  mpi->broadcast(call, parts, 0);
   std::memcpy(id.data(), bytes.raw_data(), id.size());
-  return std::make_shared<NcclCommunicator>(gpu, mpi.rank(), mpi.num_ranks(), id);
+  NcclProcessOptions options;
+  options.timeout_seconds = timeout_seconds;
+  options.peer_failure = [] { return MpiRuntime::get().peer_failure(); };
+  auto nccl = std::make_shared<NcclCommunicator>(gpu, mpi->rank(), mpi->num_ranks(), id, std::move(options));
+  return std::make_shared<NegotiatedCommunicator>(std::move(nccl), std::move(mpi));
 #else
   (void)gpu;
   throw_error("backend 'nccl': this Spire was built without NCCL (SPIRE_CUDA with NCCL installed)");

@@ -130,7 +130,9 @@ std::shared_ptr<MpiCommunicator> make_mpi_communicator(Device device = Device::c
 /// "halving-doubling" (or "hd") and "mpi" give an MpiCommunicator with that
 /// algorithm on the CPU; "nccl" gives NCCL across the processes on `gpu`
 /// (rank 0 makes NCCL's unique id, MPI gives it to every rank; builds with
-/// NCCL); "" takes the name from
+/// NCCL), wrapped in a NegotiatedCommunicator whose MPI controller checks
+/// each call's signature on every rank first, and whose waits hear the
+/// other ranks' failure announcements; "" takes the name from
 /// SPIRE_MPI_ALGORITHM (default "auto"). Every rank must call it (NCCL's
 /// initialization waits for all). Throws spire::Error naming the backend
 /// for an unknown name, "nccl" without NCCL or without a GPU.

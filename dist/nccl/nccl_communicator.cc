@@ -5,7 +5,9 @@
 
 #include <nccl.h>
 
+#include <chrono>
 #include <condition_variable>
+#include <thread>
 
 #include "kernels/cuda/cuda_context.h"
 
@@ -48,9 +50,36 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 
 struct NcclCommunicator::Comms {
   std::vector<ncclComm_t> comms;
+  /// Non-blocking communicators (across processes) are finalized within this bound first.
+  bool nonblocking = false;
+  double finalize_seconds = 60;
+  /// Across processes, the communicator's own stream (null: the device's comm_stream()):
+  /// HorovodTrainer's two NCCL communicators (buckets, and the other collectives) run on two
+  /// lanes, and on one shared stream the ranks could queue their kernels in different orders,
+  /// each waiting for the other's.
+  cudaStream_t own_stream = nullptr;
   ~Comms() {
-    for (ncclComm_t c : comms)
-      if (c) ncclCommDestroy(c);
+    using Clock = std::chrono::steady_clock;
+    for (ncclComm_t c : comms) {
+      if (!c) continue;
+      if (nonblocking) {
+        // Flush the pending work (ncclCommFinalize, polled), then free; one that does not
+        // finish in time (a peer gone) is aborted instead of waited for.
+        ncclResult_t state = ncclCommFinalize(c);
+        const Clock::time_point deadline =
+            Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(finalize_seconds));
+        while (state == ncclInProgress && Clock::now() < deadline) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          if (ncclCommGetAsyncError(c, &state) != ncclSuccess) state = ncclInternalError;
+        }
+        if (state != ncclSuccess) {
+          ncclCommAbort(c);
+          continue;
+        }
+      }
+      ncclCommDestroy(c);
+    }
+    if (own_stream) cudaStreamDestroy(own_stream);
   }
 };
 
@@ -122,45 +151,139 @@ NcclUniqueId nccl_unique_id() {
   return out;
 }
 
-NcclCommunicator::NcclCommunicator(Device device, int rank, int nranks, const NcclUniqueId& id)
-    : devices_{device}, rank_(rank), nranks_(nranks), comms_(std::make_unique<Comms>()) {
+NcclCommunicator::NcclCommunicator(Device device, int rank, int nranks, const NcclUniqueId& id,
+                                   NcclProcessOptions options)
+    : devices_{device}, rank_(rank), nranks_(nranks), options_(std::move(options)),
+      comms_(std::make_unique<Comms>()), across_processes_(true) {
   SPIRE_CHECK(device.is_cuda(), "NcclCommunicator: ", device.to_string(), " is not a GPU");
   SPIRE_CHECK(nranks >= 1 && rank >= 0 && rank < nranks, "NcclCommunicator: rank ", rank, " of ", nranks,
               " does not exist");
+  SPIRE_CHECK(options_.timeout_seconds > 0, "NcclCommunicator: timeout_seconds must be > 0, got ",
+              options_.timeout_seconds);
   auto& c = cuda::context_for(device.index);  // fails clearly for a device that does not exist
   cuda::DeviceGuard g(c.device());
   ncclUniqueId uid;
   std::memcpy(&uid, id.data(), id.size());
   comms_->comms.resize(1, nullptr);
-  SPIRE_NCCL_CHECK(ncclCommInitRank(&comms_->comms[0], nranks, uid, rank));
+  comms_->nonblocking = true;
+  comms_->finalize_seconds = options_.timeout_seconds;
+  SPIRE_CUDA_CHECK(cudaStreamCreateWithFlags(&comms_->own_stream, cudaStreamNonBlocking));
+  // Non-blocking: the initialization returns at once and is polled, so a rank that never
+  // comes ends it after the timeout instead of hanging it.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  const std::string what = str_cat("NCCL's initialization of ", name());
+  const ncclResult_t r = ncclCommInitRankConfig(&comms_->comms[0], nranks, uid, rank, &config);
+  try {
+    if (r != ncclSuccess && r != ncclInProgress) throw_error(what, " failed: ", ncclGetErrorString(r));
+    poll(nullptr, what, [](bool* done) {
+      *done = true;  // poll() itself waits while NCCL reports ncclInProgress
+      return std::string();
+    });
+  } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> issuing(issue_mu_);
+    abort(e.what());
+    throw;
+  }
 }
 
 NcclCommunicator::~NcclCommunicator() = default;
+
+std::string NcclCommunicator::broken() const {
+  std::lock_guard<std::mutex> lock(broken_mu_);
+  return broken_;
+}
+
+void NcclCommunicator::abort(const std::string& why) {
+  // ncclCommAbort ends the communicator's kernels and frees it without waiting for the
+  // other ranks (ncclCommDestroy would wait for the pending work).
+  for (ncclComm_t& c : comms_->comms)
+    if (c) {
+      ncclCommAbort(c);
+      c = nullptr;
+    }
+  std::lock_guard<std::mutex> lock(broken_mu_);
+  if (broken_.empty()) broken_ = why;
+}
+
+void NcclCommunicator::poll(const RunContext* run, const std::string& what,
+                            const std::function<std::string(bool*)>& done) {
+  using Clock = std::chrono::steady_clock;
+  const bool by_run = run && run->timeout.count() > 0;
+  const Clock::duration limit =
+      by_run ? std::chrono::duration_cast<Clock::duration>(run->timeout)
+             : std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.timeout_seconds));
+  const Clock::time_point start = Clock::now(), deadline = start + limit;
+  Clock::time_point next_peer_check = start;
+  for (int spin = 0;; ++spin) {
+    bool in_progress = false;
+    for (ncclComm_t c : comms_->comms) {
+      if (!c) continue;
+      ncclResult_t state = ncclSuccess;
+      const ncclResult_t q = ncclCommGetAsyncError(c, &state);
+      if (q != ncclSuccess) state = q;
+      if (state == ncclInProgress) {
+        in_progress = true;
+      } else if (state != ncclSuccess) {
+        throw_error(what, ": NCCL reported an asynchronous error: ", ncclGetErrorString(state), " (",
+                    ncclGetLastError(c), ")");
+      }
+    }
+    // A cancelled run or a failed peer ends the wait even where the work is done: the run
+    // fails anyway, and the next call would wait for that peer.
+    if (run && run->cancellation && run->cancellation->cancelled())
+      throw Cancelled(str_cat(what, ": cancelled: another part of the run failed"));
+    const Clock::time_point now = Clock::now();
+    if (options_.peer_failure && now >= next_peer_check) {  // (at the cancellation's pace)
+      next_peer_check = now + kCancellationPollInterval;
+      const std::string peer = options_.peer_failure();
+      if (!peer.empty()) throw_error(what, ": abandoned: ", peer);
+    }
+    bool finished = false;
+    const std::string error = done(&finished);
+    if (!error.empty()) throw_error(what, ": ", error);
+    if (finished && !in_progress) return;
+    if (now >= deadline)
+      throw_error("timed out after ", std::chrono::duration<double>(limit).count(), " s waiting for ", what,
+                  " (", by_run ? "SessionOptions" : "NcclProcessOptions",
+                  "::timeout_seconds): a rank failed, stalled or issued another collective");
+    // Spin briefly (a collective often ends within microseconds), then sleep in short slices.
+    if (spin < 100)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
 
 std::string NcclCommunicator::name() const {
   if (nranks_ > 1) return str_cat("nccl(rank ", rank_, " of ", nranks_, ", ", device_list(devices_), ")");
   return "nccl(" + device_list(devices_) + ")";
 }
 
-void NcclCommunicator::issue(const CollectiveSignature& sig, std::vector<Participant>& all) {
+void NcclCommunicator::issue(const CollectiveSignature& sig, std::vector<Participant>& all, const RunContext* run,
+                             const std::string& where) {
   // One group at a time per communicator: NCCL communicators are not
   // thread-safe, and every GPU must see the collectives in the same order.
   std::lock_guard<std::mutex> issuing(issue_mu_);
+  {
+    const std::string why = broken();
+    if (!why.empty()) throw_error(where, ": the communicator is unusable: ", why);
+  }
   // Everything that may throw comes before the group starts.
   const ncclDataType_t dtype = sig.kind == CollectiveKind::kBarrier ? ncclFloat32 : nccl_dtype(sig.dtype);
   const ncclRedOp_t op = nccl_op(sig.op);
   // Order each communication stream after its compute stream's work so far.
   // (comm_stream() sets its device itself when it creates the stream.)
+  std::vector<cudaStream_t> streams;
   for (Participant& p : all) {
     auto& c = cuda::context_for(devices_[static_cast<size_t>(p.local)].index);
-    order_after(c, c.stream(), c.comm_stream());
+    streams.push_back(comms_->own_stream ? comms_->own_stream : c.comm_stream());
+    order_after(c, c.stream(), streams.back());
   }
-  std::vector<cudaStream_t> streams;
-  for (Participant& p : all) streams.push_back(cuda::context_for(devices_[static_cast<size_t>(p.local)].index).comm_stream());
   GroupGuard group;
   group.start();
   ncclResult_t r = ncclSuccess;
-  for (size_t k = 0; k < all.size() && r == ncclSuccess; ++k) {
+  for (size_t k = 0; k < all.size() && (r == ncclSuccess || r == ncclInProgress); ++k) {
     Participant& p = all[k];
     ncclComm_t comm = comms_->comms[static_cast<size_t>(p.local)];
     const void* in = p.input.defined() ? p.input.raw_data() : nullptr;
@@ -184,14 +307,41 @@ void NcclCommunicator::issue(const CollectiveSignature& sig, std::vector<Partici
     }
   }
   const ncclResult_t end = group.end();
-  SPIRE_NCCL_CHECK(r);
-  SPIRE_NCCL_CHECK(end);
+  // From here an error leaves work of this call in flight: the communicator is aborted.
+  try {
+    for (ncclResult_t x : {r, end})
+      if (x != ncclSuccess && x != ncclInProgress)
+        throw_error(where, ": NCCL failed: ", ncclGetErrorString(x), " (", ncclGetLastError(comms_->comms[0]), ")");
+    if (!across_processes_) {
+      // (One process: a blocking communicator, no rank to wait for.)
+    } else {
+      // Across processes: wait until the work is done on the GPU (or NCCL fails, the run is
+      // cancelled or times out, or a peer failed). One participant per process.
+      auto& c = cuda::context_for(devices_[static_cast<size_t>(all.at(0).local)].index);
+      cuda::DeviceGuard g(c.device());
+      cuda::PooledEvent* e = c.events().acquire();
+      struct Release {
+        cuda::CudaContext& c;
+        cuda::PooledEvent* e;
+        ~Release() { c.events().release(e); }
+      } release{c, e};
+      SPIRE_CUDA_CHECK(cudaEventRecord(e->event, streams.at(0)));
+      poll(run, str_cat(where, " to complete on every rank"), [&](bool* done) {
+        const cudaError_t q = cudaEventQuery(e->event);
+        *done = q == cudaSuccess;
+        return q == cudaSuccess || q == cudaErrorNotReady ? std::string() : std::string(cudaGetErrorString(q));
+      });
+    }
+  } catch (const std::exception& e) {
+    abort(e.what());
+    throw;
+  }
   // Later compute work (readers of the outputs, and the frees of the inputs
   // and outputs, which the allocator orders on the compute stream) waits for
   // the communication.
-  for (Participant& p : all) {
-    auto& c = cuda::context_for(devices_[static_cast<size_t>(p.local)].index);
-    order_after(c, c.comm_stream(), c.stream());
+  for (size_t k = 0; k < all.size(); ++k) {
+    auto& c = cuda::context_for(devices_[static_cast<size_t>(all[k].local)].index);
+    order_after(c, streams[k], c.stream());
   }
 }
 
@@ -199,12 +349,16 @@ void NcclCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
                            std::vector<Participant>& parts, ReduceOp op, int root) {
   const int n = static_cast<int>(devices_.size());
   auto where = [&] { return str_cat(collective_kind_name(kind), " '", call.name, "' on ", name()); };
+  {
+    const std::string why = broken();
+    if (!why.empty()) throw_error(where(), ": the communicator is unusable: ", why);
+  }
   std::string problem = participants_problem(*this, parts);
   if (!problem.empty()) throw_error(where(), ": ", problem);
   CollectiveSignature mine = local_signature(kind, call, op, root, size(), devices_, parts, &problem);
   if (!problem.empty()) throw_error(where(), ": ", problem);
   if (static_cast<int>(parts.size()) == n) {  // a group call: no rendezvous
-    issue(mine, parts);
+    issue(mine, parts, call.run, where());
     return;
   }
   std::unique_lock<std::mutex> lock(mu_);
@@ -251,7 +405,7 @@ void NcclCommunicator::run(CollectiveKind kind, const CollectiveCall& call,
   pend->parts.insert(pend->parts.end(), parts.begin(), parts.end());
   if (static_cast<int>(pend->parts.size()) == n) {
     try {
-      issue(pend->sig, pend->parts);
+      issue(pend->sig, pend->parts, call.run, where());
       pend->issued = true;
     } catch (const std::exception& e) {
       pend->failure = e.what();

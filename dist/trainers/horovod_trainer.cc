@@ -69,6 +69,21 @@ std::shared_ptr<dist::Communicator> process_communicator(const HorovodOptions& o
 #endif
 }
 
+// The communicator of the calls outside the graph (host tensors): `o`'s, else `comm` itself
+// where it takes host tensors (or has nothing to call: one process), else a new MPI one (made
+// after `comm`, at the same point on every rank).
+std::shared_ptr<dist::Communicator> control_for(const HorovodOptions& o,
+                                                const std::shared_ptr<dist::Communicator>& comm) {
+  if (o.control_communicator) return o.control_communicator;
+  if (comm->devices()[0].is_cpu() || comm->num_ranks() == 1) return comm;
+#if defined(SPIRE_WITH_MPI)
+  return dist::make_mpi_communicator(Device::cpu(), o.timeout_seconds);
+#else
+  throw_error(kKind, ": the communicator ", comm->name(), " takes ", comm->devices()[0].to_string(),
+              " tensors; the calls outside the graph need a CPU one: pass control_communicator in HorovodOptions");
+#endif
+}
+
 }  // namespace
 
 HorovodCompression parse_horovod_compression(const std::string& name) {
@@ -103,9 +118,20 @@ HorovodTrainer::HorovodTrainer(HorovodOptions options) : options_(std::move(opti
               " must have one participant per process, it has ", comm_->devices().size());
   // The gradient buckets' own communicator (every rank makes it here, as the first).
   if (!options_.communicator && comm_->num_ranks() > 1) bucket_comm_ = process_communicator(options_);
+  control_ = control_for(options_, comm_);
+  if (control_ != comm_) {
+    SPIRE_CHECK(control_->devices().size() == 1 && control_->devices()[0].is_cpu(), kKind,
+                ": the control communicator ", control_->name(), " must have one CPU participant per process "
+                "(the calls outside the graph pass host tensors); it has ", dist::device_list(control_->devices()));
+    SPIRE_CHECK(control_->rank() == comm_->rank() && control_->num_ranks() == comm_->num_ranks(), kKind,
+                ": the control communicator ", control_->name(), " is rank ", control_->rank(), " of ",
+                control_->num_ranks(), " but the communicator ", comm_->name(), " is rank ", comm_->rank(), " of ",
+                comm_->num_ranks());
+  }
   is_chief_ = comm_->rank() == 0;
   logger::info(kKind, ": rank ", rank(), " of ", size(), " (local rank ", local_rank(), "), training on ",
-               options_.device.to_string(), ", collectives on ", comm_->name());
+               options_.device.to_string(), ", collectives on ", comm_->name(),
+               control_ == comm_ ? std::string() : str_cat(", control on ", control_->name()));
 }
 
 HorovodTrainer::~HorovodTrainer() = default;
@@ -255,7 +281,7 @@ void HorovodTrainer::agree_on_collectives() {
                         ? dist::describe_collective(n)
                         : str_cat(dist::describe_collective(n), " of {", members->second, "}"));
   }
-  comm_->agree(str_cat(kKind, ": the ranks' collectives"), items);
+  control_->agree(str_cat(kKind, ": the ranks' collectives"), items);
 }
 
 void HorovodTrainer::after_session_init(Session& session) {
@@ -281,15 +307,16 @@ std::vector<int64_t> HorovodTrainer::chief_values(const std::vector<int64_t>& va
   Tensor t(DType::I64, Shape{static_cast<int64_t>(values.size())});
   std::copy(values.begin(), values.end(), t.data<int64_t>());
   std::vector<dist::Participant> parts{{0, t, t}};
-  comm_->broadcast(next_call(what), parts, 0);
+  control_->broadcast(next_call(what), parts, 0);
   return std::vector<int64_t>(t.data<int64_t>(), t.data<int64_t>() + values.size());
 }
 
 std::vector<double> HorovodTrainer::allreduce_sum(const std::vector<double>& values, const std::string& what) {
+  if (size() == 1) return values;
   Tensor t(DType::F64, Shape{static_cast<int64_t>(values.size())});
   std::copy(values.begin(), values.end(), t.data<double>());
   std::vector<dist::Participant> parts{{0, t, t}};
-  comm_->allreduce(next_call(what), parts, dist::ReduceOp::kSum);
+  control_->allreduce(next_call(what), parts, dist::ReduceOp::kSum);
   return std::vector<double>(t.data<double>(), t.data<double>() + values.size());
 }
 
@@ -298,7 +325,7 @@ bool HorovodTrainer::agree_to_stop(bool stopping) {
   Tensor t(DType::I64, Shape{1});
   t.data<int64_t>()[0] = stopping ? 1 : 0;
   std::vector<dist::Participant> parts{{0, t, t}};
-  comm_->allreduce(next_call("stop training"), parts, dist::ReduceOp::kMax);
+  control_->allreduce(next_call("stop training"), parts, dist::ReduceOp::kMax);
   return t.data<int64_t>()[0] != 0;
 }
 
@@ -306,7 +333,8 @@ void HorovodTrainer::on_failure(const std::exception& error) {
   // A disagreement is raised on every rank alike: no rank failed.
   if (dynamic_cast<const DisagreementError*>(&error)) return;
 #if defined(SPIRE_WITH_MPI)
-  if (size() > 1 && dynamic_cast<dist::MpiCommunicator*>(comm_.get()))
+  if (size() > 1 && (dynamic_cast<dist::MpiCommunicator*>(control_.get()) ||
+                     dynamic_cast<dist::MpiCommunicator*>(comm_.get())))
     dist::MpiRuntime::get().announce_failure(error.what());
 #endif
 }

@@ -33,6 +33,16 @@
 //   bucket for them (with one communicator the two would share one chain,
 //   and the main lane would stop at each BatchNorm gradient until the
 //   bucket before it is all-reduced).
+// - Two kinds of traffic: the graph's collectives (the variables' broadcast,
+//   the gradient buckets, synchronized BatchNorm) take the training device's
+//   tensors and go to communicator() (NCCL with a GPU); the calls outside the
+//   graph (the loop's synchronization and stop agreement, the chief's
+//   values, DistributedInferenceRunner's sums, the agreement on the
+//   collectives before the first step) take host tensors and go to
+//   control_communicator(), a CPU communicator: the same object as
+//   communicator() on the CPU backends, an MpiCommunicator of its own beside
+//   NCCL (whose calls each rank negotiates over MPI first:
+//   dist/comm/negotiated_communicator.h).
 // - A rank whose training fails tells the others (MpiRuntime::announce_failure):
 //   they stop at once with an error naming it; a rank that dies or is
 //   stopped is found by the heartbeats and named within seconds; a slow
@@ -142,6 +152,10 @@ struct HorovodOptions {
   /// The communicator across the processes (one participant each), or null
   /// for `backend`'s.
   std::shared_ptr<dist::Communicator> communicator;
+  /// The CPU communicator for the calls outside the graph (host tensors) and the agreement
+  /// before the first step, across the same processes, or null: `communicator` (or
+  /// `backend`'s) itself where it is on the CPU, else a new MpiCommunicator.
+  std::shared_ptr<dist::Communicator> control_communicator;
   /// This rank's training device (CPU: MPI's collectives take host tensors).
   Device device = Device::cpu();
 };
@@ -163,7 +177,10 @@ class HorovodTrainer : public SingleCostTrainer, public MultiProcessTrainer {
   std::vector<Device> tower_devices() const override { return {options_.device}; }
   /// {rank, size}: each rank trains on its own shard of the data.
   std::pair<int, int> data_shard() const override { return {rank(), size()}; }
+  /// The graph collectives' communicator (the training device's tensors).
   const dist::Communicator& communicator() const { return *comm_; }
+  /// The outside-graph calls' communicator (host tensors; communicator() itself on the CPU).
+  const dist::Communicator& control_communicator() const { return *control_; }
   /// The session resource name of the communicator in the collective nodes.
   static const char* communicator_name() { return "horovod"; }
   /// The session resource name of the gradient buckets' own communicator (a
@@ -202,6 +219,7 @@ class HorovodTrainer : public SingleCostTrainer, public MultiProcessTrainer {
   HorovodOptions options_;
   std::shared_ptr<dist::Communicator> comm_;
   std::shared_ptr<dist::Communicator> bucket_comm_;  // null: the buckets use comm_
+  std::shared_ptr<dist::Communicator> control_;      // host tensors: comm_ itself on the CPU
   std::vector<Node*> grad_collectives_;
   std::map<const Node*, std::string> bucket_members_;  // gradient bucket -> its variables
   std::vector<Node*> call_order_;  // the collectives in the order every rank calls them

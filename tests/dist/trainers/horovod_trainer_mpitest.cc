@@ -4,7 +4,9 @@
 // ranks equals BatchNorm over the whole batch; graphs that differ between
 // ranks fail on every rank before the first step; every rank runs rank 0's
 // loop; the distributed InferenceRunner gives the numbers of one
-// InferenceRunner over the whole dataflow.
+// InferenceRunner over the whole dataflow; with a (fake) GPU communicator the graph's
+// collectives go to it and the host-side calls to the CPU control communicator, and a
+// collective that differs on one rank fails every rank naming both.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,6 +16,8 @@
 #include <set>
 
 #include "core/ops.h"
+#include "dist/comm/negotiated_communicator.h"
+#include "dist/mpi/mpi_communicator.h"
 #include "dist/ops/collective_ops.h"
 #include "dist/trainers/horovod_trainer.h"
 #include "dist/mpi/mpi_runtime.h"
@@ -24,6 +28,7 @@
 #include "train/input_source.h"
 #include "train/model_desc.h"
 #include "train/session_init.h"
+#include "tests/dist/comm/fake_gpu_communicator.h"
 #include "tests/dist/mpi/mpi_test_util.h"
 #include "tests/support/step_callbacks.h"
 #include "tests/support/temp_dir.h"
@@ -577,6 +582,117 @@ TEST(HorovodTrainer, DistributedInferenceRunnerSumsTheRanksCounts) {
   }
   EXPECT_NEAR(whole[1]->after_inference().at("validation_error"), err, 1e-12);
   EXPECT_NEAR(whole[0]->after_inference().at("validation_cost"), cost, 1e-12);
+}
+
+TEST(HorovodTrainer, WithAGpuCommunicatorTheGraphCollectivesGoToItAndTheHostCallsToTheControlCommunicator) {
+  // NCCL across the processes, as make_process_communicator("nccl") gives it (negotiated over
+  // MPI), stood in for by a fake that, as NCCL, rejects every host-side call; the trainer's
+  // control communicator is a CPU one.
+  const int n = nranks();
+  auto data = batches(n * 3, kBatch, 50);
+  auto val = batches(4, 3, 98);
+  auto gpu = std::make_shared<testing::FakeGpuCommunicator>(std::make_shared<dist::MpiCommunicator>(Device::cpu(), 20),
+                                                            /*graph_calls_only=*/true);
+  auto negotiation =
+      std::make_shared<testing::RecordingCommunicator>(std::make_shared<dist::MpiCommunicator>(Device::cpu(), 20));
+  auto control =
+      std::make_shared<testing::RecordingCommunicator>(std::make_shared<dist::MpiCommunicator>(Device::cpu(), 20));
+  HorovodOptions o;
+  o.fusion_threshold_bytes = 200;  // several buckets
+  o.communicator = std::make_shared<dist::NegotiatedCommunicator>(gpu, negotiation);
+  o.control_communicator = control;
+  HorovodTrainer hvd(o);
+  EXPECT_EQ(&hvd.control_communicator(), control.get());
+  std::vector<InferencerPtr> inf{std::make_shared<ScalarStats>("cost")};
+  auto runner =
+      std::make_shared<DistributedInferenceRunner>(std::make_shared<DataFromList>(val, false), inf, rank(), n);
+  auto got = train(hvd, std::make_shared<Model>(false, "horovod"), shard(data, rank(), n), 3, 1, {runner});
+  EXPECT_EQ(got.at("global_step").item<int64_t>(), 3);
+  EXPECT_TRUE(std::isfinite(inf[0]->after_inference().at("validation_cost")));
+
+  // The graph's collectives (the variables' broadcast, synchronized BatchNorm, the gradient
+  // buckets), each negotiated over MPI first; nothing else.
+  const auto on_gpu = gpu->calls();
+  std::map<std::string, int> seen;
+  for (const auto& c : on_gpu) {
+    EXPECT_TRUE(c.from_graph) << c.kind << " '" << c.name << "' is not a graph collective";
+    for (const char* what : {"broadcast_global_variables/", "cross_rank_mean/", "AllReduce/bucket"})
+      if (c.name.find(what) != std::string::npos) ++seen[what];
+  }
+  EXPECT_GE(seen["broadcast_global_variables/"], 1) << "the variables' broadcast";
+  EXPECT_GE(seen["cross_rank_mean/"], 3 * 2) << "BatchNorm's statistics, forward and backward, each step";
+  EXPECT_GE(seen["AllReduce/bucket"], 3 * 2) << "several buckets each step";
+  const auto negotiated = negotiation->calls();
+  ASSERT_EQ(negotiated.size(), on_gpu.size());
+  for (size_t i = 0; i < on_gpu.size(); ++i) EXPECT_EQ(negotiated[i].name, "negotiate " + on_gpu[i].name);
+
+  // The host-side calls: the agreement before the first step, the loop's synchronization,
+  // the stop agreement at every boundary, the validation's sums.
+  const auto on_control = control->calls();
+  std::map<std::string, int> host;
+  for (const auto& c : on_control) {
+    EXPECT_FALSE(c.from_graph) << c.kind << " '" << c.name << "' is a graph collective";
+    ++host[c.kind + " " + c.name];
+  }
+  EXPECT_EQ(host["agree HorovodTrainer: the ranks' collectives"], 1);
+  EXPECT_EQ(host["broadcast synchronize_loop"], 1);
+  EXPECT_GE(host["allreduce stop training"], 3);
+  EXPECT_EQ(host["allreduce DistributedInferenceRunner"], 1);
+}
+
+// Before training, rank 0 runs the training tower's cost (through synchronized BatchNorm's
+// allreduce) and every other rank the variables' broadcast: the first collective differs.
+class RankDependentRun : public Callback {
+ public:
+  explicit RankDependentRun(Datapoint batch) : batch_(std::move(batch)) { chief_only_ = false; }
+  std::string name() const override { return "RankDependentRun"; }
+
+ protected:
+  void _before_train() override {
+    Graph& g = trainer().graph();
+    if (rank() == 0) {
+      Output cost = get_tensor_maybe_in_tower(trainer(), "cost");
+      trainer().session().run_without_hooks(
+          {cost}, {{g.output_by_name("x"), batch_[0]}, {g.output_by_name("label"), batch_[1]}});
+    } else {
+      trainer().session().run_without_hooks({}, {}, {dynamic_cast<HorovodTrainer&>(trainer()).broadcast_op()});
+    }
+  }
+
+ private:
+  Datapoint batch_;
+};
+
+TEST(HorovodTrainer, WithANegotiatedGpuCommunicatorACollectiveThatDiffersOnOneRankFailsEveryRankNamingBoth) {
+  // The fake, as NCCL, checks nothing; the negotiation over MPI names both collectives.
+  const int n = nranks();
+  auto data = batches(n * kSteps, kBatch, 51);
+  auto gpu = std::make_shared<testing::FakeGpuCommunicator>(std::make_shared<dist::MpiCommunicator>(Device::cpu(), 20),
+                                                            /*graph_calls_only=*/true);
+  HorovodOptions o;
+  o.timeout_seconds = 20;
+  o.communicator = std::make_shared<dist::NegotiatedCommunicator>(
+      gpu, std::make_shared<dist::MpiCommunicator>(Device::cpu(), 20));
+  o.control_communicator = std::make_shared<dist::MpiCommunicator>(Device::cpu(), 20);
+  HorovodTrainer hvd(o);
+  const size_t before = gpu->calls().size();
+  try {
+    train(hvd, std::make_shared<Model>(false, "horovod"), shard(data, rank(), n), kSteps, 1,
+          {std::make_shared<RankDependentRun>(data[0])});
+    ADD_FAILURE() << "no error on rank " << rank();
+  } catch (const DisagreementError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("ranks disagree: rank "), std::string::npos) << msg;
+    const size_t first = msg.find(" called broadcast 'broadcast_global_variables/"),
+                 second = msg.find(" where rank 0 called allreduce 'bn/cross_rank_mean/");
+    EXPECT_NE(first, std::string::npos) << msg;
+    EXPECT_NE(second, std::string::npos) << msg;
+    EXPECT_LT(first, second) << msg;
+  }
+  // The mismatched calls never reached the fake (only the broadcast after the session's
+  // initialization did).
+  for (size_t i = before; i < gpu->calls().size(); ++i)
+    EXPECT_NE(gpu->calls()[i].name.find("broadcast_global_variables/"), std::string::npos) << gpu->calls()[i].name;
 }
 
 }  // namespace
