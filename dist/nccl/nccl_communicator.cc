@@ -158,7 +158,7 @@ NcclCommunicator::NcclCommunicator(Device device, int rank, int nranks, const Nc
   SPIRE_CHECK(device.is_cuda(), "NcclCommunicator: ", device.to_string(), " is not a GPU");
   SPIRE_CHECK(nranks >= 1 && rank >= 0 && rank < nranks, "NcclCommunicator: rank ", rank, " of ", nranks,
               " does not exist");
-  SPIRE_CHECK(options_.timeout_seconds > 0, "NcclCommunicator: timeout_seconds must be > 0, got ",
+  SPIRE_CHECK(options_.timeout_seconds >= 0, "NcclCommunicator: timeout_seconds must be >= 0 (0: no limit), got ",
               options_.timeout_seconds);
   auto& c = cuda::context_for(device.index);  // fails clearly for a device that does not exist
   cuda::DeviceGuard g(c.device());
@@ -166,7 +166,8 @@ NcclCommunicator::NcclCommunicator(Device device, int rank, int nranks, const Nc
   std::memcpy(&uid, id.data(), id.size());
   comms_->comms.resize(1, nullptr);
   comms_->nonblocking = true;
-  comms_->finalize_seconds = options_.timeout_seconds;
+  // (Destruction is bounded all the same: without a limit, NCCL's finalize gets 10 s.)
+  comms_->finalize_seconds = options_.timeout_seconds > 0 ? options_.timeout_seconds : 10;
   SPIRE_CUDA_CHECK(cudaStreamCreateWithFlags(&comms_->own_stream, cudaStreamNonBlocking));
   // Non-blocking: the initialization returns at once and is polled, so a rank that never
   // comes ends it after the timeout instead of hanging it.
@@ -210,10 +211,11 @@ void NcclCommunicator::poll(const RunContext* run, const std::string& what,
                             const std::function<std::string(bool*)>& done) {
   using Clock = std::chrono::steady_clock;
   const bool by_run = run && run->timeout.count() > 0;
+  const bool limited = by_run || options_.timeout_seconds > 0;  // (else the peers' failures and deaths end it)
   const Clock::duration limit =
       by_run ? std::chrono::duration_cast<Clock::duration>(run->timeout)
              : std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.timeout_seconds));
-  const Clock::time_point start = Clock::now(), deadline = start + limit;
+  const Clock::time_point start = Clock::now(), deadline = limited ? start + limit : Clock::time_point::max();
   Clock::time_point next_peer_check = start;
   for (int spin = 0;; ++spin) {
     bool in_progress = false;

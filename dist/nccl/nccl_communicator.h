@@ -55,8 +55,9 @@ NcclUniqueId nccl_unique_id();
 /// How a cross-process NcclCommunicator bounds its waits (also one of a single process made
 /// by the process constructor).
 struct NcclProcessOptions {
-  /// Longest wait for NCCL's initialization, and for a call whose run sets no timeout.
-  double timeout_seconds = 60;
+  /// Longest wait for NCCL's initialization, and for a call whose run sets no timeout; 0:
+  /// no limit (`peer_failure`, which MpiRuntime's heartbeats feed, ends a wait for a dead rank).
+  double timeout_seconds = 0;
   /// Polled by every wait: a non-empty answer (e.g. MpiRuntime::peer_failure()'s "rank 2
   /// failed: ...") ends it, and the communicator is aborted. Null: nothing to poll.
   std::function<std::string()> peer_failure;
