@@ -17,25 +17,35 @@ namespace spire::dist {
 Messenger::~Messenger() = default;
 
 std::optional<Message> Messenger::receive_watched(int from, int tag, double timeout_seconds,
-                                                  const std::function<std::string()>& waiting_for) {
+                                                  const std::function<std::string()>& waiting_for,
+                                                  const std::function<std::vector<int>()>& needed) {
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
   auto waited = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   const double warn_every = stall_check_seconds();
+  double next_warning = warn_every > 0 ? warn_every : 1e300;
   for (;;) {
-    // The next piece of the wait: up to the next warning, or to the limit.
-    double piece = warn_every > 0 ? warn_every : 3600;
+    // The next piece of the wait: up to the next warning (or, to look at the
+    // needed ranks, a second), or to the limit.
+    double piece = std::max(0.001, std::min(needed ? 1.0 : 3600.0, next_warning - waited()));
     if (timeout_seconds > 0) {
       const double left = timeout_seconds - waited();
       if (left <= 0) return std::nullopt;
       piece = std::min(piece, left);
     }
     if (std::optional<Message> m = receive(from, tag, piece)) return m;
+    if (needed)
+      for (int r : needed()) {
+        const std::string why = peer_finished(r);
+        if (!why.empty()) throw_error("rank ", rank(), " waits for ", waiting_for(), ", but ", why);
+      }
     const double w = waited();
-    if (warn_every > 0 && (timeout_seconds <= 0 || w < timeout_seconds))
+    if (w >= next_warning && (timeout_seconds <= 0 || w < timeout_seconds)) {
       logger::warn("rank ", rank(), " has waited ", static_cast<int64_t>(w), " s for ", waiting_for(),
-                   "; no rank failed, died or finished, so it goes on waiting",
+                   "; no rank failed or died, so it goes on waiting",
                    timeout_seconds > 0 ? str_cat(" (up to ", timeout_seconds, " s)") : std::string(" (no time limit)"));
+      next_warning = w + warn_every;
+    }
   }
 }
 
@@ -100,9 +110,11 @@ class LocalEndpoint : public Messenger {
   }
 
   std::optional<Message> receive(int from, int tag, double timeout_seconds) override {
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                              std::chrono::duration<double>(timeout_seconds));
+    const bool limited = timeout_seconds > 0 && timeout_seconds < 1e9;  // (else no limit)
+    const auto deadline = limited ? std::chrono::steady_clock::now() +
+                                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                            std::chrono::duration<double>(timeout_seconds))
+                                  : std::chrono::steady_clock::time_point::max();
     std::unique_lock<std::mutex> lk(s_->mu);
     auto& box = s_->boxes[static_cast<size_t>(rank_)];
     // The first waiting message that matches, taken out of the box.
@@ -122,6 +134,10 @@ class LocalEndpoint : public Messenger {
     for (;;) {
       check_failure();
       if (std::optional<Message> m = take()) return m;
+      if (!limited) {
+        s_->cv.wait(lk);  // (a send or a failure notifies)
+        continue;
+      }
       if (s_->cv.wait_until(lk, deadline) == std::cv_status::timeout) {
         // One last look (a message or failure may have come with the timeout).
         if (std::optional<Message> m = take()) return m;

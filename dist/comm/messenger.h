@@ -40,9 +40,10 @@ class Messenger {
   /// be received. Throws spire::Error for a bad rank or tag.
   virtual void send(int to, int tag, std::vector<char> data) = 0;
   /// The first message from `from` (-1: any rank) with `tag` (-1: any)
-  /// within `timeout_seconds`, or nullopt when none came (the caller names
-  /// what it waited for). Throws spire::Error ("rank R failed: why") as soon
-  /// as another rank announced a failure.
+  /// within `timeout_seconds` (<= 0: no limit), or nullopt when none came
+  /// (the caller names what it waited for). Throws spire::Error ("rank R
+  /// failed: why") as soon as another rank announced a failure (MPI: or
+  /// died, or, for a given `from`, finished without sending).
   virtual std::optional<Message> receive(int from, int tag, double timeout_seconds) = 0;
   /// Tells every other rank that this one failed (`why`): their waits end
   /// with an error naming this rank.
@@ -57,8 +58,17 @@ class Messenger {
   /// nothing comes (Horovod's stall inspector): a peer that is slow but
   /// alive delays the wait, one that failed or died ends it with the
   /// error receive() throws. nullopt when the limit passed.
+  /// `needed` (may be null) lists the ranks the wait is for: one that
+  /// finished meanwhile (peer_finished) ends it with an error naming it.
   std::optional<Message> receive_watched(int from, int tag, double timeout_seconds,
-                                         const std::function<std::string()>& waiting_for);
+                                         const std::function<std::string()>& waiting_for,
+                                         const std::function<std::vector<int>()>& needed = nullptr);
+  /// "" unless rank `rank` reached its exit a few seconds ago or more (MPI:
+  /// MpiRuntime::finished_peer); then why it will not send again.
+  virtual std::string peer_finished(int rank) {
+    (void)rank;
+    return std::string();
+  }
 };
 
 /// N ranks inside one process: endpoint(r) is rank r's Messenger (owned by

@@ -57,6 +57,7 @@ struct MpiRuntime::Control {
   // (mpi_heartbeat.cc's finished_peer drains the notices).
   std::map<int, std::chrono::steady_clock::time_point> finished;
   bool told_finished = false;  // this rank told the others it finished
+  int finalize_key = MPI_KEYVAL_INVALID;  // the hook on MPI_COMM_SELF (mpi_heartbeat.cc)
   // The heartbeat thread (mpi_heartbeat.cc) and what it saw: when each
   // watched neighbour's last heartbeat arrived. `beat_mu` guards these and
   // `stop` (never held with `mu` taken after it).

@@ -189,6 +189,9 @@ MpiRuntime::~MpiRuntime() {
     return;
   }
   if (!failed() && initialized_here_ && size_ > 1) wait_for_peers_at_exit();
+  // The heartbeats stop once the job ended well; a rank the thread found
+  // dead while it stopped makes the job a failed one all the same.
+  if (!failed()) stop_heartbeat();
   if (failed()) {
     // MPI_Finalize would wait for every rank, and a failed job may have a
     // dead or stalled one: end the job (mpirun stops every rank, exit != 0).
@@ -236,10 +239,11 @@ MpiRuntime::~MpiRuntime() {
     MPI_Abort(MPI_COMM_WORLD, 1);
     return;
   }
-  stop_heartbeat();
   if (initialized_here_) {
     MPI_Comm_free(&control_->comm);
     MPI_Finalize();
+  } else {
+    forget_finalize_hook();  // (the program's MPI_Finalize comes later, without this runtime)
   }
 }
 

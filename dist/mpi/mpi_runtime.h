@@ -15,7 +15,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -33,12 +35,13 @@ namespace spire::dist {
 /// (HorovodOptions::timeout_seconds and the like: none by default).
 struct MpiLiveness {
   double heartbeat_seconds = 0.5;    ///< SPIRE_MPI_HEARTBEAT_SECONDS (> 0)
-  double dead_after_seconds = 10;    ///< SPIRE_MPI_DEAD_AFTER_SECONDS (0: never declared dead)
+  double dead_after_seconds = 10;    ///< SPIRE_MPI_DEAD_AFTER_SECONDS (0: this rank judges none; it still beats)
   double stall_check_seconds = 60;   ///< SPIRE_STALL_CHECK_SECONDS (Horovod's; 0: no warnings)
   /// The settings the environment gives (unset or empty: the defaults);
   /// throws spire::Error naming the variable for a value that is not a
   /// number in range, or a dead-after time shorter than 4 heartbeats.
-  static MpiLiveness from_env();
+  /// `getenv` reads a variable (null: unset; tests pass their own).
+  static MpiLiveness from_env(const std::function<const char*(const char*)>& getenv = nullptr);
 };
 
 /// The process's MPI runtime. MPI may be initialized once per process, so
@@ -89,6 +92,8 @@ class MpiRuntime {
   /// rank at its exit never calls a collective or sends again, so a wait
   /// for one that it has not answered by then never ends. Non-blocking.
   std::string finished_peer(double grace_seconds, int rank = -1);
+  /// finished_peer() of the ranks for which needed(rank) is true.
+  std::string finished_peer(double grace_seconds, const std::function<bool(int)>& needed);
   /// True after a failure was announced or received. A failed runtime ends
   /// the process with MPI_Abort at exit instead of MPI_Finalize (which
   /// would wait forever for a dead or stalled rank), so mpirun ends every
@@ -136,6 +141,13 @@ class MpiRuntime {
   void heartbeat_loop();
   /// At exit: tells every other rank that this one finished.
   void tell_finished();
+  /// Takes the other ranks' notices that they finished (the caller holds
+  /// the control mutex); finished_ranks() takes it and lists them.
+  void receive_finished();
+  std::set<int> finished_ranks();
+  /// Removes the hook on MPI_COMM_SELF (a runtime destroyed before a
+  /// program's own MPI_Finalize must not be called from it).
+  void forget_finalize_hook();
   struct Control;  // the control communicator and what it heard (mpi_internal.h)
   std::unique_ptr<Control> control_;
   MpiLiveness liveness_;

@@ -5,11 +5,21 @@
 
 #include "dist/mpi/mpi_waits.h"
 
+#include <optional>
 #include <utility>
 
 #include "core/logger.h"
 
 namespace spire::dist::mpi_detail {
+
+namespace {
+// Clears a CallWaits' needed ranks when the agreement's wait ends (also by an error).
+struct NeedsReset {
+  explicit NeedsReset(std::function<bool(int)>& n) : needs(n) {}
+  ~NeedsReset() { needs = nullptr; }
+  std::function<bool(int)>& needs;
+};
+}  // namespace
 
 void keep_forever(std::vector<char>&& b) {
   static std::mutex mu;
@@ -107,6 +117,8 @@ std::string CallWaits::coordinate(const std::string& mine,
               "MPI_Isend");
     MPI_Message msg;
     MPI_Status st;
+    needs_ = [](int r) { return r == 0; };
+    const NeedsReset reset{needs_};
     // (Rank 0 names a missing rank after the limit: twice that and more is rank 0's own silence.)
     const Clock::duration verdict_limit = limit_ >= kNoLimit ? kNoLimit : 2 * limit_ + std::chrono::seconds(1);
     poll([&] {
@@ -128,6 +140,8 @@ std::string CallWaits::coordinate(const std::string& mine,
   all[0] = mine;
   arrived[0] = 1;
   int missing = n - 1;
+  needs_ = [&arrived](int r) { return !arrived[static_cast<size_t>(r)]; };
+  std::optional<NeedsReset> reset(std::in_place, needs_);
   auto missing_ranks = [&] {
     std::string who;
     for (int r = 1; r < n; ++r)
@@ -154,6 +168,7 @@ std::string CallWaits::coordinate(const std::string& mine,
        },
        limit_, [&] { return str_cat(missing == 1 ? "rank " : "ranks ", missing_ranks(), " to make this call"); },
        /*throw_on_timeout=*/false);
+  reset.reset();
   // 'F': a failure (the communicator breaks everywhere); 'M': a mismatch; "": agreed.
   std::string verdict;
   if (missing) {

@@ -68,8 +68,11 @@ class CallWaits {
   /// How long after a rank said it reached its exit a wait that still
   /// needs it fails: what that rank sent before it finished arrives by then.
   static constexpr double kFinishedGraceSeconds = 3;
-  /// `seconds` as a wait's limit: kNoLimit for <= 0 (no limit).
-  static Clock::duration limit_of(double seconds) { return seconds > 0 ? clock_duration(seconds) : kNoLimit; }
+  /// `seconds` as a wait's limit: kNoLimit for <= 0 (no limit), and for
+  /// 1e9 s and more (infinity: no time point that far ahead exists).
+  static Clock::duration limit_of(double seconds) {
+    return seconds > 0 && seconds < 1e9 ? clock_duration(seconds) : kNoLimit;
+  }
   /// `what` names the call in errors; `rc` (may be null) gives the
   /// cancellation; `parts` (may be null) are the call's tensors, kept with
   /// its buffers when the call is abandoned.
@@ -88,9 +91,9 @@ class CallWaits {
   /// Polls done() until it returns true; false when `limit` passed (only
   /// with throw_on_timeout = false; kNoLimit: never). Throws on
   /// cancellation, on another rank's failure (a dead rank is one: the
-  /// heartbeats, mpi_heartbeat.cc), when a rank finished (reached its exit)
-  /// more than kFinishedGraceSeconds ago while this wait goes on, and on
-  /// timeout. waiting_for() says what the wait is for ("rank 2 in the
+  /// heartbeats, mpi_heartbeat.cc), when a rank the agreement still waits
+  /// for finished (reached its exit) more than kFinishedGraceSeconds ago,
+  /// and on timeout. waiting_for() says what the wait is for ("rank 2 in the
   /// ring"): the timeout's error and the stall warnings logged every
   /// MpiLiveness::stall_check_seconds name it.
   template <typename Done, typename Text>
@@ -158,8 +161,8 @@ class CallWaits {
   void check_peers(Text&& waiting_for) {
     MpiRuntime& rt = MpiRuntime::get();
     std::string failure = rt.peer_failure();
-    if (failure.empty()) {
-      const std::string finished = rt.finished_peer(kFinishedGraceSeconds);
+    if (failure.empty() && needs_) {
+      const std::string finished = rt.finished_peer(kFinishedGraceSeconds, needs_);
       if (!finished.empty()) failure = str_cat(finished, " (this rank waits for ", waiting_for(), ")");
     }
     if (failure.empty()) return;
@@ -170,6 +173,10 @@ class CallWaits {
   /// heartbeats: slow, not dead).
   void stall_warning(Clock::duration waited, const std::string& whom) const;
   MpiCommunicator::Impl& impl_;
+  // The ranks whose end (reached their exit) ends the wait: those not yet
+  // arrived at an agreement (coordinate). Null elsewhere: once every rank
+  // agreed to a call, a rank that finished has sent what the call needs of it.
+  std::function<bool(int)> needs_;
   std::string what_;
   const RunContext* rc_;
   Clock::duration limit_;

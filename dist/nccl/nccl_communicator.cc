@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <thread>
 
+#include "core/logger.h"
 #include "kernels/cuda/cuda_context.h"
 
 namespace spire::dist {
@@ -217,6 +218,11 @@ void NcclCommunicator::poll(const RunContext* run, const std::string& what,
              : std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.timeout_seconds));
   const Clock::time_point start = Clock::now(), deadline = limited ? start + limit : Clock::time_point::max();
   Clock::time_point next_peer_check = start;
+  const bool warn = options_.stall_check_seconds > 0 && options_.stall_check_seconds < 1e9;
+  const Clock::duration warn_every =
+      warn ? std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.stall_check_seconds))
+           : Clock::duration::zero();
+  Clock::time_point next_warning = warn ? start + warn_every : Clock::time_point::max();
   for (int spin = 0;; ++spin) {
     bool in_progress = false;
     for (ncclComm_t c : comms_->comms) {
@@ -249,6 +255,13 @@ void NcclCommunicator::poll(const RunContext* run, const std::string& what,
       throw_error("timed out after ", std::chrono::duration<double>(limit).count(), " s waiting for ", what,
                   " (", by_run ? "SessionOptions" : "NcclProcessOptions",
                   "::timeout_seconds): a rank failed, stalled or issued another collective");
+    if (now >= next_warning) {
+      logger::warn(what, " has waited ", static_cast<int64_t>(std::chrono::duration<double>(now - start).count()),
+                   " s; no rank has failed, died or finished, so it goes on waiting",
+                   limited ? str_cat(" (up to ", std::chrono::duration<double>(limit).count(), " s)")
+                           : std::string(" (no time limit)"));
+      next_warning = now + warn_every;
+    }
     // Spin briefly (a collective often ends within microseconds), then sleep in short slices.
     if (spin < 100)
       std::this_thread::yield();

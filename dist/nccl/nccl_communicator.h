@@ -58,6 +58,8 @@ struct NcclProcessOptions {
   /// Longest wait for NCCL's initialization, and for a call whose run sets no timeout; 0:
   /// no limit (`peer_failure`, which MpiRuntime's heartbeats feed, ends a wait for a dead rank).
   double timeout_seconds = 0;
+  /// A wait logs a stall warning this often (MpiLiveness::stall_check_seconds; 0: never).
+  double stall_check_seconds = 60;
   /// Polled by every wait: a non-empty answer (e.g. MpiRuntime::peer_failure()'s "rank 2
   /// failed: ...") ends it, and the communicator is aborted. Null: nothing to poll.
   std::function<std::string()> peer_failure;

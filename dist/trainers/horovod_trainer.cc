@@ -2,6 +2,7 @@
 #include "dist/trainers/horovod_trainer.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 
 #include "core/enum_names.h"
@@ -77,6 +78,10 @@ std::shared_ptr<dist::Communicator> control_for(const HorovodOptions& o,
   if (o.control_communicator) return o.control_communicator;
   if (comm->devices()[0].is_cpu() || comm->num_ranks() == 1) return comm;
 #if defined(SPIRE_WITH_MPI)
+  // (SPIRE_MPI_ALGORITHM may say "nccl", the graph's backend: the control traffic then takes kAuto.)
+  const char* v = std::getenv("SPIRE_MPI_ALGORITHM");
+  if (v && std::string(v) == "nccl")
+    return std::make_shared<dist::MpiCommunicator>(Device::cpu(), o.timeout_seconds, dist::MpiAlgorithm::kAuto);
   return dist::make_mpi_communicator(Device::cpu(), o.timeout_seconds);
 #else
   throw_error(kKind, ": the communicator ", comm->name(), " takes ", comm->devices()[0].to_string(),

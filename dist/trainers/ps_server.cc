@@ -115,6 +115,12 @@ void Server::serve(Session& session) {
           std::string finished;
           const std::string who = waited_for(&finished);
           return str_cat(c_.kind, "'s parameter server rank ", me, " to get ", waiting_for(), " from rank(s) ", who);
+        },
+        [&] {  // (a worker that ended without saying so never sends again)
+          std::vector<int> ranks;
+          for (int w = 0; w < W; ++w)
+            if (!done.count(w) && !round[static_cast<size_t>(w)]) ranks.push_back(c_.worker_rank(w));
+          return ranks;
         });
     if (!msg) {
       std::string finished;

@@ -25,7 +25,11 @@ class QuickStallChecks : public dist::Messenger {
   }
   void announce_failure(const std::string& why) override { inner_->announce_failure(why); }
   double stall_check_seconds() const override { return every_; }
+  std::string peer_finished(int rank) override {
+    return rank == finished ? "rank " + std::to_string(rank) + " finished" : std::string();
+  }
   int receives = 0;
+  int finished = -1;  // the rank peer_finished() names
 
  private:
   std::shared_ptr<dist::Messenger> inner_;
@@ -87,6 +91,28 @@ TEST(Messenger, AWatchedReceiveEndsAtOnceWhenAnotherRankFailed) {
     EXPECT_NE(std::string(e.what()).find("rank 1 failed: boom"), std::string::npos) << e.what();
   }
   peer.join();
+}
+
+TEST(Messenger, AWatchedReceiveEndsWhenARankItNeedsFinished) {
+  dist::LocalMessageHub hub(3);
+  QuickStallChecks m(hub.endpoint(0), 60);
+  m.finished = 2;  // (rank 2 finished; rank 1 did not)
+  // Waiting for rank 1 only: rank 2's end does not matter (the limit ends it).
+  EXPECT_FALSE(m.receive_watched(-1, 7, 0.2, [] { return std::string("a request"); },
+                                 [] { return std::vector<int>{1}; }));
+  // Waiting for ranks 1 and 2: rank 2's end ends the wait at once.
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    // (A limit, so that a regression fails rather than hangs.)
+    m.receive_watched(-1, 7, 20, [] { return std::string("a request from rank(s) 1, 2"); },
+                      [] { return std::vector<int>{1, 2}; });
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0 waits for a request from rank(s) 1, 2, but rank 2 finished"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
 }
 
 }  // namespace

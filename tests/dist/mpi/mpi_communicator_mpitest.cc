@@ -713,7 +713,9 @@ namespace {
 // leaves main early) while the others call the next allreduce (no time
 // limit: the runtime's heartbeats and exit notices end it), print their
 // error and announce it, as a trainer does. "slow": rank 1 only sleeps
-// SPIRE_TEST_SLEEP_SECONDS (alive) and the job ends well. "raise-early":
+// SPIRE_TEST_SLEEP_SECONDS (alive) and the job ends well. "pause": every
+// rank allreduces for that long while the harness stops and continues the
+// whole job (a suspended job); it ends well. "raise-early":
 // rank 1 raises before it makes its communicator, while the others make
 // theirs (which is collective).
 // How long the "slow" modes' rank sleeps: SPIRE_TEST_SLEEP_SECONDS (default
@@ -752,6 +754,26 @@ int run_failure(const std::string& mode) {
   };
   MpiCommunicator comm(Device::cpu(), /*timeout_seconds=*/0);
   std::vector<Participant> p{{0, input(DType::F32, 1000, rt.rank()), Tensor(DType::F32, Shape{1000})}};
+  if (mode == "pause") {
+    // Allreduces for SPIRE_TEST_SLEEP_SECONDS while rank_failures.py stops
+    // and continues the whole job: no rank may take another for dead.
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<Participant> done{{0, Tensor(DType::I64, Shape{1}), Tensor(DType::I64, Shape{1})}};
+    try {
+      for (int64_t step = 0;; ++step) {
+        comm.allreduce(call(str_cat("step ", step)), p, ReduceOp::kSum);
+        done[0].input.data<int64_t>()[0] =
+            std::chrono::steady_clock::now() - t0 > std::chrono::duration<double>(sleep_seconds());
+        comm.allreduce(call(str_cat("done ", step)), done, ReduceOp::kMax);
+        if (done[0].output.data<int64_t>()[0]) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    } catch (const Error& e) {
+      return report(e);
+    }
+    std::fprintf(stderr, "rank %d: no error\n", rt.rank());
+    return 0;
+  }
   // Rank 1 may be done with the first allreduce (and fail) while another
   // rank still waits for its last segment: that rank then hears the failure
   // there, and reports it the same way.

@@ -4,7 +4,7 @@
 // tests/dist/mpi/rank_failures.py.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
+#include <map>
 #include <string>
 
 #include "core/error.h"
@@ -13,28 +13,25 @@
 namespace spire::dist {
 namespace {
 
-// Sets the three variables for the scope of one check, then unsets them.
+// An environment of the three variables (null: unset), read without
+// touching the process's (OpenMPI's threads run meanwhile).
 struct LivenessEnv {
-  LivenessEnv(const char* beat, const char* dead, const char* stall) {
-    set("SPIRE_MPI_HEARTBEAT_SECONDS", beat);
-    set("SPIRE_MPI_DEAD_AFTER_SECONDS", dead);
-    set("SPIRE_STALL_CHECK_SECONDS", stall);
+  LivenessEnv(const char* beat, const char* dead, const char* stall)
+      : vars{{"SPIRE_MPI_HEARTBEAT_SECONDS", beat},
+             {"SPIRE_MPI_DEAD_AFTER_SECONDS", dead},
+             {"SPIRE_STALL_CHECK_SECONDS", stall}} {}
+  MpiLiveness read() const {
+    return MpiLiveness::from_env([this](const char* name) -> const char* {
+      auto it = vars.find(name);
+      return it == vars.end() ? nullptr : it->second;
+    });
   }
-  ~LivenessEnv() {
-    ::unsetenv("SPIRE_MPI_HEARTBEAT_SECONDS");
-    ::unsetenv("SPIRE_MPI_DEAD_AFTER_SECONDS");
-    ::unsetenv("SPIRE_STALL_CHECK_SECONDS");
-  }
-  static void set(const char* name, const char* v) {
-    if (v) ::setenv(name, v, 1);
-    else ::unsetenv(name);
-  }
+  std::map<std::string, const char*> vars;
 };
 
 void expect_error(const char* beat, const char* dead, const char* stall, const std::string& want) {
-  LivenessEnv env(beat, dead, stall);
   try {
-    MpiLiveness::from_env();
+    LivenessEnv(beat, dead, stall).read();
     ADD_FAILURE() << "no error for " << (beat ? beat : "-") << " " << (dead ? dead : "-") << " "
                   << (stall ? stall : "-");
   } catch (const Error& e) {
@@ -44,23 +41,18 @@ void expect_error(const char* beat, const char* dead, const char* stall, const s
 
 TEST(MpiLiveness, SettingsComeFromTheEnvironmentAndBadOnesAreNamed) {
   {
-    LivenessEnv env(nullptr, nullptr, "");
-    const MpiLiveness l = MpiLiveness::from_env();
+    const MpiLiveness l = LivenessEnv(nullptr, nullptr, "").read();
     EXPECT_EQ(l.heartbeat_seconds, 0.5);
     EXPECT_EQ(l.dead_after_seconds, 10);
     EXPECT_EQ(l.stall_check_seconds, 60);
   }
   {
-    LivenessEnv env("0.25", "3", "0");
-    const MpiLiveness l = MpiLiveness::from_env();
+    const MpiLiveness l = LivenessEnv("0.25", "3", "0").read();
     EXPECT_EQ(l.heartbeat_seconds, 0.25);
     EXPECT_EQ(l.dead_after_seconds, 3);
     EXPECT_EQ(l.stall_check_seconds, 0);
   }
-  {
-    LivenessEnv env(nullptr, "0", nullptr);  // never declared dead
-    EXPECT_EQ(MpiLiveness::from_env().dead_after_seconds, 0);
-  }
+  EXPECT_EQ(LivenessEnv(nullptr, "0", nullptr).read().dead_after_seconds, 0);  // (judges no rank)
   expect_error("fast", nullptr, nullptr, "SPIRE_MPI_HEARTBEAT_SECONDS='fast' is not a number of seconds");
   expect_error("0", nullptr, nullptr, "SPIRE_MPI_HEARTBEAT_SECONDS must be > 0");
   expect_error(nullptr, "-1", nullptr, "SPIRE_MPI_DEAD_AFTER_SECONDS='-1'");

@@ -28,21 +28,25 @@ across the test hosts, over TCP.)
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
 
 SLEEP_S = float(os.environ.get("SPIRE_TEST_SLEEP_SECONDS", "125"))
-BOUND_S = {"raise": 10, "raise-early": 10, "kill": 15, "kill-recovery": 25, "stop": 25, "exit": 15, "slow": 20,
+BOUND_S = {"pause": 35, "raise": 10, "raise-early": 10, "kill": 15, "kill-recovery": 25, "stop": 25, "exit": 15, "slow": 20,
            "trainer": 20, "trainer-slow": SLEEP_S + 40, "ps-raise-worker": 10, "ps-kill-worker": 25,
            "ps-kill-server": 25}
+PAUSE_S = 14  # "pause": longer than the 10 s after which a silent rank is dead
 # What each surviving rank's error must say ("" for the slow modes: no error).
 WANT = {"raise": "rank 1 failed: the model raised: boom", "raise-early": "rank 1 failed: the model raised: boom",
         "trainer": "rank 1 failed: ", "kill-recovery": "rank 1 stopped responding: no heartbeat",
-        "stop": "rank 1 stopped responding: no heartbeat", "exit": "rank 1 finished (reached its exit"}
+        "stop": "rank 1 stopped responding: no heartbeat", "exit": "rank 1 finished (its notice that it reached its exit"}
 # The environment of each mode's job: short stall checks, so the slow modes
-# show their warnings; the low-level slow mode sleeps 8 s.
-ENV = {"slow": {"SPIRE_STALL_CHECK_SECONDS": "2", "SPIRE_TEST_SLEEP_SECONDS": "8"},
+# show their warnings; the low-level slow mode sleeps 8 s, twice the time
+# after which a silent rank is dead: the sleeping rank's heartbeats go on.
+ENV = {"pause": {"SPIRE_TEST_SLEEP_SECONDS": "20"},
+       "slow": {"SPIRE_STALL_CHECK_SECONDS": "2", "SPIRE_TEST_SLEEP_SECONDS": "8", "SPIRE_MPI_DEAD_AFTER_SECONDS": "4"},
        "trainer-slow": {"SPIRE_STALL_CHECK_SECONDS": str(max(1, SLEEP_S // 4)), "SPIRE_TEST_SLEEP_SECONDS": str(SLEEP_S)}}
 # The parameter-server trainer's modes (DistributedTrainerParameterServer,
 # rank 0 the server): the rank that fails and what every other rank's error
@@ -56,32 +60,51 @@ PS_MODES = {
 
 
 def leftovers(tag):
-    out = subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True).stdout.split()
+    out = subprocess.run(["pgrep", "-f", "--", tag], capture_output=True, text=True).stdout.split()
     return [p for p in out if int(p) != os.getpid()]
 
 
 def main():
     mpiexec, binary, nranks = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    modes = sys.argv[4:] or ["raise", "raise-early", "kill", "kill-recovery", "stop", "exit", "slow", "trainer",
-                             "trainer-slow", *PS_MODES]
+    modes = sys.argv[4:] or ["raise", "raise-early", "kill", "kill-recovery", "stop", "exit", "slow", "pause",
+                             "trainer", "trainer-slow", *PS_MODES]
     failures = []
     for mode in modes:
+        job = []
         flag = f"--spire-failure={mode.replace('-recovery', '')}"
         victim, ps_want = PS_MODES.get(mode, (1, None))
         recovery = mode == "kill-recovery" or mode.startswith("ps-kill")
-        slow = mode in ("slow", "trainer-slow")
+        slow = mode in ("slow", "trainer-slow", "pause")
         # By default mpirun ends every rank as soon as one is killed (and
         # names it: "kill"); with --enable-recovery it lets the others run,
         # so Spire's own detection is what ends them.
         cmd = [*shlex.split(mpiexec), *(["--enable-recovery"] if recovery else []), "-np", str(nranks), binary, flag]
         limit = BOUND_S[mode] + 60
         start = time.monotonic()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env={**os.environ, **ENV.get(mode, {})})
+        if mode == "pause":
+            # The whole job (mpirun and every rank) stopped for longer than a
+            # silent rank takes to be dead, then continued, as a batch
+            # system suspends and resumes a job: a rank resumed first must
+            # not take its still stopped neighbour for dead.
+            time.sleep(3)
+            job = leftovers(flag)
+            for pid in job:
+                os.kill(int(pid), signal.SIGSTOP)
+            time.sleep(PAUSE_S)
+            # One by one, 1 s apart, as hosts resume at different times; the
+            # ranks before mpirun (started first: the lowest pid), which
+            # forwards its SIGCONT to every rank at once.
+            for pid in sorted(job, key=int, reverse=True):
+                os.kill(int(pid), signal.SIGCONT)
+                time.sleep(1)
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit,
-                                  env={**os.environ, **ENV.get(mode, {})})
-            out, rc = proc.stdout + proc.stderr, proc.returncode
-        except subprocess.TimeoutExpired as e:
-            out, rc = (e.stdout or b"").decode() + (e.stderr or b"").decode(), None
+            out, _ = proc.communicate(timeout=max(1, limit - (time.monotonic() - start)))
+            rc = proc.returncode
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, rc = proc.communicate()[0], None
         took = time.monotonic() - start
         problems = []
         if rc is None:
@@ -94,7 +117,7 @@ def main():
             problems.append("no survivor ended the job with MPI_Abort")
         if took > BOUND_S[mode]:
             problems.append(f"the job took {took:.1f} s (bound {BOUND_S[mode]} s)")
-        survivors = [r for r in range(nranks) if r != victim]
+        survivors = [r for r in range(nranks) if r != victim or mode == "pause"]
         if mode == "kill" and "rank 1" not in out:
             problems.append("mpirun did not name rank 1")
         for r in survivors if mode != "kill" else []:
@@ -106,7 +129,7 @@ def main():
             want = ps_want or WANT[mode]
             if not any(want in l for l in lines):
                 problems.append(f"rank {r} did not report '{want}'")
-        if slow:
+        if slow and mode != "pause":
             # The slow rank held the others up (its sleep), and they said why.
             if took < float(ENV[mode]["SPIRE_TEST_SLEEP_SECONDS"]):
                 problems.append(f"the job took {took:.1f} s, less than the slow rank's sleep")
@@ -121,7 +144,9 @@ def main():
         left = leftovers(flag)
         if left:
             problems.append(f"processes left behind: {left}")
-            subprocess.run(["pkill", "-9", "-f", flag])
+            subprocess.run(["pkill", "-9", "-f", "--", flag])
+        if mode == "pause" and len(job) < nranks:
+            problems.append(f"the harness found {len(job)} processes of the job to stop")
         status = "ok" if not problems else "FAILED: " + "; ".join(problems)
         print(f"[{mode}, {nranks} ranks] exit {rc} after {took:.1f} s: {status}")
         if problems:

@@ -134,8 +134,8 @@ TEST(DistributedTrainersMpi, TheChiefsCheckpointRestoresIntoSimpleTrainerAndResu
 
 // A failure for tests/dist/mpi/rank_failures.py: "ps-raise-worker" (rank 1,
 // a worker, raises in a callback), "ps-kill-worker" (rank 1 is SIGKILLed
-// during training; the server's 3 s wait names it), "ps-kill-server" (rank 0,
-// the server, is SIGKILLed; the workers' 6.5 s waits name it). Every rank that
+// during training), "ps-kill-server" (rank 0, the server, is SIGKILLed): no
+// time limit, the MPI runtime's heartbeats name the dead rank. Every rank that
 // fails prints "rank R: spire::Error: ..." and returns 1.
 int run_ps_failure(const std::string& mode) {
   DistributedOptions o;  // (no time limit: a killed rank is found by the MPI runtime's heartbeats)
