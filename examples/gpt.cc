@@ -250,9 +250,9 @@ int train(const Flags& f) {
   config.logdir = f.logdir;
   if (!launch_example_training(f.t, config, *trainer,
                                [&](int epoch) {
-                                 // Both streams continue where the interrupted run left them
-                                 // (one validation pass per finished epoch).
-                                 train_data->set_next_epoch(epoch - 1);
+                                 // The validation stream continues where the interrupted run
+                                 // left it (one pass per finished epoch); the training input
+                                 // continues at the restored global_step by itself.
                                  val_data->set_next_epoch(epoch - 1);
                                }))
     return 0;

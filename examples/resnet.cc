@@ -302,9 +302,8 @@ int main(int argc, char** argv) {
     config.max_epoch = flags.max_epoch;
     config.logdir = flags.logdir;
 
-    if (!launch_example_training(t, config, *trainer,
-                                 [&](int epoch) { train_data.set_next_epoch(epoch - 1); }))
-      return 0;
+    // (A resumed run's input continues at the restored global_step by itself.)
+    if (!launch_example_training(t, config, *trainer)) return 0;
     double err = 0;
     int epoch = 0;
     if (final_stat(*trainer, flags.logdir, "val-error-top1", &err, &epoch))

@@ -348,7 +348,9 @@ class FixedSizeData : public ProxyDataFlow {
 
 /// Applies `func` to each datapoint; when func returns std::nullopt the
 /// datapoint is skipped. size() is the upstream's (an upper bound when func
-/// skips, as in tensorpack).
+/// skips, as in tensorpack). A resume skips whole passes through it
+/// (set_next_epoch): exact for a func without state of its own; one with a
+/// generator (augment_component_func) draws differently after a resume.
 class MapData : public ProxyDataFlow {
  public:
   using Func = std::function<std::optional<Datapoint>(Datapoint)>;

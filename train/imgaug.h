@@ -373,6 +373,11 @@ class AugmentImageComponent : public MapDataComponent {
   AugmentImageComponent(std::shared_ptr<DataFlow> ds, std::vector<AugmentorPtr> augmentors,
                         int index = 0, bool catch_exceptions = false);
   std::string name() const override { return "AugmentImageComponent"; }
+
+ protected:
+  /// Its augmentors draw from generators of their own, which skipped passes
+  /// would not advance: a resume reads through (exact, slower).
+  bool passes_through_epochs() const override { return false; }
 };
 
 /// A map function for MapData / MultiThreadMapData applying `augmentor` to

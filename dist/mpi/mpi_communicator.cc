@@ -382,9 +382,12 @@ std::shared_ptr<Communicator> make_process_communicator(const std::string& backe
   std::memcpy(id.data(), bytes.raw_data(), id.size());
   NcclProcessOptions options;
   options.timeout_seconds = timeout_seconds;
-  // A rank that failed or died (heartbeats); one that finished is caught by the negotiation
-  // before each call (a rank that agreed to a call has sent what it needs of it).
-  options.peer_failure = [] { return MpiRuntime::get().peer_failure(); };
+  // A rank that failed, died (heartbeats) or finished: agreeing to a call in the negotiation
+  // is not running its kernel (a rank may fail locally after it and exit).
+  options.peer_failure = [] {
+    std::string why = MpiRuntime::get().peer_failure();
+    return why.empty() ? MpiRuntime::get().finished_peer(CallWaits::kFinishedGraceSeconds) : why;
+  };
   options.stall_check_seconds = MpiRuntime::get().liveness().stall_check_seconds;
   auto nccl = std::make_shared<NcclCommunicator>(gpu, mpi->rank(), mpi->num_ranks(), id, std::move(options));
   return std::make_shared<NegotiatedCommunicator>(std::move(nccl), std::move(mpi));

@@ -340,6 +340,12 @@ void NcclCommunicator::issue(const CollectiveSignature& sig, std::vector<Partici
         cuda::PooledEvent* e;
         ~Release() { c.events().release(e); }
       } release{c, e};
+      // A non-blocking communicator may still be enqueuing the group's kernels
+      // (ncclInProgress): the event goes on the stream after them.
+      poll(run, str_cat(where, " to be enqueued"), [](bool* done) {
+        *done = true;  // poll() itself waits while NCCL reports ncclInProgress
+        return std::string();
+      });
       SPIRE_CUDA_CHECK(cudaEventRecord(e->event, streams.at(0)));
       poll(run, str_cat(where, " to complete on every rank"), [&](bool* done) {
         const cudaError_t q = cudaEventQuery(e->event);

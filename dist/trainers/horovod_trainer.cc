@@ -121,8 +121,11 @@ HorovodTrainer::HorovodTrainer(HorovodOptions options) : options_(std::move(opti
   comm_ = options_.communicator ? options_.communicator : process_communicator(options_);
   SPIRE_CHECK(comm_->devices().size() == 1, kKind, ": the communicator ", comm_->name(),
               " must have one participant per process, it has ", comm_->devices().size());
-  // The gradient buckets' own communicator (every rank makes it here, as the first).
-  if (!options_.communicator && comm_->num_ranks() > 1) bucket_comm_ = process_communicator(options_);
+  // The gradient buckets' own communicator (every rank makes it here, as the first). Not on
+  // GPUs: NCCL needs the operations of two communicators issued in one order on every rank or
+  // never overlapping, and the buckets' chain and the BatchNorm chain run concurrently.
+  if (!options_.communicator && comm_->num_ranks() > 1 && comm_->devices()[0].is_cpu())
+    bucket_comm_ = process_communicator(options_);
   control_ = control_for(options_, comm_);
   if (control_ != comm_) {
     SPIRE_CHECK(control_->devices().size() == 1 && control_->devices()[0].is_cpu(), kKind,
