@@ -44,11 +44,7 @@ std::string MpiRuntime::receive_failure() {
     c.lowest_announcer = std::min(c.lowest_announcer, st.MPI_SOURCE);
     c.responsive.insert(st.MPI_SOURCE);
     c.failed = true;
-    static const char ack = 1;
-    // (MPI returns errors on Spire's communicators: a failed send leaves no request.)
-    MPI_Request req = MPI_REQUEST_NULL;
-    if (MPI_Isend(&ack, 1, MPI_CHAR, st.MPI_SOURCE, kAck, c.comm, &req) == MPI_SUCCESS)
-      MPI_Request_free(&req);
+    mpi_detail::post_byte(c.comm, st.MPI_SOURCE, kAck);
   }
   return c.peer_failure;
 }

@@ -21,6 +21,8 @@ namespace spire::dist {
 
 using mpi_detail::Clock;
 using mpi_detail::clock_duration;
+using mpi_detail::post_byte;
+using mpi_detail::take_bytes;
 using mpi_detail::seconds;
 using mpi_detail::control_tag::kFinished;
 using mpi_detail::control_tag::kHeartbeat;
@@ -123,28 +125,18 @@ void MpiRuntime::heartbeat_loop() {
   const Clock::duration every = clock_duration(liveness_.heartbeat_seconds);
   const bool judge = liveness_.dead_after_seconds > 0;
   const Clock::duration dead_after = clock_duration(liveness_.dead_after_seconds);
-  static const char beat = 1;
   Clock::time_point last_round = Clock::now();
   std::unique_lock<std::mutex> lk(c.beat_mu);
   while (!c.stop) {
     for (const auto& [peer, last] : c.last_beat) {
       (void)last;
-      MPI_Request req = MPI_REQUEST_NULL;  // (a send to a dead rank may fail: it leaves none)
-      if (MPI_Isend(&beat, 1, MPI_CHAR, peer, kHeartbeat, c.comm, &req) == MPI_SUCCESS) MPI_Request_free(&req);
+      post_byte(c.comm, peer, kHeartbeat);
     }
     // Every heartbeat that arrived (from a neighbour that was stopped and
     // continued, a burst), before judging; a beat counts from when it is
     // taken, so one sent just before a suspension of the whole job counts
     // as fresh when the job resumes.
-    for (;;) {
-      int flag = 0;
-      MPI_Message m;
-      MPI_Status st;
-      if (MPI_Improbe(MPI_ANY_SOURCE, kHeartbeat, c.comm, &flag, &m, &st) != MPI_SUCCESS || !flag) break;
-      char got;
-      MPI_Mrecv(&got, 1, MPI_CHAR, &m, MPI_STATUS_IGNORE);
-      c.last_beat[st.MPI_SOURCE] = Clock::now();
-    }
+    take_bytes(c.comm, kHeartbeat, [&](int from) { c.last_beat[from] = Clock::now(); });
     const Clock::time_point now = Clock::now();
     // This thread itself did not run for a while (the whole job suspended
     // and resumed, a VM paused, swapping): the neighbours' silence is this
@@ -183,26 +175,13 @@ void MpiRuntime::tell_finished() {
     if (control_->told_finished || size_ < 2) return;
     control_->told_finished = true;
   }
-  static const char finished = 1;
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
-    MPI_Request req = MPI_REQUEST_NULL;
-    if (MPI_Isend(&finished, 1, MPI_CHAR, r, kFinished, control_->comm, &req) == MPI_SUCCESS)
-      MPI_Request_free(&req);
-  }
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_) post_byte(control_->comm, r, kFinished);
 }
 
 void MpiRuntime::receive_finished() {
   Control& c = *control_;
-  for (;;) {
-    int flag = 0;
-    MPI_Message m;
-    MPI_Status st;
-    if (MPI_Improbe(MPI_ANY_SOURCE, kFinished, c.comm, &flag, &m, &st) != MPI_SUCCESS || !flag) break;
-    char got;
-    MPI_Mrecv(&got, 1, MPI_CHAR, &m, MPI_STATUS_IGNORE);
-    c.finished.emplace(st.MPI_SOURCE, Clock::now());
-  }
+  take_bytes(c.comm, kFinished, [&](int from) { c.finished.emplace(from, Clock::now()); });
 }
 
 std::string MpiRuntime::finished_peer(double grace_seconds, const std::function<bool(int)>& needed) {

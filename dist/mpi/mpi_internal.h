@@ -217,6 +217,30 @@ constexpr int kHeartbeat = 4;  // "this rank is alive" (to its ring neighbours)
 constexpr int kFinished = 5;   // "this rank finished and waits at its exit"
 }  // namespace control_tag
 
+/// Sends one byte with `tag` to rank `to` without waiting for it (the
+/// control communicator's notices; a send that fails, to a dead rank,
+/// leaves no request).
+inline void post_byte(MPI_Comm comm, int to, int tag) {
+  static const char byte = 1;
+  MPI_Request req = MPI_REQUEST_NULL;
+  if (MPI_Isend(&byte, 1, MPI_CHAR, to, tag, comm, &req) == MPI_SUCCESS) MPI_Request_free(&req);
+}
+
+/// Takes every one-byte message with `tag` waiting on `comm`, calling
+/// on_source(sender) for each.
+template <typename F>
+void take_bytes(MPI_Comm comm, int tag, F&& on_source) {
+  for (;;) {
+    int flag = 0;
+    MPI_Message m;
+    MPI_Status st;
+    if (MPI_Improbe(MPI_ANY_SOURCE, tag, comm, &flag, &m, &st) != MPI_SUCCESS || !flag) return;
+    char got;
+    MPI_Mrecv(&got, 1, MPI_CHAR, &m, MPI_STATUS_IGNORE);
+    on_source(st.MPI_SOURCE);
+  }
+}
+
 // Tags on a communicator: the algorithms' data cycles below kTagAgree
 // (next_data_tag); MPI guarantees tags up to 32767.
 constexpr int kDataTags = 32000;
