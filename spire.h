@@ -39,6 +39,7 @@
 #include "core/device_backend.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/fusion.h"
 #include "core/graph.h"
 #include "core/kernel_registry.h"
 #include "core/logger.h"

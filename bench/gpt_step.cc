@@ -11,6 +11,7 @@
 //
 //   RESULT engine=spire config=C precision=P threads=T tokens_per_s=X ms_per_step=X
 //          ms_best=X cpu_ms_per_step=X peak_rss_mib=X start_rss_mib=X loss_last=X
+//          step_peak_mib=X (the session's report of one step's peak, Session::memory_stats)
 //
 // --device gpu builds the graph under DeviceScope(cuda:0) (the batch fed from the host every
 // step), ends each window with synchronize_device and adds device_peak_mib (the CUDA
@@ -156,11 +157,19 @@ int run(const Options& o) {
   if (o.gpu)
     std::snprintf(gpu_fields, sizeof gpu_fields, " device=gpu device_peak_mib=%.1f",
                   static_cast<double>(device_alloc->memory_stats().peak_in_use) / (1 << 20));
+  // The session's report of one step's peak (Session::memory_stats: every tensor and scratch
+  // buffer in use on the device at once, variables included).
+  if (o.gpu) spire::synchronize_device(device);
+  s.reset_peak_memory(device);
+  loss_last = step();
+  if (o.gpu) spire::synchronize_device(device);
+  const double step_peak_mib = static_cast<double>(s.memory_stats(device).peak_in_use) / (1 << 20);
   std::printf("RESULT engine=spire config=%s precision=%s threads=%d tokens_per_s=%.1f ms_per_step=%.2f "
-              "ms_best=%.2f cpu_ms_per_step=%.2f peak_rss_mib=%.1f start_rss_mib=%.1f loss_last=%.4f%s\n",
+              "ms_best=%.2f cpu_ms_per_step=%.2f peak_rss_mib=%.1f start_rss_mib=%.1f loss_last=%.4f "
+              "step_peak_mib=%.1f%s\n",
               o.config.c_str(), o.precision.c_str(), o.threads, static_cast<double>(o.batch * T) / median,
               median * 1e3, t.best() * 1e3, t.cpu_per_step * 1e3, proc_status_mib("VmHWM"), start_rss,
-              loss_last, gpu_fields);
+              loss_last, step_peak_mib, gpu_fields);
   if (!o.trace.empty()) {
     std::vector<StepStats> traced(3);
     for (StepStats& st : traced) s.run({loss}, feeds, {train_op}, &st);

@@ -18,9 +18,11 @@
 //
 //   RESULT engine=spire model=M batch=B threads=T images_per_s=X ms_per_step=X
 //          ms_best=X cpu_ms_per_step=X peak_rss_mib=X start_rss_mib=X loss_first=X
-//          loss_last=X part=P
+//          loss_last=X part=P step_peak_mib=X
 //
-// (one line; start_rss_mib is VmRSS before the graph is built). --part forward|backward
+// (one line; start_rss_mib is VmRSS before the graph is built; step_peak_mib is the
+// session's report of one step after the timing, Session::memory_stats: the most bytes in
+// use on the device at once, variables, activations and kernel scratch included). --part forward|backward
 // times less than a step, to see where a step's time goes: forward = the training-mode
 // forward pass and the cost; backward = that and every gradient, without the updates.
 //
@@ -205,20 +207,29 @@ int run(const Options& o) {
         std::fprintf(stderr, "resnet_step: window %d: %.1f ms/step, loss %.4f\n", w, seconds * 1e3, loss_last);
       });
   const double median = t.median();
+  // The session's own report of one step's peak: every tensor and scratch buffer in use on
+  // the device at once (variables included), after warm-up.
+  if (o.gpu) spire::synchronize_device(device);
+  const double device_peak_before = static_cast<double>(device_alloc->memory_stats().peak_in_use);
+  s.reset_peak_memory(device);
+  step();
+  if (o.gpu) spire::synchronize_device(device);
+  const double step_peak_mib = static_cast<double>(s.memory_stats(device).peak_in_use) / (1 << 20);
   std::string device_fields;
   if (o.gpu) {
     char buf[96];
     std::snprintf(buf, sizeof buf, " device=gpu tf32=%d device_peak_mib=%.1f", o.tf32 ? 1 : 0,
-                  static_cast<double>(device_alloc->memory_stats().peak_in_use) / (1 << 20));
+                  std::max(device_peak_before, static_cast<double>(device_alloc->memory_stats().peak_in_use)) /
+                      (1 << 20));
     device_fields = buf;
   }
   std::printf("RESULT engine=spire model=%s batch=%lld threads=%d images_per_s=%.2f "
               "ms_per_step=%.2f ms_best=%.2f cpu_ms_per_step=%.2f peak_rss_mib=%.1f start_rss_mib=%.1f "
-              "loss_first=%.4f loss_last=%.4f part=%s%s\n",
+              "loss_first=%.4f loss_last=%.4f part=%s step_peak_mib=%.1f%s\n",
               o.model.c_str(), static_cast<long long>(o.batch), o.threads,
               static_cast<double>(o.batch) / median, median * 1e3, t.best() * 1e3,
               t.cpu_per_step * 1e3, proc_status_mib("VmHWM"), start_rss, loss_first, loss_last,
-              o.part.c_str(), device_fields.c_str());
+              o.part.c_str(), step_peak_mib, device_fields.c_str());
   return 0;
 }
 

@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "core/device_backend.h"
+#include "core/fusion.h"
 #include "core/op_registry.h"
 
 namespace spire {
@@ -226,19 +227,51 @@ std::shared_ptr<ExecutionPlan> ExecutionPlan::compile(Graph& graph,
   std::map<Output, int> fed;  // fed output -> feed slot (assigned below)
   for (const auto& kv : feeds) fed[kv.first] = -1;
   std::vector<Node*> order = topological_order(graph, fetches, targets, fed);
+  for (Node* n : order)
+    if (n->op_def().is_placeholder())
+      throw_error("Session::run: placeholder '", n->name(), "' (", dtype_name(n->output_dtype(0)),
+                  n->output_shape(0).to_string(), ") must be fed");
 
   auto plan = std::shared_ptr<ExecutionPlan>(new ExecutionPlan());
   ExecutionPlan& p = *plan;
+
+  // Elementwise fusion: each group's FusedElementwise node (in the plan's own graph) takes
+  // its root's place in the order; the other members do not run.
+  std::unordered_map<const Node*, const FusedGroup*> group_of_fused;
+  if (opt.fuse_elementwise) {
+    p.fused_graph_ = std::make_unique<Graph>();
+    p.fused_groups_ = fuse_elementwise(order, std::set<Output>(fetches.begin(), fetches.end()), fed,
+                                       *p.fused_graph_);
+    std::unordered_map<const Node*, Node*> replace;  // root -> fused; other members -> null
+    for (const FusedGroup& g : p.fused_groups_) {
+      for (Node* m : g.nodes) replace[m] = nullptr;
+      replace[g.nodes.back()] = g.fused;
+      group_of_fused[g.fused] = &g;
+    }
+    if (!replace.empty()) {
+      std::vector<Node*> fused_order;
+      for (Node* n : order) {
+        auto r = replace.find(n);
+        if (r == replace.end()) fused_order.push_back(n);
+        else if (r->second) fused_order.push_back(r->second);
+      }
+      order.swap(fused_order);
+    }
+  }
+  // The data inputs a step reads: the node's own, or for a fused node its group's.
+  auto sources_of = [&](const Node* n) -> const std::vector<Output>& {
+    auto g = group_of_fused.find(n);
+    return g == group_of_fused.end() ? n->inputs() : g->second->inputs;
+  };
+
   std::unordered_map<const Node*, int> first_slot;
   int slots = 0;
   for (auto& kv : fed) kv.second = slots++;
   for (Node* n : order) {
-    if (n->op_def().is_placeholder())
-      throw_error("Session::run: placeholder '", n->name(), "' (", dtype_name(n->output_dtype(0)),
-                  n->output_shape(0).to_string(), ") must be fed");
     first_slot[n] = slots;
     slots += n->num_outputs();
   }
+  for (const auto& [fused, g] : group_of_fused) first_slot[g->nodes.back()] = first_slot.at(fused);
   p.num_slots_ = slots;
   p.feed_slots_ = fed;
   auto slot_of = [&](const Output& o) -> int {
@@ -298,8 +331,9 @@ std::shared_ptr<ExecutionPlan> ExecutionPlan::compile(Graph& graph,
         st.backend = backend;
       }
       st.transfer_inputs = !n->op_def().is_copy();
+      st.sources = &sources_of(n);
       for (int i = 0; i < n->num_inputs(); ++i) {
-        const Output& in = n->inputs()[static_cast<size_t>(i)];
+        const Output& in = (*st.sources)[static_cast<size_t>(i)];
         if (multi && std::find(group.begin(), group.end(), i) == group.end()) {
           st.input_slots.push_back(-1);  // another participant's input
           st.ref_inputs.push_back(nullptr);
@@ -324,6 +358,8 @@ std::shared_ptr<ExecutionPlan> ExecutionPlan::compile(Graph& graph,
       p.steps_.push_back(std::move(st));
     }
   }
+
+  for (const auto& [fused, g] : group_of_fused) steps_of[g->nodes.back()] = steps_of[fused];
 
   // Lanes: one per device in device order (one lane for everything in
   // sequential mode); each keeps the global order.
@@ -417,6 +453,22 @@ std::shared_ptr<ExecutionPlan> ExecutionPlan::compile(Graph& graph,
       p.reader_counts_[static_cast<size_t>(s)] = static_cast<int>(r.size());
       p.has_counted_slots_ = true;
       for (int k : r) p.steps_[static_cast<size_t>(k)].count_down.push_back(s);
+    }
+  }
+
+  // Buffer reuse: an input whose slot this step releases may become an output's buffer
+  // (checked again at run time: nothing but the executor may hold it). Not for multi-device
+  // steps or reference reads, nor for a slot that two inputs of the step read.
+  if (opt.reuse_input_buffers) {
+    for (Step& st : p.steps_) {
+      if (!st.participants.empty() || st.input_slots.size() > 64) continue;
+      for (size_t i = 0; i < st.input_slots.size(); ++i) {
+        const int s = st.input_slots[i];
+        if (s < 0 || st.ref_inputs[i]) continue;
+        if (std::find(st.release.begin(), st.release.end(), s) == st.release.end()) continue;
+        if (std::count(st.input_slots.begin(), st.input_slots.end(), s) != 1) continue;
+        st.forwardable |= uint64_t{1} << i;
+      }
     }
   }
   return plan;
@@ -537,7 +589,7 @@ void ExecutionPlan::run_step(const Step& st, RunState& rs, std::vector<Tensor>& 
     else in = rs.values[static_cast<size_t>(s)];
     if (!in.defined()) {
       if (!n->op_def().allows_undefined_input(i)) {
-        const Output& src = n->input(i);
+        const Output& src = (*st.sources)[static_cast<size_t>(i)];
         if (src.node->op_def().is_variable())
           throw_error("Session::run: variable '", src.node->name(),
                       "' is uninitialized (read by node '", n->name(),
@@ -556,8 +608,24 @@ void ExecutionPlan::run_step(const Step& st, RunState& rs, std::vector<Tensor>& 
       }
     }
   }
+  // Inputs the kernel may overwrite: released here, and held by nothing but this step (the
+  // slot, and the executor's copy unless the input was moved to another device). A holder
+  // elsewhere (a variable, a constant, a fetch, a view such as a Reshape's output) keeps it.
+  uint64_t forwardable = 0;
+  if (st.forwardable) {
+    for (int i = 0; i < nin; ++i) {
+      if (!(st.forwardable >> i & 1)) continue;
+      const Tensor& in = inputs[static_cast<size_t>(i)];
+      if (!in.defined()) continue;
+      const Tensor& slot = rs.values[static_cast<size_t>(st.input_slots[static_cast<size_t>(i)])];
+      if (in.buffer_use_count() == (in.shares_buffer_with(slot) ? 2 : 1)) forwardable |= uint64_t{1} << i;
+    }
+    // use_count() is a relaxed load: order the former holders' reads before the kernel's writes.
+    if (forwardable) std::atomic_thread_fence(std::memory_order_acquire);
+  }
   Tensor* outs = rs.values.data() + st.first_output_slot;
   KernelContext ctx(*n, st.device, inputs.data(), outs, rs.env->state, st.device_context, st.pool);
+  ctx.set_forwardable_inputs(forwardable);
   ctx.set_allow_tf32(rs.env->options->allow_tf32);
   ctx.set_participants(&st.participants);
   ctx.set_run(&rs.run);
@@ -603,6 +671,12 @@ void ExecutionPlan::run_step(const Step& st, RunState& rs, std::vector<Tensor>& 
   if (rs.trace) {
     TraceEvent e{n->name(), n->op_type(), st.device.to_string(), lane, trace_start,
                  rs.trace->now_ns(), 0, {}};
+    if (ctx.forwarded_inputs()) {
+      std::string f;
+      for (int i = 0; i < nin; ++i)
+        if (ctx.forwarded_inputs() >> i & 1) f += (f.empty() ? "" : ",") + std::to_string(i);
+      e.args.emplace_back("in_place", f);
+    }
     if (!st.participants.empty()) {
       std::string p;
       for (int q : st.participants) p += (p.empty() ? "" : ",") + std::to_string(q);

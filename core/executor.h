@@ -23,6 +23,11 @@
 // - Errors: the first failing step records its error (naming node and op)
 //   and cancels the run; every other lane's waits (also inside collectives)
 //   then stop, all lanes return, and run() throws that one error.
+// - Passes before the steps are made: elementwise fusion (core/fusion.h,
+//   SessionOptions::fuse_elementwise) replaces groups of elementwise nodes by
+//   one FusedElementwise node each; buffer reuse (SessionOptions::
+//   reuse_input_buffers) marks the inputs whose values die at a step, which
+//   its kernel may then overwrite (KernelContext::forward_input_or_allocate_output).
 // - Sequential mode (SessionOptions::sequential) puts every step in one lane
 //   on the caller's thread and runs each multi-device node as one step with
 //   all participants; results are bit-identical to the parallel mode where
@@ -36,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "core/fusion.h"
 #include "core/graph.h"
 #include "core/kernel_registry.h"
 #include "core/session.h"
@@ -87,6 +93,7 @@ class ExecutionPlan {
     ThreadPool* pool = nullptr;              // CPU steps: the device's kernel pool
     int lane = 0;
     bool transfer_inputs = true;  // false for Copy, whose kernel moves its input itself
+    const std::vector<Output>* sources = nullptr;  // the data inputs: node's own, or a fused group's
     std::vector<int> input_slots;                // per node input; -1: not read by this step
     std::vector<VariableResource*> ref_inputs;   // per node input: the variable read at run time
     int first_output_slot = 0;
@@ -96,6 +103,10 @@ class ExecutionPlan {
     bool signals = false;           // steps of other lanes wait for this one
     std::vector<int> release;       // slots freed after this step (read in one lane only)
     std::vector<int> count_down;    // slots read by several lanes: counted down after this step
+    // Inputs (bit i: input i) whose value dies at this step: its slot is released here and
+    // read by no other input of this step, so the kernel may write an output into it when, at
+    // run time, nothing else holds the buffer (KernelContext::forward_input_or_allocate_output).
+    uint64_t forwardable = 0;
   };
   struct RunState;
 
@@ -103,6 +114,10 @@ class ExecutionPlan {
   void run_step(const Step& st, RunState& rs, std::vector<Tensor>& inputs, int lane) const;
   void wait_for(const Step& st, int producer, RunState& rs) const;
 
+  // Elementwise fusion (core/fusion.h): the plan's own graph of FusedElementwise nodes, and
+  // the groups they replace.
+  std::unique_ptr<Graph> fused_graph_;
+  std::vector<FusedGroup> fused_groups_;
   std::vector<Step> steps_;
   std::vector<std::vector<int>> lanes_;  // step indices per lane, in global order
   std::vector<Device> lane_devices_;

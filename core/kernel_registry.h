@@ -107,6 +107,29 @@ class KernelContext {
     outputs_[i] = Tensor(dtype, shape, device_);
     return outputs_[i];
   }
+  /// Output `out` (dtype, shape) in the buffer of the first input of `candidates` that the
+  /// executor lets this kernel overwrite (its value dies at this node and nothing else holds
+  /// it) and that has exactly this dtype, shape and device; otherwise a new tensor, as
+  /// allocate_output. For kernels that read each element of that input only before writing
+  /// the same element of the output (elementwise ops). TensorFlow's
+  /// forward_input_or_allocate_output.
+  Tensor& forward_input_or_allocate_output(std::initializer_list<int> candidates, int out,
+                                           DType dtype, const Shape& shape) {
+    return forward_or_allocate(candidates.begin(), candidates.end(), out, dtype, shape);
+  }
+  Tensor& forward_input_or_allocate_output(std::initializer_list<int> candidates, int out,
+                                           const Shape& shape) {
+    return forward_or_allocate(candidates.begin(), candidates.end(), out, node_.output_dtype(out), shape);
+  }
+  Tensor& forward_input_or_allocate_output(const std::vector<int>& candidates, int out,
+                                           const Shape& shape) {
+    return forward_or_allocate(candidates.data(), candidates.data() + candidates.size(), out,
+                               node_.output_dtype(out), shape);
+  }
+  /// Set by the executor: the inputs (bit i: input i) this kernel may overwrite.
+  void set_forwardable_inputs(uint64_t bits) { forwardable_ = bits; }
+  /// The inputs whose buffers became outputs in this call (for traces and tests).
+  uint64_t forwarded_inputs() const { return forwarded_; }
   /// Sets output i to an existing tensor (e.g. identity, reshape views).
   void set_output(int i, Tensor t) { outputs_[i] = std::move(t); }
   Tensor& output(int i) { return outputs_[i]; }
@@ -187,8 +210,25 @@ class KernelContext {
   static inline const RunContext kNoRun{};
   const std::vector<int>* participants_ = &kNoParticipants;
   const RunContext* run_ = &kNoRun;
+  Tensor& forward_or_allocate(const int* first, const int* last, int out, DType dtype,
+                              const Shape& shape) {
+    for (const int* c = first; c != last; ++c) {
+      const int i = *c;
+      if (i < 0 || i >= 64 || !(forwardable_ >> i & 1)) continue;
+      const Tensor& in = inputs_[i];
+      if (in.dtype() != dtype || in.device() != device_ || !(in.shape() == shape)) continue;
+      forwardable_ &= ~(uint64_t{1} << i);
+      forwarded_ |= uint64_t{1} << i;
+      outputs_[out] = in;
+      return outputs_[out];
+    }
+    return allocate_output(out, dtype, shape);
+  }
+
   StepTrace* trace_ = nullptr;
   int trace_lane_ = 0;
+  uint64_t forwardable_ = 0;
+  uint64_t forwarded_ = 0;
 };
 
 using KernelFn = std::function<void(KernelContext&)>;

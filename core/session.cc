@@ -1,5 +1,7 @@
 #include "core/session.h"
 
+#include <cstdlib>
+
 #include <algorithm>
 #include <sstream>
 #include <unordered_map>
@@ -39,13 +41,36 @@ std::vector<std::unique_ptr<ThreadPool>> make_cpu_pools(const SessionOptions& o)
   return pools;
 }
 
+// Switches that the environment may override for every session (to run a whole test
+// suite with a pass off): "0" or "1"; anything else is an error naming the variable.
+void apply_env_switch(const char* name, bool* value) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return;
+  const std::string s(v);
+  if (s == "0") *value = false;
+  else if (s == "1") *value = true;
+  else throw_error("Session: environment variable ", name, "='", s, "' must be 0 or 1");
+}
+
+SessionOptions with_environment(SessionOptions o) {
+  apply_env_switch("SPIRE_REUSE_INPUT_BUFFERS", &o.reuse_input_buffers);
+  apply_env_switch("SPIRE_FUSE_ELEMENTWISE", &o.fuse_elementwise);
+  return o;
+}
+
 }  // namespace
 
 Session::Session(Graph& graph, SessionOptions options)
-    : graph_(graph), options_(std::move(options)), cpu_pools_(make_cpu_pools(options_)),
+    : graph_(graph), options_(with_environment(std::move(options))), cpu_pools_(make_cpu_pools(options_)),
       lane_threads_(std::make_unique<LaneThreads>()) {}
 
 Session::~Session() = default;
+
+MemoryStats Session::memory_stats(const Device& device) const {
+  return get_allocator(device)->memory_stats();
+}
+
+void Session::reset_peak_memory(const Device& device) { get_allocator(device)->reset_peak(); }
 
 int Session::lane_thread_count() const { return lane_threads_->num_workers(); }
 

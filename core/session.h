@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/allocator.h"
 #include "core/graph.h"
 #include "core/kernel_registry.h"
 #include "core/step_stats.h"
@@ -102,6 +103,17 @@ struct SessionOptions {
   /// Let GEMMs and convolutions on GPUs use TF32 tensor cores for f32
   /// (faster, about 10 mantissa bits); off by default, as in PyTorch.
   bool allow_tf32 = false;
+  /// Lets elementwise kernels write their output into an input's buffer when that input's
+  /// value dies at the node and nothing else holds it (a variable, a constant, a fetch, a
+  /// view): fewer allocations and a lower peak. The environment variable
+  /// SPIRE_REUSE_INPUT_BUFFERS=0 turns it off for every session (to run a suite without it).
+  bool reuse_input_buffers = true;
+  /// Elementwise fusion (core/fusion.h): groups of elementwise nodes whose intermediate
+  /// values nothing else reads run as one FusedElementwise node each, evaluated in
+  /// cache-sized blocks, with results equal to the unfused graph's. Traces and plan_text
+  /// then show the group as one step named after its last node. The environment variable
+  /// SPIRE_FUSE_ELEMENTWISE=0 or 1 overrides it for every session.
+  bool fuse_elementwise = true;
 };
 
 class ExecutionPlan;
@@ -170,6 +182,15 @@ class Session : private SessionState {
   /// (for tests and debugging).
   std::string plan_text(const std::vector<Output>& fetches, const FeedDict& feeds = {},
                         const std::vector<Node*>& targets = {});
+
+  /// The memory statistics of `device`'s allocator: bytes in use now and the peak since the
+  /// device's allocator started or since reset_peak_memory (a step's peak: reset, run, read).
+  /// They count every tensor and kernel scratch buffer on the device, of every session that
+  /// uses it (as PyTorch's max_memory_allocated). Throws spire::Error for a device this build
+  /// has no backend for.
+  MemoryStats memory_stats(const Device& device = Device::cpu()) const;
+  /// Restarts `device`'s peak from its bytes in use now.
+  void reset_peak_memory(const Device& device = Device::cpu());
 
   /// Lane worker threads started so far (reused across runs; the caller's
   /// thread runs each run's first lane).

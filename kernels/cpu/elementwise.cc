@@ -31,7 +31,7 @@ void binary_kernel(KernelContext& ctx, F f) {
   const Tensor& x = ctx.input(0);
   const Tensor& y = ctx.input(1);
   Shape out = broadcast_or_fail(ctx, x.shape(), y.shape());
-  Tensor& z = ctx.allocate_output(0, out);
+  Tensor& z = ctx.forward_input_or_allocate_output({0, 1}, 0, out);
   const T* px = x.data<T>();
   const T* py = y.data<T>();
   R* pz = z.data<R>();
@@ -65,7 +65,7 @@ template <typename T, typename F>
 void unary_kernel(KernelContext& ctx, F f) {
   using R = decltype(f(T{}));
   const Tensor& x = ctx.input(0);
-  Tensor& y = ctx.allocate_output(0, x.shape());
+  Tensor& y = ctx.forward_input_or_allocate_output({0}, 0, x.shape());
   const T* px = x.data<T>();
   R* py = y.data<R>();
   ctx.parallel_for(x.num_elements(), kElementwiseGrain, [&](int64_t b, int64_t e) {
@@ -99,7 +99,7 @@ void select_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(1);
   const Tensor& y = ctx.input(2);
   Shape out = kernels::select_shape(ctx);
-  Tensor& z = ctx.allocate_output(0, out);
+  Tensor& z = ctx.forward_input_or_allocate_output({1, 2}, 0, out);
   const bool* pc = c.data<bool>();
   const T* px = x.data<T>();
   const T* py = y.data<T>();
@@ -179,12 +179,13 @@ template <typename T>
 void add_n_kernel(KernelContext& ctx) {
   const Tensor& x0 = ctx.input(0);
   kernels::check_same_shapes(ctx);
-  Tensor& z = ctx.allocate_output(0, x0.shape());
+  // Only input 0 may become the output: the others are read after it is written.
+  Tensor& z = ctx.forward_input_or_allocate_output({0}, 0, x0.shape());
   T* pz = z.data<T>();
   const int64_t n = z.num_elements();
   const T* p0 = x0.data<T>();
   ctx.parallel_for(n, kElementwiseGrain, [&](int64_t b, int64_t e) {
-    std::memcpy(pz + b, p0 + b, static_cast<size_t>(e - b) * sizeof(T));
+    if (pz != p0) std::memcpy(pz + b, p0 + b, static_cast<size_t>(e - b) * sizeof(T));
     for (int k = 1; k < ctx.num_inputs(); ++k) {
       const T* p = ctx.input(k).data<T>();
       for (int64_t i = b; i < e; ++i) pz[i] += p[i];

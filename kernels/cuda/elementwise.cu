@@ -79,8 +79,10 @@ __device__ __forceinline__ void apply_vector(const F& f, AlignedVector<R, W>& ou
 
 /// out[i] = f(in...[i]) for i < n: vectors [0, nvec) of W elements, then
 /// the scalar tail [nvec * W, n).
+/// `out` may be one of the inputs (KernelContext::forward_input_or_allocate_output): each
+/// thread reads its elements before writing them, and no pointer is __restrict__.
 template <int W, typename R, typename F, typename... T>
-__global__ void flat_kernel(int64_t n, int64_t nvec, F f, R* __restrict__ out, FlatIn<T>... in) {
+__global__ void flat_kernel(int64_t n, int64_t nvec, F f, R* out, FlatIn<T>... in) {
   const int64_t start = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t v = start; v < nvec; v += stride) {
@@ -100,7 +102,7 @@ __device__ __forceinline__ R apply_at(const F& f, const I* off, std::index_seque
 /// out[i] = f(in...[offsets of i]) with the strided broadcast offsets.
 template <typename I, typename R, typename F, typename... T>
 __global__ void strided_kernel(BroadcastIndex<sizeof...(T), I> bi, int64_t n, F f,
-                               R* __restrict__ out, const T* __restrict__... in) {
+                               R* out, const T*... in) {
   SPIRE_GRID_STRIDE_LOOP(i, n) {
     I off[sizeof...(T)];
     kernels::broadcast_offsets(bi, static_cast<I>(i), off);
@@ -191,7 +193,8 @@ void binary_op(KernelContext& ctx, const F& f) {
   const Tensor& x = ctx.input(0);
   const Tensor& y = ctx.input(1);
   const Shape out = broadcast_or_fail(ctx, x.shape(), y.shape());
-  Tensor& z = ctx.allocate_output(0, out);
+  // In place when an input dies here: each thread reads its elements before writing them.
+  Tensor& z = ctx.forward_input_or_allocate_output({0, 1}, 0, out);
   launch_elementwise(ctx, out, z.data<R>(), f, operand<T>(x), operand<T>(y));
 }
 
@@ -199,7 +202,7 @@ template <typename T, typename F>
 void unary_op(KernelContext& ctx, const F& f) {
   using R = decltype(f(T{}));
   const Tensor& x = ctx.input(0);
-  Tensor& z = ctx.allocate_output(0, x.shape());
+  Tensor& z = ctx.forward_input_or_allocate_output({0}, 0, x.shape());
   launch_same_shape(ctx, z.data<R>(), f, operand<T>(x));
 }
 
@@ -228,7 +231,7 @@ void select_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(1);
   const Tensor& y = ctx.input(2);
   const Shape out = kernels::select_shape(ctx);
-  Tensor& z = ctx.allocate_output(0, out);
+  Tensor& z = ctx.forward_input_or_allocate_output({1, 2}, 0, out);
   launch_elementwise(ctx, out, z.data<T>(), functors::Select{}, operand<bool>(c), operand<T>(x),
                      operand<T>(y));
 }

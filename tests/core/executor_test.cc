@@ -93,7 +93,7 @@ TEST(CpuDevices, GraphOnCpu1RunsThereAndCopiesAreRealCopies) {
   EXPECT_EQ(back->find_node("x/copy_to_cpu_1")->device(), Device::cpu(1));
   EXPECT_EQ(back->find_node(y.node->name())->device(), Device::cpu(1));
 
-  Session s(g, cpus(2));
+  Session s(g, unfused(cpus(2)));
   Tensor in = Tensor::from_vector<float>({4}, {0, 1, 2, 3});
   s.run({y}, {{x, in}});  // the first run copies the constant 2.0 to cpu:1 once
   const MemoryStats before = cpu_allocator(1)->memory_stats();
@@ -196,7 +196,7 @@ TEST(Executor, EachLaneRunsItsOwnWorkBeforeWorkThatWaitsOnAnotherLane) {
     b1 = ops::exp(ops::neg(x1, "a1"), "b1");
     c = ops::add(early, b1, "c");
   }
-  Session s(g, cpus(2));
+  Session s(g, unfused(cpus(2)));
   FeedDict feeds = {{x0, Tensor::full(DType::F32, {4}, 1.0)}, {x1, Tensor::full(DType::F32, {4}, 2.0)}};
   std::string text = s.plan_text({c}, feeds);
   const size_t lane1 = text.find("cpu:1:");
@@ -212,7 +212,7 @@ TEST(Executor, EachLaneRunsItsOwnWorkBeforeWorkThatWaitsOnAnotherLane) {
   Output p = ops::neg(y, "p");
   Output q = ops::exp(y, "q");
   Output r = ops::add(ops::neg(p, "pp"), ops::exp(q, "qq"), "r");
-  Session one(h, cpus(1));
+  Session one(h, unfused(cpus(1)));
   EXPECT_EQ(one.plan_text({r}, {{y, Tensor::zeros(DType::F32, {2})}}), "cpu: p, pp, q, qq, r\n");
 }
 

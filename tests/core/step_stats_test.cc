@@ -53,7 +53,7 @@ std::vector<std::pair<std::string, std::vector<std::string>>> parse_plan(const s
 
 TEST(StepStats, EveryStepOnceOnItsLaneInPlanOrderWithoutOverlap) {
   TwoChains t;
-  Session s(t.g, cpus(2));
+  Session s(t.g, unfused(cpus(2)));
   const auto plan = parse_plan(s.plan_text({t.sum}, t.feeds()));
   ASSERT_EQ(plan.size(), 2u);
   for (int rep = 0; rep < 20; ++rep) {
@@ -123,7 +123,7 @@ class TracingHook : public SessionRunHook {
 
 TEST(StepStats, HooksThatAskGetTheTraceAndEveryHookSeesIt) {
   TwoChains t;
-  Session s(t.g, cpus(2));
+  Session s(t.g, unfused(cpus(2)));
   TracingHook quiet(false), asks(true);
   s.add_hook(&quiet);
   s.run({t.sum}, t.feeds());

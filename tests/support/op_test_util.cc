@@ -70,6 +70,12 @@ SessionOptions cpus(int n, bool sequential) {
   return o;
 }
 
+SessionOptions unfused(SessionOptions o) {
+  o.fuse_elementwise = false;
+  o.reuse_input_buffers = false;
+  return o;
+}
+
 int64_t os_thread_count() {
   static const bool warmed = [] {
     std::thread([] {}).join();

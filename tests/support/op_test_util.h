@@ -93,6 +93,11 @@ void expect_error(const std::function<void()>& fn, const std::vector<std::string
 /// lanes on one thread when `sequential`).
 SessionOptions cpus(int n, bool sequential = false);
 
+/// `o` with elementwise fusion and buffer reuse off: every node of a plan is a step of its
+/// own with its own output buffer (for tests of plans, traces and allocations that use
+/// elementwise ops as stand-ins for work).
+SessionOptions unfused(SessionOptions o = {});
+
 /// Threads of this process (Linux /proc/self/task). The first call starts and
 /// joins a thread first, so that a sanitizer's helper thread (TSan starts one
 /// with the first thread) is already counted.

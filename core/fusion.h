@@ -1,0 +1,56 @@
+// Elementwise fusion: a graph pass the Session runs on each plan when
+// SessionOptions::fuse_elementwise is on. It finds groups of elementwise nodes
+// (a node whose only reader is another node of the group) and replaces each
+// group by one FusedElementwise node that evaluates the whole expression in
+// blocks small enough to stay in the core's cache, so the group's intermediate
+// tensors are never written to memory. Results equal the unfused graph's bit
+// for bit: every instruction runs the op's own functor in the op's own
+// precision.
+//
+// Which ops a device can fuse is not decided here: the kernels register, per
+// (device, op, dtype), what their FusedElementwise kernel evaluates
+// (register_fusable). The pass never changes the user's graph: the fused nodes
+// live in a graph the plan owns, and their inputs stand for outputs of the
+// user's graph (FusedGroup::inputs).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/graph.h"
+
+namespace spire {
+
+/// Registers `op` (with `arity` inputs, 1 or 2) as evaluable for `dtype` by the
+/// FusedElementwise kernel of `device`. Called by the kernels at load time.
+void register_fusable(DeviceType device, const std::string& op, DType dtype, int arity);
+/// The arity registered for (device, op, dtype); 0 when that op does not fuse there.
+int fusable_arity(DeviceType device, const std::string& op, DType dtype);
+
+/// One fused group: `nodes` in evaluation order (inputs before readers; the
+/// root, whose output is the group's, last), and the FusedElementwise node that
+/// replaces them, whose input i stands for `inputs[i]`.
+struct FusedGroup {
+  std::vector<Node*> nodes;
+  std::vector<Output> inputs;
+  Node* fused = nullptr;
+};
+
+/// The most instructions and inputs one FusedElementwise node takes.
+inline constexpr int kMaxFusedInstructions = 32;
+inline constexpr int kMaxFusedInputs = 16;
+
+/// The groups of `order` (a plan's needed nodes, inputs before readers) worth
+/// fusing (two nodes or more), each with its FusedElementwise node added to
+/// `side`. A node joins the group of its reader when it is fusable on its
+/// device for its dtype (every input and its output of one dtype), has one
+/// output, is read by nodes of that group only, is on the group's device, has
+/// no control inputs and is no node's control input, and its output is neither
+/// fetched (`kept`) nor fed (`fed`).
+std::vector<FusedGroup> fuse_elementwise(const std::vector<Node*>& order, const std::set<Output>& kept,
+                                         const std::map<Output, int>& fed, Graph& side);
+
+}  // namespace spire
