@@ -109,7 +109,7 @@ run_tensorpack() {
        --threads "$THREADS" --steps-per-epoch "$STEPS" >"$out.log" 2>&1; then
     echo "tensorpack run failed:"; tail -20 "$out.log"; FAILED=1; return
   fi
-  grep -E '^(EPOCH|VALIDATION_ACCURACY) ' "$out.log" >"$out"
+  grep -oE '(EPOCH|VALIDATION_ACCURACY) [0-9]+ [0-9.e+-]+' "$out.log" >"$out"
   echo "tensorpack round $1: epochs $(awk '$1=="EPOCH"{printf "%s ", $3}' "$out")s, accuracy $(last_acc "$out")"
 }
 

@@ -627,6 +627,7 @@ void ExecutionPlan::run_step(const Step& st, RunState& rs, std::vector<Tensor>& 
   KernelContext ctx(*n, st.device, inputs.data(), outs, rs.env->state, st.device_context, st.pool);
   ctx.set_forwardable_inputs(forwardable);
   ctx.set_allow_tf32(rs.env->options->allow_tf32);
+  ctx.set_measure_algorithms(rs.env->options->measure_conv_algorithms);
   ctx.set_participants(&st.participants);
   ctx.set_run(&rs.run);
   if (rs.trace) ctx.set_trace(rs.trace, lane);

@@ -144,6 +144,10 @@ class KernelContext {
   /// Whether f32 GEMMs/convolutions may use TF32 (SessionOptions::allow_tf32).
   bool allow_tf32() const { return allow_tf32_; }
   void set_allow_tf32(bool on) { allow_tf32_ = on; }
+  /// Whether kernels with several algorithms time them on each new shape and keep the
+  /// fastest (SessionOptions::measure_conv_algorithms).
+  bool measure_algorithms() const { return measure_algorithms_ && state_ != nullptr; }
+  void set_measure_algorithms(bool on) { measure_algorithms_ = on; }
 
   /// For a multi-device node (OpDef::multi_device): the participants this
   /// call runs, each reading input p and writing output p (one participant
@@ -206,6 +210,7 @@ class KernelContext {
   void* device_context_;
   ThreadPool* thread_pool_;
   bool allow_tf32_ = false;
+  bool measure_algorithms_ = false;
   static inline const std::vector<int> kNoParticipants{};
   static inline const RunContext kNoRun{};
   const std::vector<int>* participants_ = &kNoParticipants;

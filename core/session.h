@@ -114,6 +114,12 @@ struct SessionOptions {
   /// then show the group as one step named after its last node. The environment variable
   /// SPIRE_FUSE_ELEMENTWISE=0 or 1 overrides it for every session.
   bool fuse_elementwise = true;
+  /// Convolutions time their algorithms (CPU: direct, im2col + GEMM) on the first call of
+  /// each shape and keep the fastest for the session, as cuDNN's benchmark mode (PyTorch's
+  /// torch.backends.cudnn.benchmark). Off by default, as there: the choice depends on
+  /// timing, so two runs may round differently. Off, a fixed rule chooses. The environment
+  /// variable SPIRE_MEASURE_CONV_ALGORITHMS=0 or 1 overrides it for every session.
+  bool measure_conv_algorithms = false;
 };
 
 class ExecutionPlan;

@@ -12,7 +12,9 @@
 // bitwise identical to one thread; the filter gradient sums per-thread partial gradients in a
 // fixed order. A batch smaller than the thread count splits the GEMMs instead.
 // Stride-1, undilated convolutions with at least 8 input channels and whole vectors of output
-// channels (the ResNets' 3x3 layers) skip im2col: kernels/cpu/direct_conv.h.
+// channels (the ResNets' 3x3 layers) skip im2col: kernels/cpu/direct_conv.h. Where both
+// apply, the direct kernel runs, or with SessionOptions::measure_conv_algorithms the faster
+// of the two for the shape, timed once per session (kernels/cpu/conv_algorithm.h).
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -20,6 +22,7 @@
 
 #include "core/kernel_registry.h"
 #include "kernels/conv_geometry.h"
+#include "kernels/cpu/conv_algorithm.h"
 #include "kernels/cpu/direct_conv.h"
 #include "kernels/cpu/gemm.h"
 
@@ -203,23 +206,22 @@ void conv2d_kernel(KernelContext& ctx) {
   Tensor& y = ctx.allocate_output(0, Shape{g.n, g.oh, g.ow, g.o});
   const T* px = x.data<T>();
   const T* pf = f.data<T>();
-  T* py = y.data<T>();
-  if (use_direct<T>(g, direct_shape(g))) {
-    direct_conv2d(direct_shape(g), px, pf, py, ctx.thread_pool());
-    return;
-  }
-  const int64_t chunk = g.chunk(), rows = g.rows_per_image(), kkc = g.kkc();
-  // Images [b0, b1), with `pool` splitting each GEMM (null inside a per-thread share).
-  auto images = [&](int64_t b0, int64_t b1, ThreadPool* pool) {
-    Scratch<T> buf;
-    for (int64_t n0 = b0; n0 < b1; n0 += chunk) {
-      const int64_t count = std::min(chunk, b1 - n0);
-      const T* col = col_of(g, px, n0, count, buf);
-      gemm(false, false, count * rows, g.o, kkc, T(1), col, kkc, pf, g.o, T(0),
-           py + n0 * rows * g.o, g.o, pool);
-    }
-  };
-  for_images(ctx, g.n, g.pointwise(), images);
+  run_conv_algorithm<T>(ctx, ConvPass::kForward, g, use_direct<T>(g, direct_shape(g)), y.data<T>(),
+                        y.num_elements(), [&](ConvAlgorithm algo, T* py) {
+    if (algo == ConvAlgorithm::kDirect) return direct_conv2d(direct_shape(g), px, pf, py, ctx.thread_pool());
+    const int64_t chunk = g.chunk(), rows = g.rows_per_image(), kkc = g.kkc();
+    // Images [b0, b1), with `pool` splitting each GEMM (null inside a per-thread share).
+    auto images = [&](int64_t b0, int64_t b1, ThreadPool* pool) {
+      Scratch<T> buf;
+      for (int64_t n0 = b0; n0 < b1; n0 += chunk) {
+        const int64_t count = std::min(chunk, b1 - n0);
+        const T* col = col_of(g, px, n0, count, buf);
+        gemm(false, false, count * rows, g.o, kkc, T(1), col, kkc, pf, g.o, T(0),
+             py + n0 * rows * g.o, g.o, pool);
+      }
+    };
+    for_images(ctx, g.n, g.pointwise(), images);
+  });
 }
 
 template <typename T>
@@ -231,49 +233,39 @@ void conv2d_backprop_input_kernel(KernelContext& ctx) {
   Tensor& dx = ctx.allocate_output(0, like.shape());
   const T* pf = f.data<T>();
   const T* pdy = dy.data<T>();
-  T* pdx = dx.data<T>();
   const int64_t rows = g.rows_per_image(), kkc = g.kkc();
   if (g.pointwise()) {  // dx = dy x w^T directly
-    gemm(false, true, g.n * rows, kkc, g.o, T(1), pdy, g.o, pf, g.o, T(0), pdx, kkc,
+    gemm(false, true, g.n * rows, kkc, g.o, T(1), pdy, g.o, pf, g.o, T(0), dx.data<T>(), kkc,
          ctx.thread_pool());
     return;
   }
-  if (use_direct<T>(g, direct_input_grad_shape(g))) {
-    const std::vector<T> rotated = rotated_filter(g, pf);
-    direct_conv2d(direct_input_grad_shape(g), pdy, rotated.data(), pdx, ctx.thread_pool());
-    return;
-  }
-  const int64_t chunk = g.chunk(), image = g.h * g.w * g.c;
-  auto images = [&](int64_t b0, int64_t b1, ThreadPool* pool) {
-    std::fill(pdx + b0 * image, pdx + b1 * image, T(0));
-    Scratch<T> buf;
-    for (int64_t n0 = b0; n0 < b1; n0 += chunk) {
-      const int64_t count = std::min(chunk, b1 - n0);
-      T* dcol = buf.get(count * rows * kkc);
-      gemm(false, true, count * rows, kkc, g.o, T(1), pdy + n0 * rows * g.o, g.o, pf, g.o, T(0),
-           dcol, kkc, pool);
-      col2im_add(g, dcol, count, pdx + n0 * image);
+  run_conv_algorithm<T>(ctx, ConvPass::kInputGradient, g, use_direct<T>(g, direct_input_grad_shape(g)),
+                        dx.data<T>(), dx.num_elements(), [&](ConvAlgorithm algo, T* pdx) {
+    if (algo == ConvAlgorithm::kDirect) {
+      const std::vector<T> rotated = rotated_filter(g, pf);
+      return direct_conv2d(direct_input_grad_shape(g), pdy, rotated.data(), pdx, ctx.thread_pool());
     }
-  };
-  for_images(ctx, g.n, false, images);
+    const int64_t chunk = g.chunk(), image = g.h * g.w * g.c;
+    auto images = [&](int64_t b0, int64_t b1, ThreadPool* pool) {
+      std::fill(pdx + b0 * image, pdx + b1 * image, T(0));
+      Scratch<T> buf;
+      for (int64_t n0 = b0; n0 < b1; n0 += chunk) {
+        const int64_t count = std::min(chunk, b1 - n0);
+        T* dcol = buf.get(count * rows * kkc);
+        gemm(false, true, count * rows, kkc, g.o, T(1), pdy + n0 * rows * g.o, g.o, pf, g.o, T(0),
+             dcol, kkc, pool);
+        col2im_add(g, dcol, count, pdx + n0 * image);
+      }
+    };
+    for_images(ctx, g.n, false, images);
+  });
 }
 
+// The filter gradient by im2col + GEMM into pdw (size elements), split over the batch.
 template <typename T>
-void conv2d_backprop_filter_kernel(KernelContext& ctx) {
-  const Tensor& x = ctx.input(0);
-  const Tensor& like = ctx.input(1);
-  const Tensor& dy = ctx.input(2);
-  ConvGeom g = conv_geom(kernels::conv_backprop_geometry(ctx));
-  Tensor& dw = ctx.allocate_output(0, like.shape());
-  const T* px = x.data<T>();
-  const T* pdy = dy.data<T>();
-  T* pdw = dw.data<T>();
+void filter_grad_gemm(KernelContext& ctx, const ConvGeom& g, const T* px, const T* pdy, T* pdw, int64_t size) {
   const int64_t rows = g.rows_per_image(), kkc = g.kkc();
-  if (use_direct<T>(g, direct_shape(g))) {
-    direct_conv2d_filter_grad(direct_shape(g), px, pdy, pdw, ctx.thread_pool());
-    return;
-  }
-  const int64_t chunk = g.chunk(), size = dw.num_elements();
+  const int64_t chunk = g.chunk();
   // dw (= out, zeroed first) += the gradient of images [b0, b1).
   auto images = [&](int64_t b0, int64_t b1, T* out, ThreadPool* pool) {
     std::fill(out, out + size, T(0));
@@ -302,6 +294,22 @@ void conv2d_backprop_filter_kernel(KernelContext& ctx) {
       const T* src = partials.data() + (p - 1) * size;
       for (int64_t i = i0; i < i1; ++i) pdw[i] += src[i];
     }
+  });
+}
+
+template <typename T>
+void conv2d_backprop_filter_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& like = ctx.input(1);
+  const Tensor& dy = ctx.input(2);
+  ConvGeom g = conv_geom(kernels::conv_backprop_geometry(ctx));
+  Tensor& dw = ctx.allocate_output(0, like.shape());
+  const T* px = x.data<T>();
+  const T* pdy = dy.data<T>();
+  run_conv_algorithm<T>(ctx, ConvPass::kFilterGradient, g, use_direct<T>(g, direct_shape(g)), dw.data<T>(),
+                        dw.num_elements(), [&](ConvAlgorithm algo, T* pdw) {
+    if (algo == ConvAlgorithm::kDirect) return direct_conv2d_filter_grad(direct_shape(g), px, pdy, pdw, ctx.thread_pool());
+    filter_grad_gemm(ctx, g, px, pdy, pdw, dw.num_elements());
   });
 }
 
