@@ -67,7 +67,7 @@ std::vector<FusedGroup> fuse_elementwise(const std::vector<Node*>& order, const 
           !std::holds_alternative<std::string>(kv.second.value()))
         return false;
     for (const Output& in : n->inputs())
-      if (in.dtype() != t || in.node->op_def().ref_output()) return false;  // a variable read directly: keep its place
+      if (in.dtype() != t) return false;
     return !fed.count(n->output(0));
   };
 

@@ -49,7 +49,9 @@ inline constexpr int kMaxFusedInputs = 16;
 /// device for its dtype (every input and its output of one dtype), has one
 /// output, is read by nodes of that group only, is on the group's device, has
 /// no control inputs and is no node's control input, and its output is neither
-/// fetched (`kept`) nor fed (`fed`).
+/// fetched (`kept`) nor fed (`fed`). A variable read directly (a reference input) is then
+/// read when the fused node runs, at its root's place: as for any read that the graph does
+/// not order against an update, either value may be read.
 std::vector<FusedGroup> fuse_elementwise(const std::vector<Node*>& order, const std::set<Output>& kept,
                                          const std::map<Output, int>& fed, Graph& side);
 

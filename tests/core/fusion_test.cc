@@ -164,6 +164,29 @@ TEST(Fusion, FetchedControlledAndOtherDeviceNodesStayVisible) {
   EXPECT_TRUE(bit_equal(got[1], want[1]));
 }
 
+TEST(Fusion, AVariableReadByAFusedGroupIsReadWhenItRuns) {
+  Graph g;
+  DefaultGraphGuard guard(g);
+  Output x = ops::placeholder(DType::F32, {4}, "x");
+  Output w = ops::variable({4}, DType::F32, "w");  // a bias, read directly (by reference)
+  Output y = ops::tanh(ops::add(x, w, "add_bias"), "y");
+  Output bump = ops::assign(w, w * 2.0, "bump");
+  Session s(g, fusion(true));
+  s.set_variable_value(w.node, Tensor::from_vector<float>({4}, {0.5f, -0.25f, 1, -1}));
+  const FeedDict feeds = {{x, Tensor::from_vector<float>({4}, {1, 2, -3, 0.125f})}};
+  StepStats st;
+  Tensor a = s.run({y}, feeds, {}, &st)[0];
+  EXPECT_EQ(op_types(st).count("FusedElementwise"), 1u);
+  s.run_targets({bump.node});
+  Tensor b = s.run({y}, feeds)[0];
+  Session off(g, fusion(false));
+  off.set_variable_value(w.node, Tensor::from_vector<float>({4}, {0.5f, -0.25f, 1, -1}));
+  EXPECT_TRUE(bit_equal(a, off.run({y}, feeds)[0]));
+  off.run_targets({bump.node});
+  EXPECT_TRUE(bit_equal(b, off.run({y}, feeds)[0]));
+  EXPECT_FALSE(bit_equal(a, b));
+}
+
 TEST(Fusion, OtherDtypesAndComparisonsDoNotFuse) {
   Graph g;
   DefaultGraphGuard guard(g);
