@@ -33,6 +33,8 @@ class ConvAlgorithmCache {
  public:
   using Key = std::array<int64_t, 19>;
   static Key key(ConvPass pass, DType dtype, int threads, const kernels::ConvGeometry& g) {
+    // (At stride 1, the only case with a choice, oh, ow, pt and pl fix the bottom and right
+    // padding too.)
     return {static_cast<int64_t>(pass), static_cast<int64_t>(dtype), threads, g.n, g.h, g.w, g.c,
             g.kh, g.kw, g.o, g.oh, g.ow, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl, 0};
   }
@@ -65,7 +67,7 @@ template <typename T, typename Run>
 void run_conv_algorithm(KernelContext& ctx, ConvPass pass, const kernels::ConvGeometry& g,
                         bool direct_ok, T* out, int64_t out_size, Run&& run) {
   if (!direct_ok) return run(ConvAlgorithm::kGemm, out);
-  if (!ctx.measure_algorithms()) return run(ConvAlgorithm::kDirect, out);
+  if (!ctx.measure_algorithms() || out_size == 0) return run(ConvAlgorithm::kDirect, out);
   auto cache = ctx.state().resource<ConvAlgorithmCache>(
       "cpu_conv_algorithms", [] { return std::make_shared<ConvAlgorithmCache>(); });
   const auto key = ConvAlgorithmCache::key(pass, dtype_of<T>, ctx.num_threads(), g);
