@@ -359,8 +359,6 @@ std::shared_ptr<ExecutionPlan> ExecutionPlan::compile(Graph& graph,
     }
   }
 
-  for (const auto& [fused, g] : group_of_fused) steps_of[g->nodes.back()] = steps_of[fused];
-
   // Lanes: one per device in device order (one lane for everything in
   // sequential mode); each keeps the global order.
   if (opt.sequential) {

@@ -50,10 +50,6 @@ class ConvAlgorithmCache {
     std::lock_guard<std::mutex> lock(mu_);
     return choices_.emplace(k, a).first->second;
   }
-  size_t size() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return choices_.size();
-  }
 
  private:
   mutable std::mutex mu_;
