@@ -241,7 +241,7 @@ std::shared_ptr<ExecutionPlan> ExecutionPlan::compile(Graph& graph,
   if (opt.fuse_elementwise) {
     p.fused_graph_ = std::make_unique<Graph>();
     p.fused_groups_ = fuse_elementwise(order, std::set<Output>(fetches.begin(), fetches.end()), fed,
-                                       *p.fused_graph_);
+                                       *p.fused_graph_, opt.fuse_epilogues);
     std::unordered_map<const Node*, Node*> replace;  // root -> fused; other members -> null
     for (const FusedGroup& g : p.fused_groups_) {
       for (Node* m : g.nodes) replace[m] = nullptr;

@@ -17,6 +17,7 @@ namespace {
 struct FusableTable {
   std::mutex mu;
   std::map<std::tuple<DeviceType, std::string, DType>, int> arity;
+  std::map<std::tuple<DeviceType, std::string, DType>, std::string> epilogue;
 };
 
 FusableTable& fusable_table() {
@@ -41,8 +42,21 @@ int fusable_arity(DeviceType device, const std::string& op, DType dtype) {
   return it == t.arity.end() ? 0 : it->second;
 }
 
+void register_epilogue(DeviceType device, const std::string& op, DType dtype, const std::string& fused_op) {
+  FusableTable& t = fusable_table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  t.epilogue[{device, op, dtype}] = fused_op;
+}
+
+std::string epilogue_op(DeviceType device, const std::string& op, DType dtype) {
+  FusableTable& t = fusable_table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  auto it = t.epilogue.find({device, op, dtype});
+  return it == t.epilogue.end() ? std::string() : it->second;
+}
+
 std::vector<FusedGroup> fuse_elementwise(const std::vector<Node*>& order, const std::set<Output>& kept,
-                                         const std::map<Output, int>& fed, Graph& side) {
+                                         const std::map<Output, int>& fed, Graph& side, bool epilogues) {
   std::unordered_map<const Node*, int> pos;
   std::unordered_map<const Node*, std::vector<Node*>> readers;  // of output 0, distinct
   std::unordered_set<const Node*> control_input;
@@ -117,14 +131,45 @@ std::vector<FusedGroup> fuse_elementwise(const std::vector<Node*>& order, const 
         }
       }
     }
-    if (members.size() < 2) {
+    std::sort(members.begin(), members.end(), [&](const Node* a, const Node* b) { return pos[a] < pos[b]; });
+    // A producer whose epilogue the group becomes: the first input (in evaluation order)
+    // that qualifies.
+    Node* producer = nullptr;
+    std::string producer_op;
+    for (size_t m = 0; epilogues && !producer && m < members.size(); ++m)
+      for (const Output& in : members[m]->inputs()) {
+        Node* p = in.node;
+        if (in.index != 0 || group_of.count(p) || !pos.count(p) || p->num_outputs() != 1 ||
+            p->op_def().multi_device() || p->op_def().stateful() || !p->control_inputs().empty() ||
+            control_input.count(p) || p->device() != root->device() ||
+            p->output_dtype(0) != root->output_dtype(0) || kept.count(p->output(0)) || fed.count(p->output(0)))
+          continue;
+        const std::string op = epilogue_op(p->device().type, p->op_type(), p->output_dtype(0));
+        if (op.empty()) continue;
+        bool only_members = true;
+        for (const Node* r : readers[p]) {
+          auto g = group_of.find(r);
+          only_members = only_members && g != group_of.end() && g->second == gid;
+        }
+        if (!only_members) continue;
+        producer = p;
+        producer_op = op;
+        break;
+      }
+    if (members.size() + (producer ? 1 : 0) < 2) {
       group_of.erase(root);
       continue;
     }
-    std::sort(members.begin(), members.end(), [&](const Node* a, const Node* b) { return pos[a] < pos[b]; });
     FusedGroup g;
     g.nodes = members;
     std::map<Output, int> input_index;
+    if (producer) {
+      group_of[producer] = gid;
+      g.producer = producer;
+      g.nodes.insert(g.nodes.begin(), producer);
+      input_index[producer->output(0)] = 0;  // program input 0: the product
+      g.inputs.push_back(producer->output(0));
+    }
     std::vector<std::string> ops, names, string_attrs, number_keys;
     std::vector<double> numbers;
     std::vector<int64_t> operands;
@@ -167,12 +212,21 @@ std::vector<FusedGroup> fuse_elementwise(const std::vector<Node*>& order, const 
     attrs["string_attrs"] = string_attrs;
     attrs["number_attr_names"] = number_keys;
     attrs["number_attrs"] = numbers;
+    std::string fused_op = "FusedElementwise";
+    if (producer) {
+      // The fused node takes the producer's inputs and attrs, then the program's other inputs.
+      g.inputs.erase(g.inputs.begin());
+      g.inputs.insert(g.inputs.begin(), producer->inputs().begin(), producer->inputs().end());
+      for (const auto& [key, value] : producer->attrs()) attrs[key] = value;
+      attrs["producer"] = producer->name();
+      fused_op = producer_op;
+    }
     DeviceScope scope(side, root->device());
     std::vector<Output> stand_ins;
     for (const Output& in : g.inputs)
       stand_ins.push_back(side.add_node("Placeholder", {}, {{"dtype", in.dtype()}, {"shape", in.shape()}},
                                         "fused_input")->output(0));
-    g.fused = side.add_node("FusedElementwise", stand_ins, attrs, root->name());
+    g.fused = side.add_node(fused_op, stand_ins, attrs, root->name());
     groups.push_back(std::move(g));
   }
   return groups;

@@ -30,13 +30,26 @@ void register_fusable(DeviceType device, const std::string& op, DType dtype, int
 /// The arity registered for (device, op, dtype); 0 when that op does not fuse there.
 int fusable_arity(DeviceType device, const std::string& op, DType dtype);
 
+/// Registers that `device`'s kernel of `fused_op` computes `op` for `dtype`
+/// followed by an elementwise program on its result: `fused_op` takes `op`'s
+/// inputs and attrs, then the program's other inputs and attrs (FusedConv2D
+/// for Conv2D, FusedMatMul for MatMul). Called by the kernels at load time.
+void register_epilogue(DeviceType device, const std::string& op, DType dtype, const std::string& fused_op);
+/// The op registered for (device, op, dtype) by register_epilogue; "" when none.
+std::string epilogue_op(DeviceType device, const std::string& op, DType dtype);
+
 /// One fused group: `nodes` in evaluation order (inputs before readers; the
-/// root, whose output is the group's, last), and the FusedElementwise node that
-/// replaces them, whose input i stands for `inputs[i]`.
+/// root, whose output is the group's, last), and the node that replaces them,
+/// whose input i stands for `inputs[i]`. With a `producer` (the first node;
+/// a product whose only readers are the group's elementwise nodes) the fused
+/// node is the producer's epilogue op: its inputs are the producer's, then the
+/// program's other inputs; program input 0 is the product. Otherwise it is a
+/// FusedElementwise node.
 struct FusedGroup {
   std::vector<Node*> nodes;
   std::vector<Output> inputs;
   Node* fused = nullptr;
+  Node* producer = nullptr;
 };
 
 /// The most instructions and inputs one FusedElementwise node takes.
@@ -51,8 +64,12 @@ inline constexpr int kMaxFusedInputs = 16;
 /// no control inputs and is no node's control input, and its output is neither
 /// fetched (`kept`) nor fed (`fed`). A variable read directly (a reference input) is then
 /// read when the fused node runs, at its root's place: as for any read that the graph does
-/// not order against an update, either value may be read.
+/// not order against an update, either value may be read. With `epilogues`, a group (of one
+/// node or more) also takes in a producer: an input's node with an epilogue op registered for
+/// its device and dtype (register_epilogue) that passes the same tests (output neither kept
+/// nor fed, read by the group only, no control edges, one device and dtype).
 std::vector<FusedGroup> fuse_elementwise(const std::vector<Node*>& order, const std::set<Output>& kept,
-                                         const std::map<Output, int>& fed, Graph& side);
+                                         const std::map<Output, int>& fed, Graph& side,
+                                         bool epilogues = false);
 
 }  // namespace spire

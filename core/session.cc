@@ -55,6 +55,7 @@ void apply_env_switch(const char* name, bool* value) {
 SessionOptions with_environment(SessionOptions o) {
   apply_env_switch("SPIRE_REUSE_INPUT_BUFFERS", &o.reuse_input_buffers);
   apply_env_switch("SPIRE_FUSE_ELEMENTWISE", &o.fuse_elementwise);
+  apply_env_switch("SPIRE_FUSE_EPILOGUES", &o.fuse_epilogues);
   apply_env_switch("SPIRE_MEASURE_CONV_ALGORITHMS", &o.measure_conv_algorithms);
   return o;
 }

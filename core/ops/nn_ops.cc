@@ -554,4 +554,36 @@ Output avg_pool_grad(const Output& x_like, const Output& dy, const std::vector<i
   return op1("AvgPoolGrad", {x_like, dy}, pool_attrs(ksize, strides, padding), name);
 }
 
+// ---- products with an epilogue (made by the fusion pass) -----------------------------------
+// A Conv2D or MatMul followed by an elementwise program on its result (core/fusion.h), made
+// in a plan after the gradients exist: never differentiated, never built by users. Inputs:
+// the product's, then the program's other inputs (program input 0 is the product). Attrs:
+// the product's, the program's (fused_program_attrs) and "producer" (the product node's
+// name, for errors). Only the CPU kernels register epilogues, so no plan makes these on a GPU.
+
+static OpRegistrar fused_conv2d_registrar = fused_program_attrs(OpDefBuilder("FusedConv2D")
+    .input("input").input("filter").variadic_input("args", 0)
+    .attr("strides", std::vector<int64_t>{1, 1})
+    .attr("padding", "SAME")
+    .attr("dilations", std::vector<int64_t>{1, 1})
+    .attr("producer", ""))
+    .shape_fn([](InferContext& c) {
+      conv2d_shape(c);
+      epilogue_shape(c, 2);
+    })
+    .cpu_only()
+    .doc("Conv2D with an elementwise epilogue applied to each block of its output.");
+
+static OpRegistrar fused_matmul_registrar = fused_program_attrs(OpDefBuilder("FusedMatMul")
+    .input("a").input("b").variadic_input("args", 0)
+    .attr("transpose_a", false).attr("transpose_b", false)
+    .attr("compute_dtype", DType::Invalid)
+    .attr("producer", ""))
+    .shape_fn([](InferContext& c) {
+      matmul_shape(c);
+      epilogue_shape(c, 2);
+    })
+    .cpu_only()
+    .doc("MatMul with an elementwise epilogue applied to each block of its output.");
+
 }  // namespace spire::ops

@@ -30,4 +30,13 @@ Output sum_to_like(const Output& g, const Output& x);
 /// Broadcasts `x` to the run-time shape of `like` (gradient of sum_to_like).
 Output broadcast_like(const Output& x, const Output& like);
 
+/// Adds the attrs of a fused elementwise program (core/ops/fused_ops.cc: "ops",
+/// "operands", "nodes", the instructions' own attrs) to an op made by the fusion pass.
+OpDefBuilder& fused_program_attrs(OpDefBuilder& b);
+/// Checks the program attrs of a fused op's node (one name per op, at least one op).
+void check_fused_program(InferContext& c);
+/// Shape function tail of an op with an epilogue: output 0 (set by the product's shape
+/// function) broadcast with inputs [first, num_inputs), which have its dtype.
+void epilogue_shape(InferContext& c, int first);
+
 }  // namespace spire::ops

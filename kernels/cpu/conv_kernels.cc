@@ -20,10 +20,12 @@
 #include <memory>
 #include <vector>
 
+#include "core/fusion.h"
 #include "core/kernel_registry.h"
 #include "kernels/conv_geometry.h"
 #include "kernels/cpu/conv_algorithm.h"
 #include "kernels/cpu/direct_conv.h"
+#include "kernels/cpu/fused_program.h"
 #include "kernels/cpu/gemm.h"
 
 namespace spire::cpu {
@@ -198,17 +200,34 @@ void for_images(KernelContext& ctx, int64_t n, bool whole_batch, F&& images) {
   ctx.parallel_for(n, 1, [&](int64_t b0, int64_t b1) { images(b0, b1, nullptr); });
 }
 
-template <typename T>
+// Conv2D, and with `fused` FusedConv2D: the same convolution, its output then rewritten by
+// the node's epilogue (kernels/cpu/fused_program.h) block by block as each GEMM finishes it
+// (im2col), or whole after the direct kernel.
+template <typename T, bool fused>
 void conv2d_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& f = ctx.input(1);
   ConvGeom g = conv_geom(kernels::conv_geometry(ctx, x.shape(), f.shape()));
-  Tensor& y = ctx.allocate_output(0, Shape{g.n, g.oh, g.ow, g.o});
+  const Shape out_shape{g.n, g.oh, g.ow, g.o};
+  std::unique_ptr<Epilogue<T>> epilogue;
+  T* out = nullptr;
+  if constexpr (fused) {
+    epilogue = std::make_unique<Epilogue<T>>(ctx, out_shape, 2);
+    out = epilogue->product();
+  } else {
+    out = ctx.allocate_output(0, out_shape).data<T>();
+  }
+  Epilogue<T>* in_place = epilogue && epilogue->in_place() ? epilogue.get() : nullptr;
   const T* px = x.data<T>();
   const T* pf = f.data<T>();
-  run_conv_algorithm<T>(ctx, ConvPass::kForward, g, use_direct<T>(g, direct_shape(g)), y.data<T>(),
-                        y.num_elements(), [&](ConvAlgorithm algo, T* py) {
-    if (algo == ConvAlgorithm::kDirect) return direct_conv2d(direct_shape(g), px, pf, py, ctx.thread_pool());
+  run_conv_algorithm<T>(ctx, ConvPass::kForward, g, use_direct<T>(g, direct_shape(g)), out,
+                        out_shape.num_elements(), [&](ConvAlgorithm algo, T* py) {
+    if (in_place) in_place->bind_product(py);
+    if (algo == ConvAlgorithm::kDirect) {
+      direct_conv2d(direct_shape(g), px, pf, py, ctx.thread_pool());
+      if (in_place) in_place->run_all(ctx);
+      return;
+    }
     const int64_t chunk = g.chunk(), rows = g.rows_per_image(), kkc = g.kkc();
     // Images [b0, b1), with `pool` splitting each GEMM (null inside a per-thread share).
     auto images = [&](int64_t b0, int64_t b1, ThreadPool* pool) {
@@ -216,12 +235,18 @@ void conv2d_kernel(KernelContext& ctx) {
       for (int64_t n0 = b0; n0 < b1; n0 += chunk) {
         const int64_t count = std::min(chunk, b1 - n0);
         const T* col = col_of(g, px, n0, count, buf);
+        GemmEpilogue finished;
+        if (in_place)
+          finished = [&, row0 = n0 * rows](int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+            in_place->block(row0 + i0, row0 + i1, j0, j1);
+          };
         gemm(false, false, count * rows, g.o, kkc, T(1), col, kkc, pf, g.o, T(0),
-             py + n0 * rows * g.o, g.o, pool);
+             py + n0 * rows * g.o, g.o, pool, finished);
       }
     };
     for_images(ctx, g.n, g.pointwise(), images);
   });
+  if (epilogue && !in_place) epilogue->finish(ctx);
 }
 
 template <typename T>
@@ -315,8 +340,19 @@ void conv2d_backprop_filter_kernel(KernelContext& ctx) {
 
 }  // namespace
 
-SPIRE_REGISTER_KERNEL("Conv2D", DeviceType::CPU, conv2d_kernel<float>, DType::F32);
-SPIRE_REGISTER_KERNEL("Conv2D", DeviceType::CPU, conv2d_kernel<double>, DType::F64);
+SPIRE_REGISTER_KERNEL("Conv2D", DeviceType::CPU, (conv2d_kernel<float, false>), DType::F32);
+SPIRE_REGISTER_KERNEL("Conv2D", DeviceType::CPU, (conv2d_kernel<double, false>), DType::F64);
+SPIRE_REGISTER_KERNEL("FusedConv2D", DeviceType::CPU, (conv2d_kernel<float, true>), DType::F32);
+SPIRE_REGISTER_KERNEL("FusedConv2D", DeviceType::CPU, (conv2d_kernel<double, true>), DType::F64);
+
+namespace {
+// Conv2D's epilogue op (core/fusion.h): what the fusion pass may make of a Conv2D.
+struct EpilogueRegistrar {
+  EpilogueRegistrar() {
+    for (DType t : {DType::F32, DType::F64}) register_epilogue(DeviceType::CPU, "Conv2D", t, "FusedConv2D");
+  }
+} epilogue_registrar;
+}  // namespace
 SPIRE_REGISTER_KERNEL("Conv2DBackpropInput", DeviceType::CPU, conv2d_backprop_input_kernel<float>,
                       DType::F32);
 SPIRE_REGISTER_KERNEL("Conv2DBackpropInput", DeviceType::CPU,

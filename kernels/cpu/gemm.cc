@@ -63,13 +63,25 @@ struct GemmArgs {
   T* c;
   int64_t ldc;
   bool trans_c = false;  // C(i, j) is stored at c[j * ldc + i] (used by transposed_problem)
+  // Told of each finished block of C, in the caller's coordinates: this problem's C(i, j) is
+  // the caller's (row0 + i, col0 + j), or with trans_c its (row0 + j, col0 + i).
+  const GemmEpilogue* epilogue = nullptr;
+  int64_t row0 = 0, col0 = 0;
 };
+
+/// Tells g's epilogue (if any) that rows [i0, i1) and columns [j0, j1) of g's C are final.
+template <class T>
+void finish_block(const GemmArgs<T>& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+  if (!g.epilogue) return;
+  if (g.trans_c) (*g.epilogue)(g.row0 + j0, g.row0 + j1, g.col0 + i0, g.col0 + i1);
+  else (*g.epilogue)(g.row0 + i0, g.row0 + i1, g.col0 + j0, g.col0 + j1);
+}
 
 /// The same product with the operands' roles exchanged: C^T = op(B)^T op(A)^T.
 template <class T>
 GemmArgs<T> transposed_problem(const GemmArgs<T>& g) {
-  return {!g.trans_b, !g.trans_a, g.n, g.m, g.k, g.alpha, g.b,   g.ldb,
-          g.a,        g.lda,      g.beta, g.c, g.ldc, !g.trans_c};
+  return {!g.trans_b, !g.trans_a, g.n, g.m, g.k, g.alpha, g.b, g.ldb, g.a, g.lda, g.beta, g.c,
+          g.ldc, !g.trans_c, g.epilogue, g.row0, g.col0};
 }
 
 /// A vector of W lanes of T. Lowered to the instruction set of the function it ends up in.
@@ -348,8 +360,11 @@ SPIRE_GEMM_INLINE void gemm_blocked(const GemmArgs<typename S::Scalar>& args) {
   constexpr int MR = S::MR, NR = S::NR;
 
   // Matrix-vector products: a single column of C, or a single row (a column of C^T).
-  if (args.n == 1) return gemv<S>(args);
-  if (args.m == 1) return gemv<S>(transposed_problem(args));
+  if (args.n == 1 || args.m == 1) {
+    if (args.n == 1) gemv<S>(args);
+    else gemv<S>(transposed_problem(args));
+    return finish_block(args, 0, args.m, 0, args.n);
+  }
 
   const GemmArgs<T> g = prefer_transposed<S>(args.m, args.n) ? transposed_problem(args) : args;
   // Element strides of C's rows and columns.
@@ -403,6 +418,8 @@ SPIRE_GEMM_INLINE void gemm_blocked(const GemmArgs<typename S::Scalar>& args) {
             }
           }
         }
+        // The last pass over k: this block of C is final while it is still in cache.
+        if (pc + kc >= g.k) finish_block(g, ic, ic + mc, jc, jc + nc);
       }
     }
   }
@@ -498,7 +515,7 @@ void gemm_impl(GemmIsa isa, const GemmArgs<T>& g) {
   if (g.m <= 0 || g.n <= 0) return;
   if (g.k <= 0 || g.alpha == T(0)) {
     scale_c(g);
-    return;
+    return finish_block(g, 0, g.m, 0, g.n);
   }
   if (!detail::gemm_isa_supported(isa)) isa = GemmIsa::kGeneric;
   switch (isa) {
@@ -544,10 +561,12 @@ void gemm_parallel(GemmIsa isa, const GemmArgs<T>& g, ThreadPool* pool) {
       part.n = end - begin;
       part.b = g.trans_b ? g.b + begin * g.ldb : g.b + begin;
       part.c = g.c + begin;
+      part.col0 = g.col0 + begin;
     } else {
       part.m = end - begin;
       part.a = g.trans_a ? g.a + begin : g.a + begin * g.lda;
       part.c = g.c + begin * g.ldc;
+      part.row0 = g.row0 + begin;
     }
     gemm_impl<T>(isa, part);
   });
@@ -622,6 +641,22 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double al
           int64_t ldc, ThreadPool* pool) {
   gemm_parallel<double>(detail::gemm_best_isa(),
                         {trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc}, pool);
+}
+
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
+          ThreadPool* pool, const GemmEpilogue& epilogue) {
+  GemmArgs<float> g{trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
+  g.epilogue = epilogue ? &epilogue : nullptr;
+  gemm_parallel<float>(detail::gemm_best_isa(), g, pool);
+}
+
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+          const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
+          int64_t ldc, ThreadPool* pool, const GemmEpilogue& epilogue) {
+  GemmArgs<double> g{trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
+  g.epilogue = epilogue ? &epilogue : nullptr;
+  gemm_parallel<double>(detail::gemm_best_isa(), g, pool);
 }
 
 }  // namespace spire::cpu

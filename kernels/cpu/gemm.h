@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 namespace spire {
 class ThreadPool;
@@ -35,6 +36,20 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
           const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
           int64_t ldc, ThreadPool* pool);
+
+/// Told, once per block of C, that C's rows [i0, i1) and columns [j0, j1) hold their final
+/// values, while the block is still in the core's cache: an epilogue (bias, activation) that
+/// rewrites them there saves a pass over C. Called from the threads that computed the block,
+/// possibly at once for disjoint blocks; every element of C is in exactly one block.
+using GemmEpilogue = std::function<void(int64_t i0, int64_t i1, int64_t j0, int64_t j1)>;
+
+/// The threaded product above, with `epilogue` told of each finished block.
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
+          ThreadPool* pool, const GemmEpilogue& epilogue);
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+          const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
+          int64_t ldc, ThreadPool* pool, const GemmEpilogue& epilogue);
 
 namespace detail {
 

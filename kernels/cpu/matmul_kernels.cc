@@ -16,8 +16,10 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/fusion.h"
 #include "core/kernel_registry.h"
 #include "kernels/cpu/broadcast.h"
+#include "kernels/cpu/fused_program.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/vector_loops.h"
@@ -75,8 +77,8 @@ void round_through(KernelContext& ctx, DType half, const float* src, float* dst,
 // GEMM rounds the operands while it packs them; otherwise they are rounded into copies and
 // multiplied by the f32 GEMM (as the widening path does with the Casts' values).
 void mixed_matmul(KernelContext& ctx, DType half, const kernels::MatMulDims& d, const Tensor& a,
-                  const Tensor& b, Tensor& c) {
-  float* pc = c.data<float>();
+                  const Tensor& b, float* pc) {
+  const int64_t c_elements = d.m * d.n;
   if (half == DType::BF16 && gemm_bf16_supported() && d.k > 0) {
     // Operands rounded as they are packed, the product as each tile is finished.
     gemm_bf16(d.ta, d.tb, d.m, d.n, d.k, a.data<float>(), a.dim(1), b.data<float>(), b.dim(1), pc,
@@ -88,7 +90,7 @@ void mixed_matmul(KernelContext& ctx, DType half, const kernels::MatMulDims& d, 
   round_through(ctx, half, b.data<float>(), rb.data(), b.num_elements());
   gemm(d.ta, d.tb, d.m, d.n, d.k, 1.0f, ra.data(), a.dim(1), rb.data(), b.dim(1), 0.0f, pc, d.n,
        ctx.thread_pool());
-  round_through(ctx, half, pc, pc, c.num_elements());
+  round_through(ctx, half, pc, pc, c_elements);
 }
 
 template <typename T>
@@ -99,10 +101,43 @@ void matmul_kernel(KernelContext& ctx) {
   Tensor& c = ctx.allocate_output(0, Shape{d.m, d.n});
   if constexpr (std::is_same_v<T, float>) {
     const DType half = ctx.attr<DType>("compute_dtype");
-    if (half != DType::Invalid) return mixed_matmul(ctx, half, d, a, b, c);
+    if (half != DType::Invalid) return mixed_matmul(ctx, half, d, a, b, c.data<float>());
   }
   gemm(d.ta, d.tb, d.m, d.n, d.k, T(1), a.data<T>(), a.dim(1), b.data<T>(), b.dim(1), T(0),
        c.data<T>(), d.n, ctx.thread_pool());
+}
+
+// FusedMatMul: the MatMul, its product then rewritten by the node's epilogue
+// (kernels/cpu/fused_program.h) block by block as the GEMM finishes each.
+template <typename T>
+void fused_matmul_kernel(KernelContext& ctx) {
+  const Tensor& a = ctx.input(0);
+  const Tensor& b = ctx.input(1);
+  const kernels::MatMulDims d = kernels::matmul_dims(ctx);
+  Epilogue<T> epilogue(ctx, Shape{d.m, d.n}, 2);
+  T* pc = epilogue.product();
+  epilogue.bind_product(pc);
+  bool blocks_done = false;  // the GEMM ran the epilogue on each block
+  bool mixed = false;
+  if constexpr (std::is_same_v<T, float>) {
+    const DType half = ctx.attr<DType>("compute_dtype");
+    if (half != DType::Invalid) {
+      mixed_matmul(ctx, half, d, a, b, pc);  // rounds the whole product after the GEMM
+      mixed = true;
+    }
+  }
+  if (!mixed) {
+    GemmEpilogue finished;
+    if (epilogue.in_place()) {
+      finished = [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1) { epilogue.block(i0, i1, j0, j1); };
+      blocks_done = true;
+    }
+    gemm(d.ta, d.tb, d.m, d.n, d.k, T(1), a.data<T>(), a.dim(1), b.data<T>(), b.dim(1), T(0), pc,
+         d.n, ctx.thread_pool(), finished);
+  }
+  if (blocks_done) return;
+  if (epilogue.in_place()) epilogue.run_all(ctx);
+  else epilogue.finish(ctx);
 }
 
 // MatMul of f16 / bf16 inputs: widened to f32, one f32 GEMM, the product rounded.
@@ -201,11 +236,22 @@ void half_batch_matmul_kernel(KernelContext& ctx) {
 
 SPIRE_REGISTER_KERNEL("MatMul", DeviceType::CPU, matmul_kernel<float>, DType::F32);
 SPIRE_REGISTER_KERNEL("MatMul", DeviceType::CPU, matmul_kernel<double>, DType::F64);
+SPIRE_REGISTER_KERNEL("FusedMatMul", DeviceType::CPU, fused_matmul_kernel<float>, DType::F32);
+SPIRE_REGISTER_KERNEL("FusedMatMul", DeviceType::CPU, fused_matmul_kernel<double>, DType::F64);
 SPIRE_REGISTER_KERNEL("BatchMatMul", DeviceType::CPU, batch_matmul_kernel<float>, DType::F32);
 SPIRE_REGISTER_KERNEL("BatchMatMul", DeviceType::CPU, batch_matmul_kernel<double>, DType::F64);
 SPIRE_REGISTER_KERNEL("MatMul", DeviceType::CPU, half_matmul_kernel, DType::F16);
 SPIRE_REGISTER_KERNEL("MatMul", DeviceType::CPU, half_matmul_kernel, DType::BF16);
 SPIRE_REGISTER_KERNEL("BatchMatMul", DeviceType::CPU, half_batch_matmul_kernel, DType::F16);
 SPIRE_REGISTER_KERNEL("BatchMatMul", DeviceType::CPU, half_batch_matmul_kernel, DType::BF16);
+
+namespace {
+// MatMul's epilogue op (core/fusion.h): what the fusion pass may make of a MatMul.
+struct EpilogueRegistrar {
+  EpilogueRegistrar() {
+    for (DType t : {DType::F32, DType::F64}) register_epilogue(DeviceType::CPU, "MatMul", t, "FusedMatMul");
+  }
+} epilogue_registrar;
+}  // namespace
 
 }  // namespace spire::cpu

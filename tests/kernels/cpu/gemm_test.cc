@@ -3,6 +3,8 @@
 // sizes), alpha/beta values and padded leading dimensions.
 #include "kernels/cpu/gemm.h"
 
+#include "core/thread_pool.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -224,6 +227,52 @@ TYPED_TEST(GemmTest, TwoByTwo) {
 TEST(GemmDispatch, BestIsaIsSupported) {
   EXPECT_TRUE(detail::gemm_isa_supported(detail::gemm_best_isa()));
   EXPECT_TRUE(detail::gemm_isa_supported(GemmIsa::kGeneric));
+}
+
+// The epilogue (GemmEpilogue) hears of every element of C exactly once, after its value is
+// final, for threaded splits along either dimension, transposed problems, matrix-vector
+// products and k = 0.
+TEST(GemmEpilogue, SeesEveryBlockOnceWhenItIsFinal) {
+  struct Case {
+    int64_t m, n, k;
+    bool ta, tb;
+  };
+  const Case cases[] = {{300, 70, 64, false, false}, {37, 500, 33, true, false}, {129, 65, 300, false, true},
+                        {5, 3, 7, true, true},       {1, 40, 16, false, false},  {40, 1, 16, false, true},
+                        {6, 9, 0, false, false},     {2000, 33, 40, false, false}};
+  std::mt19937_64 rng(42);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (int threads : {1, 3})
+    for (const Case& c : cases) {
+      ThreadPool pool(threads);
+      std::vector<float> a(static_cast<size_t>(c.m * c.k)), b(static_cast<size_t>(c.k * c.n));
+      for (float& v : a) v = u(rng);
+      for (float& v : b) v = u(rng);
+      const int64_t lda = c.ta ? c.m : c.k, ldb = c.tb ? c.k : c.n;
+      std::vector<float> want(static_cast<size_t>(c.m * c.n), 0.0f), got(want.size(), 0.0f);
+      gemm(c.ta, c.tb, c.m, c.n, c.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, want.data(), c.n, &pool);
+      std::vector<int> seen(want.size(), 0);
+      std::mutex mu;
+      int wrong = 0;
+      GemmEpilogue epilogue = [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+        std::lock_guard<std::mutex> lock(mu);
+        ASSERT_TRUE(0 <= i0 && i0 < i1 && i1 <= c.m && 0 <= j0 && j0 < j1 && j1 <= c.n);
+        for (int64_t i = i0; i < i1; ++i)
+          for (int64_t j = j0; j < j1; ++j) {
+            const size_t e = static_cast<size_t>(i * c.n + j);
+            ++seen[e];
+            wrong += std::memcmp(&got[e], &want[e], sizeof(float)) != 0;
+            got[e] *= 2.0f;  // an epilogue that rewrites C: later GEMM work must not undo it
+          }
+      };
+      gemm(c.ta, c.tb, c.m, c.n, c.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, got.data(), c.n, &pool,
+           epilogue);
+      const std::string where = std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) +
+                                ", " + std::to_string(threads) + " threads";
+      EXPECT_EQ(wrong, 0) << where << ": a block was not final when the epilogue saw it";
+      EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), static_cast<long>(seen.size())) << where;
+      for (size_t e = 0; e < want.size(); ++e) ASSERT_EQ(got[e], want[e] * 2.0f) << where;
+    }
 }
 
 }  // namespace

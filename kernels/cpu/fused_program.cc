@@ -1,0 +1,393 @@
+// The CPU evaluator of fused elementwise programs (kernels/cpu/fused_program.h).
+// Compiled without FMA contraction, as kernels/cpu/elementwise.cc, so every
+// instruction rounds as the op's own kernel does.
+#include "kernels/cpu/fused_program.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "core/fusion.h"
+#include "core/ops/math_ops.h"
+#include "kernels/cpu/broadcast.h"
+#include "kernels/cpu/vector_loops.h"
+#include "kernels/elementwise_table.h"
+#include "kernels/functors.h"
+
+namespace spire::cpu {
+namespace {
+
+constexpr int64_t kBlock = 512;
+
+/// One instruction over a block: c[0, n) = f(a, b), where an operand flagged scalar is one
+/// value broadcast over the block (b is unused by unary ops).
+template <typename T>
+using BlockFn = std::function<void(const T* a, bool a_scalar, const T* b, bool b_scalar, T* c, int64_t n)>;
+
+template <typename T, typename F>
+BlockFn<T> unary_block(F f) {
+  return [f](const T* a, bool, const T*, bool, T* c, int64_t n) {
+    if constexpr (std::is_same_v<T, float>) {
+      unary_vec(a, c, n, f);
+    } else {
+      for (int64_t i = 0; i < n; ++i) c[i] = f(a[i]);
+    }
+  };
+}
+
+template <typename T, typename F>
+BlockFn<T> binary_block(F f) {
+  return [f](const T* a, bool sa, const T* b, bool sb, T* c, int64_t n) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (sb) return binary_vec<VecScalar::kB>(a, b, c, n, f);
+      if (sa) return binary_vec<VecScalar::kA>(a, b, c, n, f);
+      return binary_vec<VecScalar::kNone>(a, b, c, n, f);
+    } else {
+      if (sb) {
+        const T bv = b[0];
+        for (int64_t i = 0; i < n; ++i) c[i] = f(a[i], bv);
+      } else if (sa) {
+        const T av = a[0];
+        for (int64_t i = 0; i < n; ++i) c[i] = f(av, b[i]);
+      } else {
+        for (int64_t i = 0; i < n; ++i) c[i] = f(a[i], b[i]);
+      }
+    }
+  };
+}
+
+/// Makes an instruction's block function from that instruction's own attrs.
+template <typename T>
+using Maker = std::function<BlockFn<T>(const KernelContext& ctx, const AttrMap& attrs)>;
+
+/// Instruction j's own attrs, from the fused node's typed lists (core/ops/fused_ops.cc).
+std::vector<AttrMap> instruction_attrs(const KernelContext& ctx, int count) {
+  std::vector<AttrMap> out(static_cast<size_t>(count));
+  auto add = [&](const std::string& key, AttrValue v) {
+    const size_t slash = key.find('/');
+    int j = -1;
+    if (slash != std::string::npos) j = std::atoi(key.substr(0, slash).c_str());
+    if (j < 0 || j >= count) ctx.fail("malformed fused program: attr '", key, "'");
+    out[static_cast<size_t>(j)][key.substr(slash + 1)] = std::move(v);
+  };
+  const auto strings = ctx.attr<std::vector<std::string>>("string_attrs");
+  if (strings.size() % 2) ctx.fail("malformed fused program: string_attrs has an odd length");
+  for (size_t i = 0; i + 1 < strings.size(); i += 2) add(strings[i], strings[i + 1]);
+  const auto names = ctx.attr<std::vector<std::string>>("number_attr_names");
+  const auto numbers = ctx.attr<std::vector<double>>("number_attrs");
+  if (names.size() != numbers.size()) ctx.fail("malformed fused program: number_attrs");
+  for (size_t i = 0; i < names.size(); ++i) add(names[i], numbers[i]);
+  return out;
+}
+
+/// An instruction's attr (a clear error when absent or of another type).
+template <typename V>
+V instruction_attr(const KernelContext& ctx, const AttrMap& attrs, const std::string& name) {
+  auto it = attrs.find(name);
+  if (it == attrs.end()) ctx.fail("malformed fused program: an instruction lacks attr '", name, "'");
+  return it->second.get<V>(ctx.node().describe() + " instruction attr '" + name + "'");
+}
+
+template <typename T>
+struct OpTable {
+  std::map<std::string, std::pair<int, Maker<T>>> ops;  // op -> (arity, maker)
+};
+
+template <typename T>
+OpTable<T>& op_table() {
+  static OpTable<T> t;
+  return t;
+}
+
+template <typename T>
+constexpr DType dtype_of_v = std::is_same_v<T, float> ? DType::F32 : DType::F64;
+
+// Fills both tables from the shared elementwise table and registers what fuses.
+struct TableFiller {
+  template <typename F>
+  void binary(const char* op, F f, std::initializer_list<DType> dtypes) const {
+    add<2>(op, f, dtypes);
+  }
+  template <typename F>
+  void unary(const char* op, F f, std::initializer_list<DType> dtypes) const {
+    add<1>(op, f, dtypes);
+  }
+  template <int kArity, typename F>
+  void add(const char* op, F f, std::initializer_list<DType> dtypes) const {
+    for (DType dt : dtypes) {
+      if (dt == DType::F32) add_typed<float, kArity>(op, f);
+      if (dt == DType::F64) add_typed<double, kArity>(op, f);
+    }
+  }
+  template <typename T, int kArity, typename F>
+  static void add_typed(const char* op, F f) {
+    if constexpr (kArity == 2) {
+      // Same-dtype ops only: a comparison's bool result does not fuse.
+      if constexpr (std::is_invocable_v<F, T, T> && functors::kSupports<F, T>) {
+        if constexpr (std::is_same_v<std::invoke_result_t<F, T, T>, T>) {
+          op_table<T>().ops[op] = {2, [f](const KernelContext&, const AttrMap&) { return binary_block<T>(f); }};
+          register_fusable(DeviceType::CPU, op, dtype_of_v<T>, 2);
+        }
+      }
+    } else if constexpr (std::is_invocable_v<F, T> && functors::kSupports<F, T>) {
+      if constexpr (std::is_same_v<std::invoke_result_t<F, T>, T>) {
+        op_table<T>().ops[op] = {1, [f](const KernelContext&, const AttrMap&) { return unary_block<T>(f); }};
+        register_fusable(DeviceType::CPU, op, dtype_of_v<T>, 1);
+      }
+    }
+  }
+};
+
+template <typename T>
+void add_attr_ops() {
+  op_table<T>().ops["Gelu"] = {1, [](const KernelContext& ctx, const AttrMap& attrs) -> BlockFn<T> {
+    const bool tanh_form = ops::parse_gelu_approximate(instruction_attr<std::string>(ctx, attrs, "approximate")) ==
+                           ops::GeluApproximate::kTanh;
+    if (tanh_form) return unary_block<T>(functors::GeluTanh{});
+    return unary_block<T>(functors::Gelu{});
+  }};
+  register_fusable(DeviceType::CPU, "Gelu", dtype_of_v<T>, 1);
+  op_table<T>().ops["LeakyRelu"] = {1, [](const KernelContext& ctx, const AttrMap& attrs) {
+    return unary_block<T>(functors::LeakyRelu{instruction_attr<double>(ctx, attrs, "alpha")});
+  }};
+  register_fusable(DeviceType::CPU, "LeakyRelu", dtype_of_v<T>, 1);
+}
+
+
+/// How an input is read for a block.
+enum class InputKind { kFull, kScalar, kGather };
+
+struct Instruction {
+  int a = 0, b = -1;  // value indices (inputs first, then instructions); b < 0: unary
+};
+
+struct Registrar {
+  Registrar() {
+    kernels::visit_elementwise_table(TableFiller{});
+    add_attr_ops<float>();
+    add_attr_ops<double>();
+  }
+} registrar;
+
+}  // namespace
+
+template <typename T>
+struct FusedProgram<T>::Impl {
+  std::vector<BlockFn<T>> fns;
+  std::vector<Instruction> code;
+  std::vector<Shape> shape;  // inputs, then instructions
+  int nin = 0, ni = 0;
+  int64_t total = 0;
+  // Bound data.
+  std::vector<InputKind> kind;
+  std::vector<const T*> in_ptr;
+  std::vector<std::vector<int64_t>> strides;
+  T* out = nullptr;
+};
+
+template <typename T>
+FusedProgram<T>::FusedProgram(const KernelContext& ctx, std::vector<Shape> shapes) : impl_(new Impl) {
+  Impl& p = *impl_;
+  const auto ops = ctx.attr<std::vector<std::string>>("ops");
+  const auto operands = ctx.attr<std::vector<int64_t>>("operands");
+  const auto names = ctx.attr<std::vector<std::string>>("nodes");
+  p.nin = static_cast<int>(shapes.size());
+  p.ni = static_cast<int>(ops.size());
+  const int nin = p.nin, ni = p.ni;
+  if (ni == 0 || names.size() != ops.size()) ctx.fail("malformed fused program: ", ni, " ops, ", names.size(), " names");
+  // Decode the program and check every instruction's shapes as the unfused op would.
+  p.shape = std::move(shapes);
+  p.shape.resize(static_cast<size_t>(nin + ni));
+  std::vector<Shape>& shape = p.shape;
+  const std::vector<AttrMap> attrs = instruction_attrs(ctx, ni);
+  size_t next = 0;
+  for (int j = 0; j < ni; ++j) {
+    const std::string& op = ops[static_cast<size_t>(j)];
+    auto entry = op_table<T>().ops.find(op);
+    if (entry == op_table<T>().ops.end())
+      ctx.fail("fused node '", names[static_cast<size_t>(j)], "': op ", op, " does not fuse for ", dtype_name(dtype_of_v<T>));
+    const int arity = entry->second.first;
+    if (next + static_cast<size_t>(arity) > operands.size())
+      ctx.fail("malformed fused program: too few operands for instruction ", j);
+    Instruction ins;
+    int refs[2] = {-1, -1};
+    for (int r = 0; r < arity; ++r) {
+      const int64_t v = operands[next++];
+      if (v < 0 || v >= nin + j) ctx.fail("malformed fused program: operand ", v, " of instruction ", j);
+      refs[r] = static_cast<int>(v);
+    }
+    ins.a = refs[0];
+    ins.b = arity == 2 ? refs[1] : -1;
+    Shape s = shape[static_cast<size_t>(ins.a)];
+    // GeluGrad takes one shape (its kernel does not broadcast); every other binary op broadcasts.
+    if (ins.b >= 0 && op == "GeluGrad" && !(shape[static_cast<size_t>(ins.a)] == shape[static_cast<size_t>(ins.b)]))
+      ctx.fail("fused node '", names[static_cast<size_t>(j)], "' (op GeluGrad): dy and x must have one shape, got ",
+               shape[static_cast<size_t>(ins.a)].to_string(), " and ", shape[static_cast<size_t>(ins.b)].to_string());
+    if (ins.b >= 0 && !broadcast_shapes(shape[static_cast<size_t>(ins.a)], shape[static_cast<size_t>(ins.b)], &s))
+      ctx.fail("fused node '", names[static_cast<size_t>(j)], "' (op ", op, "): shapes ",
+               shape[static_cast<size_t>(ins.a)].to_string(), " and ",
+               shape[static_cast<size_t>(ins.b)].to_string(), " do not broadcast");
+    shape[static_cast<size_t>(nin + j)] = s;
+    p.fns.push_back(entry->second.second(ctx, attrs[static_cast<size_t>(j)]));
+    p.code.push_back(ins);
+  }
+  if (next != operands.size()) ctx.fail("malformed fused program: ", operands.size() - next, " operands left over");
+  p.total = shape.back().num_elements();
+}
+
+template <typename T>
+FusedProgram<T>::~FusedProgram() = default;
+
+template <typename T>
+const Shape& FusedProgram<T>::output_shape() const {
+  return impl_->shape.back();
+}
+
+template <typename T>
+void FusedProgram<T>::bind(std::vector<const T*> inputs, T* out) {
+  Impl& p = *impl_;
+  SPIRE_CHECK(static_cast<int>(inputs.size()) == p.nin, "FusedProgram::bind: ", inputs.size(), " inputs for ", p.nin);
+  p.in_ptr = std::move(inputs);
+  p.out = out;
+  p.kind.assign(static_cast<size_t>(p.nin), InputKind::kFull);
+  p.strides.assign(static_cast<size_t>(p.nin), {});
+  const Shape& out_shape = output_shape();
+  for (int k = 0; k < p.nin; ++k) {
+    const auto ku = static_cast<size_t>(k);
+    const int64_t n = p.shape[ku].num_elements();
+    if (n == p.total) {
+      p.kind[ku] = InputKind::kFull;
+    } else if (n == 1) {
+      p.kind[ku] = InputKind::kScalar;
+    } else {
+      p.kind[ku] = InputKind::kGather;
+      p.strides[ku] = broadcast_strides(p.shape[ku], out_shape);
+    }
+  }
+}
+
+template <typename T>
+void FusedProgram<T>::run(int64_t begin, int64_t end) const {
+  const Impl& p = *impl_;
+  const int nin = p.nin, ni = p.ni;
+  const Shape& out_shape = output_shape();
+  const int rank = out_shape.rank();
+  T* po = p.out;
+  std::vector<T> scratch(static_cast<size_t>((nin + ni) * kBlock));
+  std::vector<const T*> val(static_cast<size_t>(nin + ni));
+  std::vector<char> scalar(static_cast<size_t>(nin + ni));
+  std::vector<int64_t> idx(static_cast<size_t>(rank));
+  for (int64_t o = begin; o < end; o += kBlock) {
+    const int64_t n = std::min(kBlock, end - o);
+    for (int k = 0; k < nin; ++k) {
+      const auto ku = static_cast<size_t>(k);
+      scalar[ku] = p.kind[ku] == InputKind::kScalar;
+      if (p.kind[ku] == InputKind::kFull) {
+        val[ku] = p.in_ptr[ku] + o;
+      } else if (p.kind[ku] == InputKind::kScalar) {
+        val[ku] = p.in_ptr[ku];
+      } else {
+        // Unravel o, then walk the block with the input's broadcast strides.
+        T* dst = scratch.data() + ku * kBlock;
+        const auto& st = p.strides[ku];
+        int64_t rem = o, off = 0;
+        for (int d = rank - 1; d >= 0; --d) {
+          idx[static_cast<size_t>(d)] = rem % out_shape[d];
+          rem /= out_shape[d];
+          off += idx[static_cast<size_t>(d)] * st[static_cast<size_t>(d)];
+        }
+        for (int64_t i = 0; i < n; ++i) {
+          dst[i] = p.in_ptr[ku][off];
+          for (int d = rank - 1; d >= 0; --d) {
+            const auto du = static_cast<size_t>(d);
+            off += st[du];
+            if (++idx[du] < out_shape[d]) break;
+            off -= st[du] * out_shape[d];
+            idx[du] = 0;
+          }
+        }
+        val[ku] = dst;
+      }
+    }
+    for (int j = 0; j < ni; ++j) {
+      const Instruction& ins = p.code[static_cast<size_t>(j)];
+      const auto v = static_cast<size_t>(nin + j);
+      const bool sa = scalar[static_cast<size_t>(ins.a)];
+      const bool sb = ins.b < 0 || scalar[static_cast<size_t>(ins.b)];
+      const T* a = val[static_cast<size_t>(ins.a)];
+      const T* b = ins.b < 0 ? nullptr : val[static_cast<size_t>(ins.b)];
+      T* dst = scratch.data() + v * kBlock;
+      if (sa && sb) {  // one value for the whole block
+        p.fns[static_cast<size_t>(j)](a, true, b, true, dst, 1);
+        scalar[v] = 1;
+        if (j == ni - 1)
+          for (int64_t i = 0; i < n; ++i) po[o + i] = dst[0];
+      } else {
+        if (j == ni - 1) dst = po + o;
+        p.fns[static_cast<size_t>(j)](a, sa, b, sb, dst, n);
+        scalar[v] = 0;
+      }
+      val[v] = dst;
+    }
+  }
+}
+
+template <typename T>
+void FusedProgram<T>::run_block(int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t cols) const {
+  if (c0 == 0 && c1 == cols) return run(r0 * cols, r1 * cols);
+  for (int64_t r = r0; r < r1; ++r) run(r * cols + c0, r * cols + c1);
+}
+
+template <typename T>
+void FusedProgram<T>::run_all(KernelContext& ctx) const {
+  const int64_t total = impl_->total;
+  if (total == 0) return;
+  const int64_t nblocks = (total + kBlock - 1) / kBlock;
+  const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / kBlock);
+  ctx.parallel_for(nblocks, grain, [&](int64_t b0, int64_t b1) {
+    run(b0 * kBlock, std::min(total, b1 * kBlock));
+  });
+}
+
+namespace {
+std::vector<Shape> epilogue_shapes(const KernelContext& ctx, const Shape& product, int first_arg) {
+  std::vector<Shape> shapes{product};
+  for (int k = first_arg; k < ctx.num_inputs(); ++k) shapes.push_back(ctx.input(k).shape());
+  return shapes;
+}
+}  // namespace
+
+template <typename T>
+Epilogue<T>::Epilogue(KernelContext& ctx, const Shape& product, int first_arg)
+    : program_(ctx, epilogue_shapes(ctx, product, first_arg)),
+      in_place_(program_.output_shape() == product),
+      cols_(product.rank() > 0 ? product[product.rank() - 1] : 1) {
+  for (int k = first_arg; k < ctx.num_inputs(); ++k) args_.push_back(ctx.input(k).data<T>());
+  out_ = &ctx.allocate_output(0, program_.output_shape());
+  if (!in_place_) temp_.resize(static_cast<size_t>(product.num_elements()));
+}
+
+template <typename T>
+void Epilogue<T>::bind_product(T* buf) {
+  std::vector<const T*> inputs{buf};
+  inputs.insert(inputs.end(), args_.begin(), args_.end());
+  program_.bind(std::move(inputs), in_place_ ? buf : out_->data<T>());
+}
+
+template <typename T>
+void Epilogue<T>::finish(KernelContext& ctx) {
+  SPIRE_CHECK(!in_place_, "Epilogue::finish: the epilogue runs in place");
+  bind_product(temp_.data());
+  program_.run_all(ctx);
+}
+
+template class FusedProgram<float>;
+template class FusedProgram<double>;
+template class Epilogue<float>;
+template class Epilogue<double>;
+
+}  // namespace spire::cpu
