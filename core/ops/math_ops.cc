@@ -77,24 +77,25 @@ const char* gelu_approximate_name(GeluApproximate a) { return enum_name(kGeluApp
 
 SPIRE_REGISTER_OP("Add").input("x").input("y").shape_fn(numeric_binary_shape)
     .grad([](GradContext& c) -> Grads {
-      return {sum_to_like(c.grad(), c.input(0)), sum_to_like(c.grad(), c.input(1))};
+      return {sum_to_like(c.grad(), c.input(0), c.input(1)), sum_to_like(c.grad(), c.input(1), c.input(0))};
     });
 
 SPIRE_REGISTER_OP("Sub").input("x").input("y").shape_fn(numeric_binary_shape)
     .grad([](GradContext& c) -> Grads {
-      return {sum_to_like(c.grad(), c.input(0)), sum_to_like(neg(c.grad()), c.input(1))};
+      return {sum_to_like(c.grad(), c.input(0), c.input(1)),
+              sum_to_like(neg(c.grad()), c.input(1), c.input(0))};
     });
 
 SPIRE_REGISTER_OP("Mul").input("x").input("y").shape_fn(numeric_binary_shape)
     .grad([](GradContext& c) -> Grads {
       Output g = c.grad(), x = c.input(0), y = c.input(1);
-      return {sum_to_like(mul(g, y), x), sum_to_like(mul(g, x), y)};
+      return {sum_to_like(mul(g, y), x, y), sum_to_like(mul(g, x), y, x)};
     });
 
 SPIRE_REGISTER_OP("Div").input("x").input("y").shape_fn(numeric_binary_shape)
     .grad([](GradContext& c) -> Grads {
       Output g = c.grad(), x = c.input(0), y = c.input(1);
-      return {sum_to_like(div(g, y), x), sum_to_like(neg(div(mul(g, x), square(y))), y)};
+      return {sum_to_like(div(g, y), x, y), sum_to_like(neg(div(mul(g, x), square(y))), y, x)};
     })
     .doc("x / y; integer division truncates toward zero and rejects a zero divisor on the "
          "CPU (on a GPU a zero divisor gives 0: a GPU kernel cannot raise).");
@@ -106,21 +107,21 @@ SPIRE_REGISTER_OP("Pow").input("x").input("y").shape_fn(float_binary_shape)
       Output zero = zeros_like(x);
       Output safe_log = where(greater(x, zero), log(where(greater(x, zero), x, ones_like(x))), zero);
       Output gy = mul(g, mul(z, safe_log));
-      return {sum_to_like(gx, x), sum_to_like(gy, y)};
+      return {sum_to_like(gx, x, y), sum_to_like(gy, y, x)};
     });
 
 SPIRE_REGISTER_OP("Maximum").input("x").input("y").shape_fn(numeric_binary_shape)
     .grad([](GradContext& c) -> Grads {
       Output g = c.grad(), x = c.input(0), y = c.input(1);
-      return {sum_to_like(mul(g, mask(greater_equal(x, y), g)), x),
-              sum_to_like(mul(g, mask(less(x, y), g)), y)};
+      return {sum_to_like(mul(g, mask(greater_equal(x, y), g)), x, y),
+              sum_to_like(mul(g, mask(less(x, y), g)), y, x)};
     });
 
 SPIRE_REGISTER_OP("Minimum").input("x").input("y").shape_fn(numeric_binary_shape)
     .grad([](GradContext& c) -> Grads {
       Output g = c.grad(), x = c.input(0), y = c.input(1);
-      return {sum_to_like(mul(g, mask(less_equal(x, y), g)), x),
-              sum_to_like(mul(g, mask(greater(x, y), g)), y)};
+      return {sum_to_like(mul(g, mask(less_equal(x, y), g)), x, y),
+              sum_to_like(mul(g, mask(greater(x, y), g)), y, x)};
     });
 
 SPIRE_REGISTER_OP("AddN")

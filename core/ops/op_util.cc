@@ -29,6 +29,18 @@ Output sum_to_like(const Output& g, const Output& x) {
   return add_op("SumToLike", {g, x})->output(0);
 }
 
+Output sum_to_like(const Output& g, const Output& x, const Output& other) {
+  const Shape& xs = x.shape();
+  const Shape& os = other.shape();
+  bool same = xs.rank() >= os.rank();
+  for (int i = 1; same && i <= os.rank(); ++i) {
+    const int64_t xd = xs[xs.rank() - i], od = os[os.rank() - i];
+    same = od == 1 || (xd >= 0 && xd == od);
+  }
+  if (same) return g;
+  return sum_to_like(g, x);
+}
+
 Output broadcast_like(const Output& x, const Output& like) {
   if (x.shape().is_fully_defined() && x.shape() == like.shape()) return x;
   return add_op("BroadcastLike", {x, like})->output(0);

@@ -27,6 +27,11 @@ void expect_float(const InferContext& c, int i);
 /// `x` by summing over broadcast dimensions. Returns `g` unchanged when the
 /// static shapes are equal and fully defined.
 Output sum_to_like(const Output& g, const Output& x);
+/// sum_to_like for the gradient `g` of a binary op that broadcast x against `other`: also `g`
+/// itself when the static shapes prove that x already has the broadcast shape (every dim
+/// that `other` covers is known equal in both, or 1 in `other`). Then x's value is not read
+/// for its shape, so it may die early and a product that computes it may fuse its epilogue.
+Output sum_to_like(const Output& g, const Output& x, const Output& other);
 /// Broadcasts `x` to the run-time shape of `like` (gradient of sum_to_like).
 Output broadcast_like(const Output& x, const Output& like);
 

@@ -207,7 +207,8 @@ template <typename T, bool fused>
 void conv2d_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& f = ctx.input(1);
-  ConvGeom g = conv_geom(kernels::conv_geometry(ctx, x.shape(), f.shape()));
+  ConvGeom g = fused ? in_product(ctx, [&] { return conv_geom(kernels::conv_geometry(ctx, x.shape(), f.shape())); })
+                     : conv_geom(kernels::conv_geometry(ctx, x.shape(), f.shape()));
   const Shape out_shape{g.n, g.oh, g.ow, g.o};
   std::unique_ptr<Epilogue<T>> epilogue;
   T* out = nullptr;

@@ -159,7 +159,21 @@ void add_attr_ops() {
 
 
 /// How an input is read for a block.
-enum class InputKind { kFull, kScalar, kGather };
+/// How an input is read for a block: in place (the result's own elements), as one value,
+/// as a repeated row (its shape, leading 1s dropped, is the result's trailing dims: a bias),
+/// or gathered element by element through broadcast strides.
+enum class InputKind { kFull, kScalar, kRow, kGather };
+
+/// Whether `in` (leading 1s dropped) equals the trailing dims of `out`.
+bool is_trailing_row(const Shape& in, const Shape& out) {
+  int lead = 0;
+  while (lead < in.rank() && in[lead] == 1) ++lead;
+  const int r = in.rank() - lead;
+  if (r > out.rank()) return false;
+  for (int i = 0; i < r; ++i)
+    if (in[lead + i] != out[out.rank() - r + i]) return false;
+  return true;
+}
 
 struct Instruction {
   int a = 0, b = -1;  // value indices (inputs first, then instructions); b < 0: unary
@@ -263,6 +277,8 @@ void FusedProgram<T>::bind(std::vector<const T*> inputs, T* out) {
       p.kind[ku] = InputKind::kFull;
     } else if (n == 1) {
       p.kind[ku] = InputKind::kScalar;
+    } else if (is_trailing_row(p.shape[ku], out_shape)) {
+      p.kind[ku] = InputKind::kRow;
     } else {
       p.kind[ku] = InputKind::kGather;
       p.strides[ku] = broadcast_strides(p.shape[ku], out_shape);
@@ -270,17 +286,35 @@ void FusedProgram<T>::bind(std::vector<const T*> inputs, T* out) {
   }
 }
 
+// One evaluating thread's scratch: a block row per value, the values' pointers and flags.
+template <typename T>
+struct FusedProgram<T>::Workspace {
+  explicit Workspace(const Impl& p)
+      : scratch(static_cast<size_t>((p.nin + p.ni) * kBlock)), val(static_cast<size_t>(p.nin + p.ni)),
+        scalar(static_cast<size_t>(p.nin + p.ni)), idx(static_cast<size_t>(p.shape.back().rank())) {}
+  std::vector<T> scratch;
+  std::vector<const T*> val;
+  std::vector<char> scalar;
+  std::vector<int64_t> idx;
+};
+
 template <typename T>
 void FusedProgram<T>::run(int64_t begin, int64_t end) const {
+  Workspace ws(*impl_);
+  run(ws, begin, end);
+}
+
+template <typename T>
+void FusedProgram<T>::run(Workspace& ws, int64_t begin, int64_t end) const {
   const Impl& p = *impl_;
   const int nin = p.nin, ni = p.ni;
   const Shape& out_shape = output_shape();
   const int rank = out_shape.rank();
   T* po = p.out;
-  std::vector<T> scratch(static_cast<size_t>((nin + ni) * kBlock));
-  std::vector<const T*> val(static_cast<size_t>(nin + ni));
-  std::vector<char> scalar(static_cast<size_t>(nin + ni));
-  std::vector<int64_t> idx(static_cast<size_t>(rank));
+  std::vector<T>& scratch = ws.scratch;
+  std::vector<const T*>& val = ws.val;
+  std::vector<char>& scalar = ws.scalar;
+  std::vector<int64_t>& idx = ws.idx;
   for (int64_t o = begin; o < end; o += kBlock) {
     const int64_t n = std::min(kBlock, end - o);
     for (int k = 0; k < nin; ++k) {
@@ -290,6 +324,18 @@ void FusedProgram<T>::run(int64_t begin, int64_t end) const {
         val[ku] = p.in_ptr[ku] + o;
       } else if (p.kind[ku] == InputKind::kScalar) {
         val[ku] = p.in_ptr[ku];
+      } else if (p.kind[ku] == InputKind::kRow) {
+        // Runs of the row from o's place in it, wrapping around.
+        T* dst = scratch.data() + ku * kBlock;
+        const int64_t period = p.shape[ku].num_elements();
+        int64_t at = o % period;
+        for (int64_t i = 0; i < n;) {
+          const int64_t run = std::min(n - i, period - at);
+          std::copy(p.in_ptr[ku] + at, p.in_ptr[ku] + at + run, dst + i);
+          i += run;
+          at = 0;
+        }
+        val[ku] = dst;
       } else {
         // Unravel o, then walk the block with the input's broadcast strides.
         T* dst = scratch.data() + ku * kBlock;
@@ -338,8 +384,9 @@ void FusedProgram<T>::run(int64_t begin, int64_t end) const {
 
 template <typename T>
 void FusedProgram<T>::run_block(int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t cols) const {
-  if (c0 == 0 && c1 == cols) return run(r0 * cols, r1 * cols);
-  for (int64_t r = r0; r < r1; ++r) run(r * cols + c0, r * cols + c1);
+  Workspace ws(*impl_);
+  if (c0 == 0 && c1 == cols) return run(ws, r0 * cols, r1 * cols);
+  for (int64_t r = r0; r < r1; ++r) run(ws, r * cols + c0, r * cols + c1);
 }
 
 template <typename T>

@@ -16,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/error.h"
 #include "core/kernel_registry.h"
 #include "core/shape.h"
 
@@ -51,6 +52,8 @@ class FusedProgram {
 
  private:
   struct Impl;
+  struct Workspace;
+  void run(Workspace& ws, int64_t begin, int64_t end) const;
   std::unique_ptr<Impl> impl_;
 };
 
@@ -87,6 +90,17 @@ class Epilogue {
   Tensor* out_;
   std::vector<T> temp_;
 };
+
+/// Runs `f` (a fused node's product stage: its shape checks) so that an error also names
+/// the product's own node (the fused node carries the group's last node's name).
+template <typename F>
+auto in_product(const KernelContext& ctx, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    ctx.fail("product node '", ctx.attr<std::string>("producer"), "': ", e.what());
+  }
+}
 
 extern template class FusedProgram<float>;
 extern template class FusedProgram<double>;

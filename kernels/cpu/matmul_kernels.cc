@@ -113,7 +113,7 @@ template <typename T>
 void fused_matmul_kernel(KernelContext& ctx) {
   const Tensor& a = ctx.input(0);
   const Tensor& b = ctx.input(1);
-  const kernels::MatMulDims d = kernels::matmul_dims(ctx);
+  const kernels::MatMulDims d = in_product(ctx, [&] { return kernels::matmul_dims(ctx); });
   Epilogue<T> epilogue(ctx, Shape{d.m, d.n}, 2);
   T* pc = epilogue.product();
   epilogue.bind_product(pc);

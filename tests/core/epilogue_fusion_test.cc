@@ -101,7 +101,8 @@ SPIRE_FORWARD_TEST(FusedMatMul, EpiloguesEqualTheUnfusedGraphBitForBit) {
   const MatMulCase cases[] = {{300, 70, 64, false, false}, {37, 500, 33, true, false},
                               {129, 65, 300, false, true}, {5, 3, 7, true, true},
                               {1, 40, 16, false, false},   {40, 1, 16, false, true},
-                              {6, 9, 0, false, false}};
+                              {6, 9, 0, false, false},     {64, 2048, 32, false, false},
+                              {8, 4200, 16, true, false}};
   int trial = 0;
   for (DType dt : {DType::F32, DType::F64})
     for (const MatMulCase& mc : cases)
@@ -202,6 +203,18 @@ TEST(EpilogueFusion, AShapeErrorInTheEpilogueNamesItsNode) {
     s.run({y}, {{a, Tensor::full(DType::F32, {3, 4}, 1.0)}, {b, Tensor::full(DType::F32, {4, 6}, 1.0)},
                 {r, Tensor::full(DType::F32, {5, 6}, 1.0)}});
   }, {"bad_add", "[3, 6]", "[5, 6]", "do not broadcast"});
+}
+
+TEST(EpilogueFusion, AProductErrorNamesTheProductNode) {
+  Graph g;
+  DefaultGraphGuard guard(g);
+  Output a = ops::placeholder(DType::F32, {-1, -1}, "a");
+  Output b = ops::placeholder(DType::F32, {-1, 6}, "b");
+  Output y = ops::relu(ops::matmul(a, b, false, false, "the_matmul"), "out");
+  Session s(g, epilogues(true));
+  expect_error([&] {
+    s.run({y}, {{a, Tensor::full(DType::F32, {3, 4}, 1.0)}, {b, Tensor::full(DType::F32, {5, 6}, 1.0)}});
+  }, {"the_matmul", "FusedMatMul"});
 }
 
 TEST(EpilogueFusion, EnvironmentSwitch) {

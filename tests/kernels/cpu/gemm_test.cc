@@ -239,7 +239,8 @@ TEST(GemmEpilogue, SeesEveryBlockOnceWhenItIsFinal) {
   };
   const Case cases[] = {{300, 70, 64, false, false}, {37, 500, 33, true, false}, {129, 65, 300, false, true},
                         {5, 3, 7, true, true},       {1, 40, 16, false, false},  {40, 1, 16, false, true},
-                        {6, 9, 0, false, false},     {2000, 33, 40, false, false}};
+                        {6, 9, 0, false, false},     {2000, 33, 40, false, false}, {64, 2048, 32, false, false},
+                        {8, 4200, 16, false, true}};
   std::mt19937_64 rng(42);
   std::uniform_real_distribution<float> u(-1, 1);
   for (int threads : {1, 3})
