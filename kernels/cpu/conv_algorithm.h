@@ -1,8 +1,9 @@
 // Per-shape choice between the CPU convolution algorithms (kernels/cpu/conv_kernels.cc):
-// the direct kernels (kernels/cpu/direct_conv.h) and im2col + GEMM. Without measuring, a
-// fixed rule picks (direct wherever it applies). With SessionOptions::measure_conv_algorithms
-// the first call of each (pass, dtype, geometry, threads) runs both algorithms twice, keeps
-// the faster in the session's ConvAlgorithmCache and returns its result; later calls run the
+// the direct kernels (kernels/cpu/direct_conv.h), im2col + GEMM, and Winograd F(2x2, 3x3)
+// (kernels/cpu/winograd_conv.h). Without measuring, a fixed rule picks (direct wherever it
+// applies, never Winograd). With SessionOptions::measure_conv_algorithms
+// the first call of each (pass, dtype, geometry, threads) runs each algorithm twice, keeps
+// the fastest in the session's ConvAlgorithmCache and returns its result; later calls run the
 // cached choice only, as cuDNN's benchmark mode does.
 #pragma once
 
@@ -14,6 +15,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/kernel_registry.h"
@@ -21,11 +24,15 @@
 
 namespace spire::cpu {
 
-enum class ConvAlgorithm : uint8_t { kGemm, kDirect };
+enum class ConvAlgorithm : uint8_t { kGemm, kDirect, kWinograd };
 enum class ConvPass : uint8_t { kForward, kInputGradient, kFilterGradient };
 
 inline const char* conv_algorithm_name(ConvAlgorithm a) {
-  return a == ConvAlgorithm::kDirect ? "direct" : "im2col+gemm";
+  return a == ConvAlgorithm::kDirect ? "direct" : a == ConvAlgorithm::kWinograd ? "winograd" : "im2col+gemm";
+}
+/// The algorithm's name in trace keys ("direct", "gemm", "winograd").
+inline const char* conv_algorithm_key(ConvAlgorithm a) {
+  return a == ConvAlgorithm::kDirect ? "direct" : a == ConvAlgorithm::kWinograd ? "winograd" : "gemm";
 }
 
 /// The session's measured choices (a SessionState resource, so one per session).
@@ -56,39 +63,49 @@ class ConvAlgorithmCache {
   std::map<Key, ConvAlgorithm> choices_;
 };
 
+/// Which algorithms besides im2col + GEMM (which always does) apply to a pass.
+struct ConvCandidates {
+  bool direct = false;
+  bool winograd = false;
+};
+
 /// Runs convolution pass `pass` of geometry `g` into `out` (`out_size` elements) with the
-/// chosen algorithm: run(algorithm, destination) must write the whole result. `direct_ok`:
-/// whether the direct kernel applies at all.
+/// chosen algorithm: run(algorithm, destination) must write the whole result. Without
+/// measuring, the fixed rule: direct where it applies, else im2col + GEMM (Winograd, which
+/// rounds differently, only when measured).
 template <typename T, typename Run>
 void run_conv_algorithm(KernelContext& ctx, ConvPass pass, const kernels::ConvGeometry& g,
-                        bool direct_ok, T* out, int64_t out_size, Run&& run) {
-  if (!direct_ok) return run(ConvAlgorithm::kGemm, out);
-  if (!ctx.measure_algorithms() || out_size == 0) return run(ConvAlgorithm::kDirect, out);
+                        ConvCandidates can, T* out, int64_t out_size, Run&& run) {
+  const ConvAlgorithm fixed = can.direct ? ConvAlgorithm::kDirect : ConvAlgorithm::kGemm;
+  if ((!can.direct && !can.winograd) || !ctx.measure_algorithms() || out_size == 0) return run(fixed, out);
   auto cache = ctx.state().resource<ConvAlgorithmCache>(
       "cpu_conv_algorithms", [] { return std::make_shared<ConvAlgorithmCache>(); });
   const auto key = ConvAlgorithmCache::key(pass, dtype_of<T>, ctx.num_threads(), g);
   ConvAlgorithm chosen;
   if (cache->find(key, &chosen)) return run(chosen, out);
-  // Twice each, alternating (the first runs also pay for their scratch); the faster's best.
-  std::vector<T> other(static_cast<size_t>(out_size));
-  double best[2] = {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
+  // Each candidate twice, alternating (the first runs also pay for their scratch); the
+  // fastest's best. The fixed rule's choice writes into `out`, the others into copies.
+  std::vector<ConvAlgorithm> algos{fixed};
+  if (fixed != ConvAlgorithm::kGemm) algos.push_back(ConvAlgorithm::kGemm);
+  if (can.winograd) algos.push_back(ConvAlgorithm::kWinograd);
+  std::vector<std::vector<T>> copies(algos.size() - 1, std::vector<T>(static_cast<size_t>(out_size)));
+  std::vector<double> best(algos.size(), std::numeric_limits<double>::infinity());
   const int64_t start = ctx.trace_now_ns();
   for (int trial = 0; trial < 2; ++trial) {
-    for (ConvAlgorithm a : {ConvAlgorithm::kDirect, ConvAlgorithm::kGemm}) {
+    for (size_t a = 0; a < algos.size(); ++a) {
       const auto t0 = std::chrono::steady_clock::now();
-      run(a, a == ConvAlgorithm::kDirect ? out : other.data());
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      double& b = best[a == ConvAlgorithm::kDirect ? 1 : 0];
-      b = std::min(b, s);
+      run(algos[a], a == 0 ? out : copies[a - 1].data());
+      best[a] = std::min(best[a], std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
   }
-  chosen = cache->insert(key, best[0] < best[1] ? ConvAlgorithm::kGemm : ConvAlgorithm::kDirect);
-  if (chosen == ConvAlgorithm::kGemm)
-    std::memcpy(out, other.data(), static_cast<size_t>(out_size) * sizeof(T));
-  ctx.trace_event("conv algorithm search", "conv", start, ctx.trace_now_ns(),
-                  {{"chosen", conv_algorithm_name(chosen)},
-                   {"direct_ms", std::to_string(best[1] * 1e3)},
-                   {"gemm_ms", std::to_string(best[0] * 1e3)}});
+  const size_t fastest = static_cast<size_t>(std::min_element(best.begin(), best.end()) - best.begin());
+  chosen = cache->insert(key, algos[fastest]);
+  const size_t kept = static_cast<size_t>(std::find(algos.begin(), algos.end(), chosen) - algos.begin());
+  if (kept > 0) std::memcpy(out, copies[kept - 1].data(), static_cast<size_t>(out_size) * sizeof(T));
+  std::vector<std::pair<std::string, std::string>> args{{"chosen", conv_algorithm_name(chosen)}};
+  for (size_t a = 0; a < algos.size(); ++a)
+    args.emplace_back(std::string(conv_algorithm_key(algos[a])) + "_ms", std::to_string(best[a] * 1e3));
+  ctx.trace_event("conv algorithm search", "conv", start, ctx.trace_now_ns(), args);
 }
 
 }  // namespace spire::cpu

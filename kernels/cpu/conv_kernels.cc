@@ -14,7 +14,9 @@
 // Stride-1, undilated convolutions with at least 8 input channels and whole vectors of output
 // channels (the ResNets' 3x3 layers) skip im2col: kernels/cpu/direct_conv.h. Where both
 // apply, the direct kernel runs, or with SessionOptions::measure_conv_algorithms the faster
-// of the two for the shape, timed once per session (kernels/cpu/conv_algorithm.h).
+// of the two for the shape, timed once per session (kernels/cpu/conv_algorithm.h); measured,
+// 3x3 forward and input-gradient convolutions also try Winograd F(2x2, 3x3)
+// (kernels/cpu/winograd_conv.h).
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -27,6 +29,7 @@
 #include "kernels/cpu/direct_conv.h"
 #include "kernels/cpu/fused_program.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/winograd_conv.h"
 
 namespace spire::cpu {
 namespace {
@@ -60,6 +63,13 @@ bool unit_stride(const ConvGeom& g) { return g.sh == 1 && g.sw == 1 && g.dh == 1
 template <typename T>
 bool use_direct(const ConvGeom& g, const DirectConvShape& d) {
   return !g.pointwise() && unit_stride(g) && direct_conv_applies<T>(d);
+}
+// The algorithms besides im2col + GEMM that take the stride-1 problem d of convolution g
+// (the forward shape or the input gradient's): direct, and Winograd (not for the filter
+// gradient).
+template <typename T>
+ConvCandidates candidates(const ConvGeom& g, const DirectConvShape& d, bool winograd_ok) {
+  return {use_direct<T>(g, d), winograd_ok && !g.pointwise() && unit_stride(g) && winograd_applies(d)};
 }
 
 // The input gradient of a stride-1 convolution as a forward convolution of dy: the filter
@@ -221,11 +231,12 @@ void conv2d_kernel(KernelContext& ctx) {
   Epilogue<T>* in_place = epilogue && epilogue->in_place() ? epilogue.get() : nullptr;
   const T* px = x.data<T>();
   const T* pf = f.data<T>();
-  run_conv_algorithm<T>(ctx, ConvPass::kForward, g, use_direct<T>(g, direct_shape(g)), out,
+  run_conv_algorithm<T>(ctx, ConvPass::kForward, g, candidates<T>(g, direct_shape(g), true), out,
                         out_shape.num_elements(), [&](ConvAlgorithm algo, T* py) {
     if (in_place) in_place->bind_product(py);
-    if (algo == ConvAlgorithm::kDirect) {
-      direct_conv2d(direct_shape(g), px, pf, py, ctx.thread_pool());
+    if (algo == ConvAlgorithm::kDirect || algo == ConvAlgorithm::kWinograd) {
+      if (algo == ConvAlgorithm::kDirect) direct_conv2d(direct_shape(g), px, pf, py, ctx.thread_pool());
+      else winograd_conv2d(direct_shape(g), px, pf, py, ctx.thread_pool());
       if (in_place) in_place->run_all(ctx);
       return;
     }
@@ -265,10 +276,12 @@ void conv2d_backprop_input_kernel(KernelContext& ctx) {
          ctx.thread_pool());
     return;
   }
-  run_conv_algorithm<T>(ctx, ConvPass::kInputGradient, g, use_direct<T>(g, direct_input_grad_shape(g)),
+  run_conv_algorithm<T>(ctx, ConvPass::kInputGradient, g, candidates<T>(g, direct_input_grad_shape(g), true),
                         dx.data<T>(), dx.num_elements(), [&](ConvAlgorithm algo, T* pdx) {
-    if (algo == ConvAlgorithm::kDirect) {
+    if (algo == ConvAlgorithm::kDirect || algo == ConvAlgorithm::kWinograd) {
       const std::vector<T> rotated = rotated_filter(g, pf);
+      if (algo == ConvAlgorithm::kWinograd)
+        return winograd_conv2d(direct_input_grad_shape(g), pdy, rotated.data(), pdx, ctx.thread_pool());
       return direct_conv2d(direct_input_grad_shape(g), pdy, rotated.data(), pdx, ctx.thread_pool());
     }
     const int64_t chunk = g.chunk(), image = g.h * g.w * g.c;
@@ -332,7 +345,7 @@ void conv2d_backprop_filter_kernel(KernelContext& ctx) {
   Tensor& dw = ctx.allocate_output(0, like.shape());
   const T* px = x.data<T>();
   const T* pdy = dy.data<T>();
-  run_conv_algorithm<T>(ctx, ConvPass::kFilterGradient, g, use_direct<T>(g, direct_shape(g)), dw.data<T>(),
+  run_conv_algorithm<T>(ctx, ConvPass::kFilterGradient, g, candidates<T>(g, direct_shape(g), false), dw.data<T>(),
                         dw.num_elements(), [&](ConvAlgorithm algo, T* pdw) {
     if (algo == ConvAlgorithm::kDirect) return direct_conv2d_filter_grad(direct_shape(g), px, pdy, pdw, ctx.thread_pool());
     filter_grad_gemm(ctx, g, px, pdy, pdw, dw.num_elements());

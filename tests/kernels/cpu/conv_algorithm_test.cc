@@ -1,6 +1,6 @@
 // Measured convolution algorithms (SessionOptions::measure_conv_algorithms,
-// kernels/cpu/conv_algorithm.h): the first run of each shape times both algorithms once per
-// pass and session, returns the chosen one's result (later runs give the same bits), and
+// kernels/cpu/conv_algorithm.h): the first run of each shape times each algorithm once per
+// pass and session (Winograd for the forward pass and the input gradient), returns the chosen one's result (later runs give the same bits), and
 // agrees with the fixed rule's result up to rounding.
 #include <cstring>
 #include <random>
@@ -43,6 +43,11 @@ TEST(ConvAlgorithms, MeasuredOnceAndTheChoiceIsKept) {
   auto a = s.run({c.y, c.dx, c.dw}, feeds, {}, &first);
   auto b = s.run({c.y, c.dx, c.dw}, feeds, {}, &second);
   EXPECT_EQ(searches(first), 3) << "one search per pass";
+  // Winograd is a candidate for the forward pass and the input gradient only.
+  int with_winograd = 0;
+  for (const TraceEvent& e : first.events)
+    for (const auto& [k, v] : e.args) with_winograd += e.name == "conv algorithm search" && k == "winograd_ms";
+  EXPECT_EQ(with_winograd, 2);
   EXPECT_EQ(searches(second), 0) << "the session keeps the choices";
   Session fixed(c.g);
   auto want = fixed.run({c.y, c.dx, c.dw}, feeds);
