@@ -114,11 +114,12 @@ struct SessionOptions {
   /// then show the group as one step named after its last node. The environment variable
   /// SPIRE_FUSE_ELEMENTWISE=0 or 1 overrides it for every session.
   bool fuse_elementwise = true;
-  /// Epilogue fusion (with fuse_elementwise on): a MatMul or Conv2D whose only reader is such a
-  /// group (or one elementwise node: a bias add, an activation, a residual add) runs with the
-  /// group as its epilogue, applied to each block of the product while it is in cache
-  /// (FusedMatMul, FusedConv2D; TensorFlow's remapper does the same), with results equal to
-  /// the unfused graph's. SPIRE_FUSE_EPILOGUES=0 or 1 overrides it for every session.
+  /// Epilogue fusion (with fuse_elementwise on): a MatMul, Conv2D or MaxPoolGrad whose only
+  /// reader is such a group (or one elementwise node: a bias add, an activation, a residual
+  /// add, a ReLU's gradient mask) runs with the group as its epilogue, applied to each block
+  /// of its result while it is in cache (FusedMatMul, FusedConv2D, FusedMaxPoolGrad;
+  /// TensorFlow's remapper does the same for the first two), with results equal to the
+  /// unfused graph's. SPIRE_FUSE_EPILOGUES=0 or 1 overrides it for every session.
   bool fuse_epilogues = true;
   /// Convolutions time their algorithms (CPU: direct, im2col + GEMM) on the first call of
   /// each shape and keep the fastest for the session, as cuDNN's benchmark mode (PyTorch's

@@ -555,7 +555,7 @@ Output avg_pool_grad(const Output& x_like, const Output& dy, const std::vector<i
 }
 
 // ---- products with an epilogue (made by the fusion pass) -----------------------------------
-// A Conv2D or MatMul followed by an elementwise program on its result (core/fusion.h), made
+// A Conv2D, MatMul or MaxPoolGrad followed by an elementwise program on its result (core/fusion.h), made
 // in a plan after the gradients exist: never differentiated, never built by users. Inputs:
 // the product's, then the program's other inputs (program input 0 is the product). Attrs:
 // the product's, the program's (fused_program_attrs) and "producer" (the product node's
@@ -573,6 +573,17 @@ static OpRegistrar fused_conv2d_registrar = fused_program_attrs(OpDefBuilder("Fu
     })
     .cpu_only()
     .doc("Conv2D with an elementwise epilogue applied to each block of its output.");
+
+static OpRegistrar fused_max_pool_grad_registrar = fused_program_attrs(OpDefBuilder("FusedMaxPoolGrad")
+    .input("x").input("y").input("dy").variadic_input("args", 0)
+    .required_attr("ksize").required_attr("strides").attr("padding", "VALID")
+    .attr("producer", ""))
+    .shape_fn([](InferContext& c) {
+      max_pool_grad_shape(c, false);
+      epilogue_shape(c, 3);
+    })
+    .cpu_only()
+    .doc("MaxPoolGrad with an elementwise epilogue applied to each share of images of dx.");
 
 static OpRegistrar fused_matmul_registrar = fused_program_attrs(OpDefBuilder("FusedMatMul")
     .input("a").input("b").variadic_input("args", 0)

@@ -7,9 +7,12 @@
 // image), so results do not depend on the thread count.
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "core/fusion.h"
 #include "core/kernel_registry.h"
+#include "kernels/cpu/fused_program.h"
 #include "kernels/pool_geometry.h"
 
 namespace spire::cpu {
@@ -148,15 +151,25 @@ void max_pool_kernel(KernelContext& ctx) {
   });
 }
 
-template <typename T>
+// MaxPoolGrad, and with `fused` FusedMaxPoolGrad: dx then rewritten by the node's epilogue
+// (kernels/cpu/fused_program.h) one share of images at a time, while it is in cache.
+template <typename T, bool fused>
 void max_pool_grad_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   PoolGeom g = pool_geom(ctx, x.shape());
   expect_pool_shape(ctx, "y", ctx.input(1), g.out_shape());
   expect_pool_shape(ctx, "dy", ctx.input(2), g.out_shape());
-  Tensor& dx = ctx.allocate_output(0, x.shape());
+  std::unique_ptr<Epilogue<T>> epilogue;
+  T* pdx = nullptr;
+  if constexpr (fused) {
+    epilogue = std::make_unique<Epilogue<T>>(ctx, x.shape(), 3);
+    pdx = epilogue->product();
+    epilogue->bind_product(pdx);
+  } else {
+    pdx = ctx.allocate_output(0, x.shape()).data<T>();
+  }
+  const Epilogue<T>* in_place = epilogue && epilogue->in_place() ? epilogue.get() : nullptr;
   const T* pdy = ctx.input(2).data<T>();
-  T* pdx = dx.data<T>();
   const int64_t c = g.c, image = g.h * g.w * g.c;
   // Windows that tile the input exactly (e.g. 2x2 stride 2 on even sizes) write every dx
   // element once: store instead of zero-filling and accumulating.
@@ -183,7 +196,9 @@ void max_pool_grad_kernel(KernelContext& ctx) {
   ctx.parallel_for(g.n, pool_grain(g), [&](int64_t b0, int64_t b1) {
     if (!tiles) std::fill(pdx + b0 * image, pdx + b1 * image, T(0));
     for_each_window_argmax_in(g, x.data<T>(), b0, b1, scatter);
+    if (in_place) in_place->block(b0 * g.h * g.w, b1 * g.h * g.w, 0, c);
   });
+  if (epilogue && !in_place) epilogue->finish(ctx);
 }
 
 template <typename T>
@@ -234,8 +249,19 @@ void avg_pool_grad_kernel(KernelContext& ctx) {
 
 SPIRE_REGISTER_KERNEL("MaxPool", DeviceType::CPU, max_pool_kernel<float>, DType::F32);
 SPIRE_REGISTER_KERNEL("MaxPool", DeviceType::CPU, max_pool_kernel<double>, DType::F64);
-SPIRE_REGISTER_KERNEL("MaxPoolGrad", DeviceType::CPU, max_pool_grad_kernel<float>, DType::F32);
-SPIRE_REGISTER_KERNEL("MaxPoolGrad", DeviceType::CPU, max_pool_grad_kernel<double>, DType::F64);
+SPIRE_REGISTER_KERNEL("MaxPoolGrad", DeviceType::CPU, (max_pool_grad_kernel<float, false>), DType::F32);
+SPIRE_REGISTER_KERNEL("MaxPoolGrad", DeviceType::CPU, (max_pool_grad_kernel<double, false>), DType::F64);
+SPIRE_REGISTER_KERNEL("FusedMaxPoolGrad", DeviceType::CPU, (max_pool_grad_kernel<float, true>), DType::F32);
+SPIRE_REGISTER_KERNEL("FusedMaxPoolGrad", DeviceType::CPU, (max_pool_grad_kernel<double, true>), DType::F64);
+
+namespace {
+// MaxPoolGrad's epilogue op (core/fusion.h): what the fusion pass may make of it.
+struct EpilogueRegistrar {
+  EpilogueRegistrar() {
+    for (DType t : {DType::F32, DType::F64}) register_epilogue(DeviceType::CPU, "MaxPoolGrad", t, "FusedMaxPoolGrad");
+  }
+} epilogue_registrar;
+}  // namespace
 SPIRE_REGISTER_KERNEL("MaxPoolGradGrad", DeviceType::CPU, max_pool_grad_grad_kernel<float>,
                       DType::F32);
 SPIRE_REGISTER_KERNEL("MaxPoolGradGrad", DeviceType::CPU, max_pool_grad_grad_kernel<double>,

@@ -1,10 +1,12 @@
-// Epilogue fusion (core/fusion.h, SessionOptions::fuse_epilogues): a Conv2D or MatMul whose
-// only readers are elementwise nodes runs as FusedConv2D / FusedMatMul, the elementwise group
-// applied to each block of the product as the GEMM finishes it. Fused plans give the unfused
+// Epilogue fusion (core/fusion.h, SessionOptions::fuse_epilogues): a Conv2D, MatMul or
+// MaxPoolGrad whose only readers are elementwise nodes runs as FusedConv2D / FusedMatMul /
+// FusedMaxPoolGrad, the elementwise group applied to each block of the product as it is
+// finished (a GEMM block, a share of images). Fused plans give the unfused
 // graph's results bit for bit (bias + activation, residual adds, random expressions with row,
 // column, scalar and full inputs, results that broadcast beyond the product, every
 // convolution algorithm, one and two threads, f32 and f64), and a product that something
 // else reads, a fetched product or a switched-off pass keeps its own step.
+#include <cmath>
 #include <random>
 
 #include "tests/support/fusion_util.h"
@@ -117,6 +119,38 @@ SPIRE_FORWARD_TEST(FusedMatMul, EpiloguesEqualTheUnfusedGraphBitForBit) {
         FeedDict feeds = {{a, random_tensor(dt, as, rng, -1, 1)}, {b, random_tensor(dt, bs, rng, -1, 1)}};
         Output y = tail(t, p, dt, mc.n, {mc.m, mc.n}, rng, &feeds);
         expect_same_bits(g, y, feeds, "FusedMatMul", true, 1 + trial % 2);
+        ++trial;
+      }
+}
+
+SPIRE_FORWARD_TEST(FusedMaxPoolGrad, EpiloguesEqualTheUnfusedGraphBitForBit) {
+  std::mt19937_64 rng(13);
+  struct PoolCase {
+    int64_t n, h, w, c, k, stride;
+    const char* padding;
+  };
+  // Windows that tile the input (stores), overlapping SAME windows (accumulates), odd VALID.
+  const PoolCase cases[] = {{4, 8, 8, 16, 2, 2, "VALID"}, {3, 9, 7, 5, 3, 2, "SAME"}, {2, 7, 7, 8, 2, 2, "VALID"}};
+  int trial = 0;
+  for (DType dt : {DType::F32, DType::F64})
+    for (const PoolCase& pc : cases)
+      for (Tail t : {Tail::kBiasRelu, Tail::kResidualRelu, Tail::kBias, Tail::kRandom}) {
+        Graph g;
+        DefaultGraphGuard guard(g);
+        const Shape xs{pc.n, pc.h, pc.w, pc.c};
+        Output x = ops::placeholder(dt, xs, "x");
+        Output y = ops::max_pool(x, {pc.k, pc.k}, {pc.stride, pc.stride}, pc.padding);
+        Output dy = ops::placeholder(dt, y.shape(), "dy");
+        // Random x with ties (values on a coarse grid) so first-maximum routing matters.
+        Tensor xv = random_tensor(dt, xs, rng, -4, 4);
+        for (int64_t i = 0; i < xv.num_elements(); ++i) {
+          if (dt == DType::F32) xv.data<float>()[i] = std::round(xv.data<float>()[i]);
+          else xv.data<double>()[i] = std::round(xv.data<double>()[i]);
+        }
+        Output p = ops::max_pool_grad(x, y, dy, {pc.k, pc.k}, {pc.stride, pc.stride}, pc.padding);
+        FeedDict feeds = {{x, xv}, {dy, random_tensor(dt, y.shape(), rng, -1, 1)}};
+        Output out = tail(t, p, dt, pc.c, xs, rng, &feeds);
+        expect_same_bits(g, out, feeds, "FusedMaxPoolGrad", true, 1 + trial % 2);
         ++trial;
       }
 }
