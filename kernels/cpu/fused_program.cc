@@ -155,6 +155,12 @@ void add_attr_ops() {
     return unary_block<T>(functors::LeakyRelu{instruction_attr<double>(ctx, attrs, "alpha")});
   }};
   register_fusable(DeviceType::CPU, "LeakyRelu", dtype_of_v<T>, 1);
+  // Identity (a layer's "output" node between a BatchNorm and its activation, say) is a copy
+  // inside a block: it no longer breaks a chain.
+  op_table<T>().ops["Identity"] = {1, [](const KernelContext&, const AttrMap&) {
+    return unary_block<T>([](T x) { return x; });
+  }};
+  register_fusable(DeviceType::CPU, "Identity", dtype_of_v<T>, 1);
 }
 
 

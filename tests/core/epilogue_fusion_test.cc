@@ -155,6 +155,32 @@ SPIRE_FORWARD_TEST(FusedMaxPoolGrad, EpiloguesEqualTheUnfusedGraphBitForBit) {
       }
 }
 
+// BatchNorm at inference (layers/batch_norm.cc: (x - mean) * rsqrt(var + eps) * gamma + beta,
+// the layer's Identity, then the activation) becomes the convolution's epilogue.
+TEST(EpilogueFusion, ConvolutionBatchNormInferenceAndReluAreOneStep) {
+  std::mt19937_64 rng(17);
+  for (DType dt : {DType::F32, DType::F64}) {
+    Graph g;
+    DefaultGraphGuard guard(g);
+    Output x = ops::placeholder(dt, {3, 10, 10, 8}, "x");
+    Output w = ops::placeholder(dt, {3, 3, 8, 16}, "w");
+    std::vector<Output> params;
+    FeedDict feeds = {{x, random_tensor(dt, {3, 10, 10, 8}, rng, -1, 1)},
+                      {w, random_tensor(dt, {3, 3, 8, 16}, rng, -1, 1)}};
+    for (const char* name : {"mean", "var", "gamma", "beta"}) {
+      params.push_back(ops::placeholder(dt, {16}, name));
+      feeds.emplace_back(params.back(), random_tensor(dt, {16}, rng, 0.5, 1.5));
+    }
+    Output conv = ops::conv2d(x, w, {1, 1}, "SAME", {1, 1}, "conv");
+    Output inv = ops::rsqrt(params[1] + 1e-5) * params[2];
+    Output bn = ops::identity((conv - params[0]) * inv + params[3], "bn/output");
+    Output y = ops::relu(bn, "relu");
+    expect_same_bits(g, y, feeds, "FusedConv2D", true);
+    Session s(g, epilogues(true));
+    EXPECT_EQ(s.plan_text({y}, feeds), "cpu: Const, relu\n") << "one step after the epsilon";
+  }
+}
+
 TEST(EpilogueFusion, AResultThatBroadcastsBeyondTheProductIsComputedFromATemporary) {
   std::mt19937_64 rng(3);
   for (int threads : {1, 2}) {
