@@ -98,7 +98,7 @@ auto in_product(const KernelContext& ctx, F&& f) -> decltype(f()) {
   try {
     return f();
   } catch (const Error& e) {
-    ctx.fail("product node '", ctx.attr<std::string>("producer"), "': ", e.what());
+    throw_error(e.what(), "; in the product node '", ctx.attr<std::string>("producer"), "'");
   }
 }
 

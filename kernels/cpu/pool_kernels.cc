@@ -156,9 +156,13 @@ void max_pool_kernel(KernelContext& ctx) {
 template <typename T, bool fused>
 void max_pool_grad_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
-  PoolGeom g = pool_geom(ctx, x.shape());
-  expect_pool_shape(ctx, "y", ctx.input(1), g.out_shape());
-  expect_pool_shape(ctx, "dy", ctx.input(2), g.out_shape());
+  auto check = [&] {
+    PoolGeom pg = pool_geom(ctx, x.shape());
+    expect_pool_shape(ctx, "y", ctx.input(1), pg.out_shape());
+    expect_pool_shape(ctx, "dy", ctx.input(2), pg.out_shape());
+    return pg;
+  };
+  PoolGeom g = fused ? in_product(ctx, check) : check();
   std::unique_ptr<Epilogue<T>> epilogue;
   T* pdx = nullptr;
   if constexpr (fused) {

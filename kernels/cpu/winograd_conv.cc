@@ -46,14 +46,6 @@ std::vector<T> transform_filter(const DirectConvShape& s, const T* w) {
   return u;
 }
 
-// The transforms are compiled for AVX2 as well as the baseline (GCC picks at load time);
-// their loops run along the channels.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define SPIRE_WINOGRAD_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define SPIRE_WINOGRAD_CLONES
-#endif
-
 // A 32-byte vector of T (GCC/Clang vector extensions: one AVX2 register, two SSE ones),
 // and element-or-vector loads and stores, so each transform is written once for both.
 template <class T>
@@ -145,9 +137,9 @@ void winograd(const DirectConvShape& s, const T* x, const T* w, T* y, ThreadPool
   const int64_t th = (s.oh + 1) / 2, tw = (s.ow + 1) / 2, tiles = s.n * th * tw;
   if (tiles == 0) return;
   const std::vector<T> u = transform_filter(s, w);
-  // Tiles per block: the block's V and M (16 (C + O) values per tile) within about 192 KiB
-  // of f32, in whole 24-row register tiles; fixed by the shape, so the result is too.
-  const int64_t per_block = std::max<int64_t>(24, 3072 / (C + O) / 24 * 24);
+  // Tiles per block: the block's V and M (16 (C + O) values per tile) within about 192 KiB,
+  // in whole 24-row register tiles; fixed by the shape, so the result is too.
+  const int64_t per_block = std::max<int64_t>(24, 3072 * 4 / static_cast<int64_t>(sizeof(T)) / (C + O) / 24 * 24);
   const int64_t blocks = (tiles + per_block - 1) / per_block;
   const std::vector<T> zeros(static_cast<size_t>(C), T(0));
   auto run = [&](int64_t b0, int64_t b1) {

@@ -3,8 +3,9 @@
 // FusedMaxPoolGrad, the elementwise group applied to each block of the product as it is
 // finished (a GEMM block, a share of images). Fused plans give the unfused
 // graph's results bit for bit (bias + activation, residual adds, random expressions with row,
-// column, scalar and full inputs, results that broadcast beyond the product, every
-// convolution algorithm, one and two threads, f32 and f64), and a product that something
+// column, scalar and full inputs, results that broadcast beyond the product, the fixed
+// rule's convolution algorithms, one and two threads, f32 and f64; with the algorithm search,
+// equal to rounding), and a product that something
 // else reads, a fetched product or a switched-off pass keeps its own step.
 #include <cmath>
 #include <random>
@@ -26,8 +27,8 @@ SessionOptions epilogues(bool on, int threads = 1, bool measure = false) {
 // Runs `y` fused and unfused; expects equal bits and `op` among the fused run's steps
 // (`expect_fused`) or not. Returns the fused result.
 Tensor expect_same_bits(Graph& g, const Output& y, const FeedDict& feeds, const std::string& op,
-                        bool expect_fused, int threads = 1, bool measure = false) {
-  Session off(g, epilogues(false, threads, measure)), on(g, epilogues(true, threads, measure));
+                        bool expect_fused, int threads = 1) {
+  Session off(g, epilogues(false, threads)), on(g, epilogues(true, threads));
   Tensor want = off.run({y}, feeds)[0];
   StepStats st;
   Tensor got = on.run({y}, feeds, {}, &st)[0];
@@ -88,7 +89,7 @@ SPIRE_FORWARD_TEST(FusedConv2D, EpiloguesEqualTheUnfusedGraphBitForBit) {
                                                              : (cc.w - cc.k) / cc.stride + 1;
         Output y = tail(t, p, dt, cc.o, {cc.n, oh, ow, cc.o}, rng, &feeds);
         const int threads = 1 + trial % 2;
-        expect_same_bits(g, y, feeds, "FusedConv2D", true, threads, /*measure=*/trial % 3 == 0);
+        expect_same_bits(g, y, feeds, "FusedConv2D", true, threads);
         ++trial;
       }
 }
@@ -179,6 +180,32 @@ TEST(EpilogueFusion, ConvolutionBatchNormInferenceAndReluAreOneStep) {
     Session s(g, epilogues(true));
     EXPECT_EQ(s.plan_text({y}, feeds), "cpu: Const, relu\n") << "one step after the epsilon";
   }
+}
+
+// With the algorithm search on, each session times its own candidates, so a fused and an
+// unfused session may keep different algorithms (which round differently): their results
+// agree to rounding, and each session's later runs repeat its first bit for bit.
+TEST(EpilogueFusion, MeasuredConvolutionsTakeTheEpilogueWhicheverAlgorithmWins) {
+  std::mt19937_64 rng(19);
+  Graph g;
+  DefaultGraphGuard guard(g);
+  Output x = ops::placeholder(DType::F32, {4, 12, 12, 16}, "x");
+  Output w = ops::placeholder(DType::F32, {3, 3, 16, 16}, "w");
+  Output bias = ops::placeholder(DType::F32, {16}, "bias");
+  Output y = ops::relu(ops::add(ops::conv2d(x, w, {1, 1}, "SAME", {1, 1}, "conv"), bias), "y");
+  FeedDict feeds = {{x, random_tensor(DType::F32, {4, 12, 12, 16}, rng, -1, 1)},
+                    {w, random_tensor(DType::F32, {3, 3, 16, 16}, rng, -1, 1)},
+                    {bias, random_tensor(DType::F32, {16}, rng, -1, 1)}};
+  Session on(g, epilogues(true, 2, /*measure=*/true)), off(g, epilogues(false, 2));
+  StepStats st;
+  Tensor first = on.run({y}, feeds, {}, &st)[0];
+  EXPECT_EQ(op_types(st).count("FusedConv2D"), 1u);
+  Tensor again = on.run({y}, feeds)[0];
+  EXPECT_TRUE(bit_equal(first, again)) << "the first run returned another algorithm's result than it kept";
+  Tensor want = off.run({y}, feeds)[0];
+  const float* a = first.data<float>();
+  const float* b = want.data<float>();
+  for (int64_t i = 0; i < first.num_elements(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4) << i;
 }
 
 TEST(EpilogueFusion, AResultThatBroadcastsBeyondTheProductIsComputedFromATemporary) {
