@@ -104,16 +104,9 @@ SPIRE_WINOGRAD_INLINE void output_at(const T* __restrict m, int64_t O, int64_t s
   }
 }
 
-// The transforms over all channels, compiled for AVX2 as well as the baseline (GCC picks the
-// clone at load time).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define SPIRE_WINOGRAD_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define SPIRE_WINOGRAD_CLONES
-#endif
-
+// The transforms over all channels.
 template <typename T>
-SPIRE_WINOGRAD_CLONES void transform_input(const T* const* d, int64_t C, T* __restrict v, int64_t stride) {
+SPIRE_WINOGRAD_INLINE void transform_input_body(const T* const* d, int64_t C, T* __restrict v, int64_t stride) {
   using V = typename Vec32<T>::type;
   constexpr int64_t kLanes = 32 / sizeof(T);
   int64_t c = 0;
@@ -122,12 +115,64 @@ SPIRE_WINOGRAD_CLONES void transform_input(const T* const* d, int64_t C, T* __re
 }
 
 template <typename T>
-SPIRE_WINOGRAD_CLONES void transform_output(const T* __restrict m, int64_t O, int64_t stride, T* const* y) {
+SPIRE_WINOGRAD_INLINE void transform_output_body(const T* __restrict m, int64_t O, int64_t stride, T* const* y) {
   using V = typename Vec32<T>::type;
   constexpr int64_t kLanes = 32 / sizeof(T);
   int64_t o = 0;
   for (; o + kLanes <= O; o += kLanes) output_at<V>(m, O, stride, y, o);
   for (; o < O; ++o) output_at<T>(m, O, stride, y, o);
+}
+
+// Each compiled for the baseline and, on x86-64, for AVX2, picked once at run time (as
+// kernels/cpu/gemm.cc does; not GCC's target_clones, whose ifunc resolvers run before a
+// sanitizer's runtime is up).
+template <typename T>
+__attribute__((noinline)) void transform_input_generic(const T* const* d, int64_t C, T* v, int64_t stride) {
+  transform_input_body(d, C, v, stride);
+}
+template <typename T>
+__attribute__((noinline)) void transform_output_generic(const T* m, int64_t O, int64_t stride, T* const* y) {
+  transform_output_body(m, O, stride, y);
+}
+#if defined(__x86_64__) && defined(__GNUC__)
+#define SPIRE_WINOGRAD_HAVE_AVX2 1
+template <typename T>
+__attribute__((noinline, target("avx2"))) void transform_input_avx2(const T* const* d, int64_t C, T* v,
+                                                                  int64_t stride) {
+  transform_input_body(d, C, v, stride);
+}
+template <typename T>
+__attribute__((noinline, target("avx2"))) void transform_output_avx2(const T* m, int64_t O, int64_t stride,
+                                                                   T* const* y) {
+  transform_output_body(m, O, stride, y);
+}
+#else
+#define SPIRE_WINOGRAD_HAVE_AVX2 0
+#endif
+
+bool use_avx2() {
+#if SPIRE_WINOGRAD_HAVE_AVX2
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2;
+#else
+  return false;
+#endif
+}
+
+template <typename T>
+void transform_input(const T* const* d, int64_t C, T* v, int64_t stride) {
+#if SPIRE_WINOGRAD_HAVE_AVX2
+  if (use_avx2()) return transform_input_avx2(d, C, v, stride);
+#endif
+  transform_input_generic(d, C, v, stride);
+}
+
+template <typename T>
+void transform_output(const T* m, int64_t O, int64_t stride, T* const* y) {
+#if SPIRE_WINOGRAD_HAVE_AVX2
+  if (use_avx2()) return transform_output_avx2(m, O, stride, y);
+#endif
+  transform_output_generic(m, O, stride, y);
 }
 #pragma GCC diagnostic pop
 
