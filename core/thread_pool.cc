@@ -3,11 +3,45 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 #include "core/error.h"
 
 namespace spire {
+
+namespace {
+
+// How long a worker polls for the next loop, and the caller for the workers still in its
+// loop, before sleeping on the condition variable. A sleeping thread takes tens of
+// microseconds to wake (more in a VM), as long as a whole small kernel; OpenMP runtimes
+// spin for the same reason.
+constexpr auto kSpin = std::chrono::microseconds(200);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
+
+// Polls done() until it holds (true) or kSpin has passed (false).
+template <typename Done>
+bool spin_until(const Done& done) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (done()) return true;
+      cpu_relax();
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return done();
+  }
+}
+
+}  // namespace
 
 struct ThreadPool::Job {
   const RangeFn* fn = nullptr;
@@ -23,6 +57,9 @@ ThreadPool::ThreadPool(int num_threads) {
               "concurrency), got ", num_threads);
   if (num_threads == 0) num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   num_threads_ = num_threads;
+  // Polling only pays when every thread has a core: with more threads than cores, a polling
+  // thread takes the core the thread it waits for needs.
+  spin_ = num_threads_ <= static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   workers_.reserve(static_cast<size_t>(num_threads_ - 1));
   try {
     for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this] { worker_loop(); });
@@ -70,16 +107,21 @@ void ThreadPool::worker_loop() {
   uint64_t seen = 0;
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
+    if (spin_ && !stop_ && generation_ == seen) {
+      lock.unlock();
+      spin_until([&] { return posted_.load(std::memory_order_acquire) != seen; });
+      lock.lock();
+    }
     work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
     if (stop_) return;
     seen = generation_;
     Job* job = job_;
     if (job == nullptr) continue;  // woke after the job finished
-    ++active_;
+    active_.fetch_add(1, std::memory_order_relaxed);
     lock.unlock();
     run_chunks(*job);
     lock.lock();
-    if (--active_ == 0) done_cv_.notify_one();
+    if (active_.fetch_sub(1, std::memory_order_acq_rel) == 1) done_cv_.notify_one();
   }
 }
 
@@ -98,13 +140,18 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const RangeFn& fn) {
     std::lock_guard<std::mutex> lock(mu_);
     job_ = &job;
     ++generation_;
+    posted_.store(generation_, std::memory_order_release);
   }
   work_cv_.notify_all();
   run_chunks(job);
   {
     std::unique_lock<std::mutex> lock(mu_);
     job_ = nullptr;  // late workers skip it; those inside are counted by active_
-    done_cv_.wait(lock, [&] { return active_ == 0; });
+  }
+  // Workers still inside finish their chunks; wait for them to leave the job.
+  if (!spin_ || !spin_until([&] { return active_.load(std::memory_order_acquire) == 0; })) {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [&] { return active_.load(std::memory_order_acquire) == 0; });
   }
   busy_.store(false, std::memory_order_release);
   if (job.error) std::rethrow_exception(job.error);

@@ -14,6 +14,11 @@
 // call from inside a chunk, or a second thread sharing the session) runs
 // inline on its caller as fn(0, n). With num_threads() == 1 there are no
 // workers and every call is the inline fn(0, n).
+//
+// Waiting: a worker polls for the next loop, and the caller for workers
+// still in its loop, for up to 200 us before sleeping on a condition
+// variable (waking a sleeping thread costs about as much as a small kernel).
+// Pools with more threads than the machine has cores never poll.
 #pragma once
 
 #include <atomic>
@@ -42,6 +47,8 @@ class ThreadPool {
 
   /// Threads a loop may use (workers + the caller), >= 1.
   int num_threads() const { return num_threads_; }
+  /// Whether waiting threads poll before sleeping (no more threads than cores).
+  bool polls() const { return spin_; }
 
   /// Runs fn over [0, n) split into chunks (see the file comment). n <= 0
   /// does nothing; grain < 1 counts as 1.
@@ -64,7 +71,9 @@ class ThreadPool {
   std::condition_variable done_cv_;  // the caller waits for workers to leave the job
   Job* job_ = nullptr;               // guarded by mu_
   uint64_t generation_ = 0;          // guarded by mu_; bumped per job
-  int active_ = 0;                   // guarded by mu_; workers inside job_
+  std::atomic<uint64_t> posted_{0};  // generation_, for workers polling without the lock
+  std::atomic<int> active_{0};       // changed under mu_; workers inside job_
+  bool spin_ = false;                // poll before sleeping (no more threads than cores)
   bool stop_ = false;                // guarded by mu_
   std::atomic<bool> busy_{false};    // a loop is running (nested calls run inline)
 };

@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -139,6 +141,29 @@ TEST(ThreadPoolTest, ConcurrentCallersAllComplete) {
     });
   for (auto& c : callers) c.join();
   EXPECT_EQ(total.load(), 4 * 200 * 64);
+}
+
+// Workers poll between loops and the caller polls for them, then both sleep: loops that
+// follow each other closely and loops after a long gap must all return only once every
+// chunk has run.
+TEST(ThreadPoolTest, LoopsReturnAfterEveryChunkWhetherWorkersPolledOrSlept) {
+  ThreadPool pool(2);
+  for (int rep = 0; rep < 3000; ++rep) {
+    std::atomic<int64_t> done{0};
+    pool.parallel_for(4, 1, [&](int64_t b, int64_t e) {
+      volatile double s = 0;
+      for (int i = 0; i < (rep % 7) * 200; ++i) s = s + i;  // chunks of different lengths
+      done += e - b;
+    });
+    ASSERT_EQ(done.load(), 4) << "rep " << rep;
+    if (rep % 500 == 499) std::this_thread::sleep_for(std::chrono::milliseconds(2));  // > the poll
+  }
+}
+
+TEST(ThreadPoolTest, PollsOnlyWhenEveryThreadHasACore) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  EXPECT_TRUE(ThreadPool(cores).polls());
+  EXPECT_FALSE(ThreadPool(cores + 1).polls());
 }
 
 TEST(ThreadPoolTest, DestructorJoinsWorkers) {
