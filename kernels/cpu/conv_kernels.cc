@@ -11,8 +11,8 @@
 // col matrix of its own images and runs its own GEMM): forward and input gradient are then
 // bitwise identical to one thread; the filter gradient sums per-thread partial gradients in a
 // fixed order. A batch smaller than the thread count splits the GEMMs instead.
-// Stride-1, undilated convolutions with at least 8 input channels and whole vectors of output
-// channels (the ResNets' 3x3 layers) skip im2col: kernels/cpu/direct_conv.h. Where both
+// Stride-1, undilated convolutions with whole vectors of output channels and at most 1024
+// filter rows (the ResNets' 3x3 layers, MNIST's) skip im2col: kernels/cpu/direct_conv.h. Where both
 // apply, the direct kernel runs, or with SessionOptions::measure_conv_algorithms the faster
 // of the two for the shape, timed once per session (kernels/cpu/conv_algorithm.h); measured,
 // 3x3 forward and input-gradient convolutions also try Winograd F(2x2, 3x3)
@@ -234,9 +234,15 @@ void conv2d_kernel(KernelContext& ctx) {
   run_conv_algorithm<T>(ctx, ConvPass::kForward, g, candidates<T>(g, direct_shape(g), true), out,
                         out_shape.num_elements(), [&](ConvAlgorithm algo, T* py) {
     if (in_place) in_place->bind_product(py);
-    if (algo == ConvAlgorithm::kDirect || algo == ConvAlgorithm::kWinograd) {
-      if (algo == ConvAlgorithm::kDirect) direct_conv2d(direct_shape(g), px, pf, py, ctx.thread_pool());
-      else winograd_conv2d(direct_shape(g), px, pf, py, ctx.thread_pool());
+    if (algo == ConvAlgorithm::kDirect) {
+      GemmEpilogue finished;
+      if (in_place)
+        finished = [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1) { in_place->block(i0, i1, j0, j1); };
+      direct_conv2d(direct_shape(g), px, pf, py, ctx.thread_pool(), finished);
+      return;
+    }
+    if (algo == ConvAlgorithm::kWinograd) {
+      winograd_conv2d(direct_shape(g), px, pf, py, ctx.thread_pool());
       if (in_place) in_place->run_all(ctx);
       return;
     }

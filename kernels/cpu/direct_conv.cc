@@ -270,7 +270,8 @@ int64_t row_macs(const DirectConvShape& s) {
 
 /// forward with the strip layout of CS (see fwd_tile): NHWC when the channel count is CS.
 template <class T, template <class> class Isa, int CS>
-void forward_layout(const DirectConvShape& s, const T* x, const T* w, T* y, ThreadPool* pool) {
+void forward_layout(const DirectConvShape& s, const T* x, const T* w, T* y, ThreadPool* pool,
+                    const GemmEpilogue& epilogue) {
   constexpr int W = Isa<T>::W;
   const int64_t prow = (s.ow + s.kw - 1) * s.c;
   auto rows = [&](int64_t u0, int64_t u1) {
@@ -285,6 +286,7 @@ void forward_layout(const DirectConvShape& s, const T* x, const T* w, T* y, Thre
             Isa<T>::template row1<CS>(a, s.c, s.kh, s.kw, prow, w + o0, s.o, yrow + o0, s.o, s.ow);
         }
       }
+      if (epilogue) epilogue((img * s.oh + oy0) * s.ow, (img * s.oh + oy1) * s.ow, 0, s.o);
     });
   };
   const int64_t units = s.n * s.oh;
@@ -299,17 +301,18 @@ void forward_layout(const DirectConvShape& s, const T* x, const T* w, T* y, Thre
 /// The forward pass: the NHWC strip (a plain copy) for the common channel counts 16, 32 and
 /// 64, whose pixel stride the tiles take as a constant; the channel-major strip otherwise.
 template <class T, template <class> class Isa>
-void forward(const DirectConvShape& s, const T* x, const T* w, T* y, ThreadPool* pool) {
+void forward(const DirectConvShape& s, const T* x, const T* w, T* y, ThreadPool* pool,
+             const GemmEpilogue& epilogue) {
   if (s.n <= 0 || s.oh <= 0 || s.ow <= 0 || s.o <= 0) return;
   switch (s.c) {
     case 16:
-      return forward_layout<T, Isa, 16>(s, x, w, y, pool);
+      return forward_layout<T, Isa, 16>(s, x, w, y, pool, epilogue);
     case 32:
-      return forward_layout<T, Isa, 32>(s, x, w, y, pool);
+      return forward_layout<T, Isa, 32>(s, x, w, y, pool, epilogue);
     case 64:
-      return forward_layout<T, Isa, 64>(s, x, w, y, pool);
+      return forward_layout<T, Isa, 64>(s, x, w, y, pool, epilogue);
     default:
-      return forward_layout<T, Isa, 0>(s, x, w, y, pool);
+      return forward_layout<T, Isa, 0>(s, x, w, y, pool, epilogue);
   }
 }
 
@@ -370,14 +373,14 @@ void filter_grad(const DirectConvShape& s, const T* x, const T* dy, T* dw, Threa
 
 template <class T>
 void forward_isa(GemmIsa isa, const DirectConvShape& s, const T* x, const T* w, T* y,
-                 ThreadPool* pool) {
+                 ThreadPool* pool, const GemmEpilogue& epilogue = {}) {
 #if SPIRE_DC_HAVE_X86
   if (isa == GemmIsa::kAvx512 && detail::gemm_isa_supported(isa))
-    return forward<T, Avx512Dc>(s, x, w, y, pool);
+    return forward<T, Avx512Dc>(s, x, w, y, pool, epilogue);
   if (isa == GemmIsa::kAvx2 && detail::gemm_isa_supported(isa))
-    return forward<T, Avx2Dc>(s, x, w, y, pool);
+    return forward<T, Avx2Dc>(s, x, w, y, pool, epilogue);
 #endif
-  (void)s, (void)x, (void)w, (void)y, (void)pool;
+  (void)s, (void)x, (void)w, (void)y, (void)pool, (void)epilogue;
   no_variant();
 }
 
@@ -452,7 +455,7 @@ template <class T>
 bool direct_conv_applies(const DirectConvShape& s) {
   const int lanes = detail::direct_conv_lanes<T>(detail::gemm_best_isa());
   return direct_conv_enabled() && lanes > 0 && s.n > 0 && s.oh > 0 && s.ow > 0 && s.o > 0 &&
-         s.o % lanes == 0 && s.c >= 8 && s.kh * s.kw * s.c <= kMaxDepth;
+         s.o % lanes == 0 && s.c >= 1 && s.kh * s.kw * s.c <= kMaxDepth;
 }
 template bool direct_conv_applies<float>(const DirectConvShape&);
 template bool direct_conv_applies<double>(const DirectConvShape&);
@@ -464,6 +467,14 @@ void direct_conv2d(const DirectConvShape& s, const float* x, const float* w, flo
 void direct_conv2d(const DirectConvShape& s, const double* x, const double* w, double* y,
                    ThreadPool* pool) {
   forward_isa(detail::gemm_best_isa(), s, x, w, y, pool);
+}
+void direct_conv2d(const DirectConvShape& s, const float* x, const float* w, float* y,
+                   ThreadPool* pool, const GemmEpilogue& epilogue) {
+  forward_isa(detail::gemm_best_isa(), s, x, w, y, pool, epilogue);
+}
+void direct_conv2d(const DirectConvShape& s, const double* x, const double* w, double* y,
+                   ThreadPool* pool, const GemmEpilogue& epilogue) {
+  forward_isa(detail::gemm_best_isa(), s, x, w, y, pool, epilogue);
 }
 void direct_conv2d_filter_grad(const DirectConvShape& s, const float* x, const float* dy, float* dw,
                                ThreadPool* pool) {

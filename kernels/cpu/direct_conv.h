@@ -13,6 +13,8 @@
 // output rows; the forward result does not depend on the thread count, the filter gradient
 // sums per-thread partials in a fixed order. SPIRE_CPU_DIRECT_CONV=0 in the environment turns
 // the direct path off (every convolution then lowers to im2col + GEMM), for A/B measurements.
+// Few input channels (an image model's first layer) suit it too: im2col's GEMM then has a
+// depth of kh*kw*c (9 for MNIST's first layer) and spends its time packing.
 #pragma once
 
 #include <cstdint>
@@ -36,8 +38,7 @@ struct DirectConvShape {
 };
 
 /// Whether the direct kernels take this problem on this CPU for element type T (f32 or f64):
-/// an AVX2 or AVX-512 CPU, o a whole number of vectors, and at least 8 input channels
-/// (fewer, as in an image model's first layer, suit im2col better), at most 1024 filter rows
+/// an AVX2 or AVX-512 CPU, o a whole number of vectors, at most 1024 filter rows
 /// (kh * kw * c; deeper filters suit the blocked GEMM), and not turned off by
 /// SPIRE_CPU_DIRECT_CONV=0.
 template <class T>
@@ -49,6 +50,12 @@ void direct_conv2d(const DirectConvShape& s, const float* x, const float* w, flo
                    ThreadPool* pool);
 void direct_conv2d(const DirectConvShape& s, const double* x, const double* w, double* y,
                    ThreadPool* pool);
+/// The same, with `epilogue` told of each band of finished output rows (rows of y as a
+/// [n*oh*ow, o] matrix, all columns) while it is in the computing core's cache.
+void direct_conv2d(const DirectConvShape& s, const float* x, const float* w, float* y,
+                   ThreadPool* pool, const GemmEpilogue& epilogue);
+void direct_conv2d(const DirectConvShape& s, const double* x, const double* w, double* y,
+                   ThreadPool* pool, const GemmEpilogue& epilogue);
 
 /// dw [kh, kw, c, o] = the filter gradient of that convolution for output gradient dy
 /// (overwritten). Requires direct_conv_applies<T>(s).

@@ -196,11 +196,16 @@ void max_pool_grad_kernel(KernelContext& ctx) {
       }
     }
   };
-  // Otherwise zero each share's images right before scattering into them (still in cache).
-  ctx.parallel_for(g.n, pool_grain(g), [&](int64_t b0, int64_t b1) {
-    if (!tiles) std::fill(pdx + b0 * image, pdx + b1 * image, T(0));
-    for_each_window_argmax_in(g, x.data<T>(), b0, b1, scatter);
-    if (in_place) in_place->block(b0 * g.h * g.w, b1 * g.h * g.w, 0, c);
+  // Otherwise zero the images right before scattering into them. Each share goes a few
+  // images (pool_grain's ~16K elements) at a time, so the epilogue finds them in cache.
+  const int64_t step = pool_grain(g);
+  ctx.parallel_for(g.n, step, [&](int64_t b0, int64_t b1) {
+    for (int64_t s0 = b0; s0 < b1; s0 += step) {
+      const int64_t s1 = std::min(b1, s0 + step);
+      if (!tiles) std::fill(pdx + s0 * image, pdx + s1 * image, T(0));
+      for_each_window_argmax_in(g, x.data<T>(), s0, s1, scatter);
+      if (in_place) in_place->block(s0 * g.h * g.w, s1 * g.h * g.w, 0, c);
+    }
   });
   if (epilogue && !in_place) epilogue->finish(ctx);
 }

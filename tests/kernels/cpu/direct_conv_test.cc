@@ -118,6 +118,8 @@ const Case kCases[] = {
     {1, 6, 300, 112, 3, 3, 1, 6, 300, 1, 1},  // a strip row so wide that bands are one row
     {2, 5, 5, 8, 3, 3, 1, 3, 3, -1, -1},      // negative padding (the output crops the input)
     {1, 5, 6, 8, 3, 3, 1, 9, 10, 4, 4},       // padding beyond the input on every side
+    {3, 9, 9, 1, 3, 3, 4, 9, 9, 1, 1},        // one channel (MNIST's first layer), 4 vectors
+    {2, 8, 7, 3, 5, 5, 2, 8, 7, 2, 2},        // three channels (an RGB image), 5x5
 };
 
 DirectConvShape shape_of(const Case& k, int lanes) {
@@ -176,7 +178,7 @@ TEST(DirectConv, AppliesOnlyWhereItShould) {
     return;
   }
   EXPECT_TRUE(direct_conv_applies<float>({1, 8, 8, 16, 3, 3, lanes, 8, 8, 1, 1}));
-  EXPECT_FALSE(direct_conv_applies<float>({1, 8, 8, 3, 3, 3, lanes, 8, 8, 1, 1}));  // few channels
+  EXPECT_TRUE(direct_conv_applies<float>({1, 8, 8, 1, 3, 3, lanes, 8, 8, 1, 1}));  // one channel
   EXPECT_FALSE(direct_conv_applies<float>({1, 8, 8, 16, 3, 3, lanes + 1, 8, 8, 1, 1}));  // ragged o
   EXPECT_FALSE(
       direct_conv_applies<float>({1, 8, 8, 256, 3, 3, lanes, 8, 8, 1, 1}));  // deep: im2col
@@ -202,7 +204,8 @@ TEST(DirectConv, ConvOpsAndGradientsMatchTheNaiveLoops) {
   for (bool direct : {true, false})
     for (const OpCase& k :
          {OpCase{2, 7, 6, c8, 3, 3, c8, "SAME"}, OpCase{1, 6, 9, 2 * c8, 3, 3, c8, "VALID"},
-          OpCase{2, 5, 5, c8, 2, 4, 2 * c8, "SAME"}, OpCase{1, 8, 5, c8, 5, 3, c8, "SAME"}}) {
+          OpCase{2, 5, 5, c8, 2, 4, 2 * c8, "SAME"}, OpCase{1, 8, 5, c8, 5, 3, c8, "SAME"},
+          OpCase{3, 6, 7, 1, 3, 3, 2 * c8, "SAME"}}) {
       detail::set_direct_conv_enabled(true);
       const int64_t oh = std::string(k.padding) == "SAME" ? k.h : k.h - k.kh + 1;
       const int64_t ow = std::string(k.padding) == "SAME" ? k.w : k.w - k.kw + 1;
@@ -212,7 +215,8 @@ TEST(DirectConv, ConvOpsAndGradientsMatchTheNaiveLoops) {
       ASSERT_TRUE(direct_conv_applies<double>(s));
       const DirectConvShape grad_shape{k.n, oh,  ow,  k.o,           k.kh,         k.kw,
                                        k.c, k.h, k.w, k.kh - 1 - pt, k.kw - 1 - pl};
-      ASSERT_TRUE(direct_conv_applies<double>(grad_shape));
+      // The input gradient's filters are the forward's channels: one channel is not a vector.
+      ASSERT_EQ(direct_conv_applies<double>(grad_shape), k.c % lanes == 0);
       detail::set_direct_conv_enabled(direct);
       const auto xv = random_values<double>(k.n * k.h * k.w * k.c, 4);
       const auto wv = random_values<double>(k.kh * k.kw * k.c * k.o, 5);
