@@ -42,6 +42,12 @@ SPIRE_HD inline T layer_norm_value(T x, T mean, T rstd, T gamma, T beta) {
   return layer_norm_norm(x, mean, rstd) * gamma + beta;
 }
 
+/// One element's dnorm = gamma * dy, in the accumulator type.
+template <typename Acc, typename T>
+SPIRE_HD inline Acc layer_norm_dnorm(T gamma, T dy) {
+  return static_cast<Acc>(gamma) * static_cast<Acc>(dy);
+}
+
 /// The two row sums of the backward: sum(dnorm) and sum(dnorm * norm).
 template <typename Acc>
 struct LayerNormGradSums {
@@ -50,7 +56,7 @@ struct LayerNormGradSums {
   /// Adds one element's contribution (dnorm = gamma * dy).
   template <typename T>
   SPIRE_HD void add(T x, T dy, T gamma, T mean, T rstd) {
-    const Acc dnorm_i = static_cast<Acc>(gamma) * static_cast<Acc>(dy);
+    const Acc dnorm_i = layer_norm_dnorm<Acc>(gamma, dy);
     dnorm += dnorm_i;
     dnorm_norm += dnorm_i * static_cast<Acc>(layer_norm_norm(x, mean, rstd));
   }

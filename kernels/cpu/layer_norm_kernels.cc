@@ -2,10 +2,14 @@
 // f32 and f64. x is seen as [rows, C] (kernels/layer_norm_attrs.h); the
 // per-element math is kernels/layer_norm.h, shared with the CUDA kernels.
 //   - LayerNorm: rows split over the session's thread pool; each row's mean
-//     and biased variance are two sequential passes accumulated in double
-//     (also for f32), then y is written from the row's (T) mean and rstd.
+//     and biased variance are two passes accumulated in double (also for f32),
+//     then y is written from the row's (T) mean and rstd.
 //   - LayerNormGrad: one pass per row computes the two row sums (in double),
-//     a second writes dx. dgamma and dbeta are column sums over the rows:
+//     a second writes dx.
+//   Row sums go into kLanes interleaved partial sums (element j into lane
+//   j % kLanes), added in lane order at the end: independent chains that the
+//   compiler vectorizes, where one running sum waits on every addition. The
+//   order is fixed, so results still do not depend on the thread count. dgamma and dbeta are column sums over the rows:
 //     the rows are cut into blocks whose boundaries depend only on the row
 //     count (never on the thread count), each block sums its rows in order
 //     into its own partials (double), and the partials are added block by
@@ -23,6 +27,20 @@ namespace spire::cpu {
 namespace {
 
 using Acc = double;
+constexpr int kLanes = 8;
+
+// sum_{j < c} f(j) in kLanes interleaved partial sums, added in lane order.
+template <typename F>
+Acc lane_sum(int64_t c, F f) {
+  Acc lane[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= c; j += kLanes)
+    for (int k = 0; k < kLanes; ++k) lane[k] += f(j + k);
+  for (int k = 0; j < c; ++j, ++k) lane[k] += f(j);
+  Acc sum = 0;
+  for (int k = 0; k < kLanes; ++k) sum += lane[k];
+  return sum;
+}
 
 template <typename T>
 void layer_norm_kernel(KernelContext& ctx) {
@@ -43,14 +61,11 @@ void layer_norm_kernel(KernelContext& ctx) {
   ctx.parallel_for(d.rows, grain, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const T* xs = px + r * c;
-      Acc sum = 0;
-      for (int64_t j = 0; j < c; ++j) sum += static_cast<Acc>(xs[j]);
-      const Acc mean = sum / static_cast<Acc>(c);
-      Acc sq = 0;
-      for (int64_t j = 0; j < c; ++j) {
+      const Acc mean = lane_sum(c, [&](int64_t j) { return static_cast<Acc>(xs[j]); }) / static_cast<Acc>(c);
+      const Acc sq = lane_sum(c, [&](int64_t j) {
         const Acc v = static_cast<Acc>(xs[j]) - mean;
-        sq += v * v;
-      }
+        return v * v;
+      });
       const T m = static_cast<T>(mean);
       const T rs = static_cast<T>(kernels::layer_norm_rstd(sq, c, eps));
       pm[r] = m;
@@ -89,10 +104,14 @@ void layer_norm_grad_kernel(KernelContext& ctx) {
         const T* xs = px + r * c;
         const T* dys = pdy + r * c;
         const T m = pm[r], rs = pr[r];
-        kernels::LayerNormGradSums<Acc> s;
-        for (int64_t j = 0; j < c; ++j) s.add(xs[j], dys[j], pg[j], m, rs);
-        const Acc mean_dnorm = s.dnorm / static_cast<Acc>(c);
-        const Acc mean_dnorm_norm = s.dnorm_norm / static_cast<Acc>(c);
+        // kernels::LayerNormGradSums' two sums, in lanes.
+        const Acc dnorm = lane_sum(c, [&](int64_t j) { return kernels::layer_norm_dnorm<Acc>(pg[j], dys[j]); });
+        const Acc dnorm_norm = lane_sum(c, [&](int64_t j) {
+          return kernels::layer_norm_dnorm<Acc>(pg[j], dys[j]) *
+                 static_cast<Acc>(kernels::layer_norm_norm(xs[j], m, rs));
+        });
+        const Acc mean_dnorm = dnorm / static_cast<Acc>(c);
+        const Acc mean_dnorm_norm = dnorm_norm / static_cast<Acc>(c);
         T* dxs = pdx + r * c;
         for (int64_t j = 0; j < c; ++j) {
           dxs[j] = kernels::layer_norm_dx(xs[j], dys[j], pg[j], m, rs, mean_dnorm, mean_dnorm_norm);
