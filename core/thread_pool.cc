@@ -2,9 +2,13 @@
 // chunks claimed through an atomic counter by the caller and the workers.
 #include "core/thread_pool.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <exception>
+#include <string>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -41,6 +45,26 @@ bool spin_until(const Done& done) {
   }
 }
 
+// The CPUs this process may run on (its affinity mask: taskset, a container's cpuset).
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// Whether a pool of `threads` polls: SPIRE_THREAD_POLL=0 never, =1 or unset when every thread
+// has a CPU of its own (with more, a polling thread takes the CPU the thread it waits for needs).
+bool pool_polls(int threads) {
+  const char* v = std::getenv("SPIRE_THREAD_POLL");
+  if (v != nullptr && *v != '\0') {
+    const std::string s(v);
+    if (s == "0") return false;
+    if (s != "1") throw_error("ThreadPool: environment variable SPIRE_THREAD_POLL='", s, "' must be 0 or 1");
+  }
+  return threads <= usable_cpus();
+}
+
 }  // namespace
 
 struct ThreadPool::Job {
@@ -57,9 +81,7 @@ ThreadPool::ThreadPool(int num_threads) {
               "concurrency), got ", num_threads);
   if (num_threads == 0) num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   num_threads_ = num_threads;
-  // Polling only pays when every thread has a core: with more threads than cores, a polling
-  // thread takes the core the thread it waits for needs.
-  spin_ = num_threads_ <= static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  spin_ = pool_polls(num_threads_);
   workers_.reserve(static_cast<size_t>(num_threads_ - 1));
   try {
     for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this] { worker_loop(); });
@@ -78,6 +100,7 @@ ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
+    posted_.fetch_add(1, std::memory_order_release);  // ends the workers' polling at once
   }
   work_cv_.notify_all();
   for (auto& t : workers_) t.join();

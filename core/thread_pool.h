@@ -18,7 +18,8 @@
 // Waiting: a worker polls for the next loop, and the caller for workers
 // still in its loop, for up to 200 us before sleeping on a condition
 // variable (waking a sleeping thread costs about as much as a small kernel).
-// Pools with more threads than the machine has cores never poll.
+// Pools with more threads than the process may use CPUs (its affinity mask)
+// never poll, nor any pool with SPIRE_THREAD_POLL=0 in the environment.
 #pragma once
 
 #include <atomic>
@@ -47,7 +48,7 @@ class ThreadPool {
 
   /// Threads a loop may use (workers + the caller), >= 1.
   int num_threads() const { return num_threads_; }
-  /// Whether waiting threads poll before sleeping (no more threads than cores).
+  /// Whether waiting threads poll before sleeping (see the file comment).
   bool polls() const { return spin_; }
 
   /// Runs fn over [0, n) split into chunks (see the file comment). n <= 0

@@ -9,8 +9,8 @@
 //   backward: norm = (x - mean) * rstd, dnorm = gamma * dy,
 //             dx = rstd * (dnorm - mean_C(dnorm) - norm * mean_C(dnorm * norm)),
 //             dgamma = sum over rows of norm * dy, dbeta = sum over rows of dy.
-// The row sums are reduced by the device kernels (sequentially on the CPU,
-// by warps on the GPU) in an accumulator type Acc; these helpers give the
+// The row sums are reduced by the device kernels (in 8 interleaved lanes on
+// the CPU, by warps on the GPU) in an accumulator type Acc; these helpers give the
 // value each element contributes and the value each element ends with.
 // The host-side shape checks both devices' kernels run first are in
 // kernels/layer_norm_attrs.h.

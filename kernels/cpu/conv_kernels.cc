@@ -212,7 +212,7 @@ void for_images(KernelContext& ctx, int64_t n, bool whole_batch, F&& images) {
 
 // Conv2D, and with `fused` FusedConv2D: the same convolution, its output then rewritten by
 // the node's epilogue (kernels/cpu/fused_program.h) block by block as each GEMM finishes it
-// (im2col), or whole after the direct kernel.
+// (im2col) or band by band of output rows (direct), or whole after Winograd.
 template <typename T, bool fused>
 void conv2d_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);

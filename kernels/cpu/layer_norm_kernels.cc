@@ -5,16 +5,17 @@
 //     and biased variance are two passes accumulated in double (also for f32),
 //     then y is written from the row's (T) mean and rstd.
 //   - LayerNormGrad: one pass per row computes the two row sums (in double),
-//     a second writes dx.
-//   Row sums go into kLanes interleaved partial sums (element j into lane
-//   j % kLanes), added in lane order at the end: independent chains that the
-//   compiler vectorizes, where one running sum waits on every addition. The
-//   order is fixed, so results still do not depend on the thread count. dgamma and dbeta are column sums over the rows:
+//     a second writes dx. dgamma and dbeta are column sums over the rows:
 //     the rows are cut into blocks whose boundaries depend only on the row
 //     count (never on the thread count), each block sums its rows in order
 //     into its own partials (double), and the partials are added block by
 //     block in a fixed order, so the result is the same for any number of
 //     threads.
+//   - Row sums go into kLanes interleaved partial sums (element j into lane
+//     j % kLanes), added in lane order at the end: independent chains that
+//     the compiler vectorizes, where one running sum waits on every
+//     addition. The order is fixed, so results do not depend on the thread
+//     count either.
 #include <algorithm>
 #include <cstdint>
 #include <vector>

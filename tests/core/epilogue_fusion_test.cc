@@ -69,9 +69,12 @@ struct ConvCase {
 
 SPIRE_FORWARD_TEST(FusedConv2D, EpiloguesEqualTheUnfusedGraphBitForBit) {
   std::mt19937_64 rng(20261128);
-  // Direct-kernel shapes (stride 1, >= 8 channels), im2col shapes, a 1x1, and a batch of one.
-  const ConvCase cases[] = {{3, 9, 9, 8, 16, 3, 1, "SAME"}, {5, 11, 7, 3, 5, 3, 2, "VALID"},
-                            {4, 6, 6, 8, 8, 1, 1, "VALID"}, {1, 12, 12, 4, 24, 3, 1, "SAME"}};
+  // Direct-kernel shapes (stride 1, whole vectors of filters; the last one with rows so wide
+  // that each image is several bands, split over two threads), im2col shapes (stride 2, 5
+  // filters), a 1x1, and a batch of one.
+  const ConvCase cases[] = {{3, 9, 9, 8, 16, 3, 1, "SAME"},  {5, 11, 7, 3, 5, 3, 2, "VALID"},
+                            {4, 6, 6, 8, 8, 1, 1, "VALID"},  {1, 12, 12, 4, 24, 3, 1, "SAME"},
+                            {2, 12, 300, 16, 8, 3, 1, "SAME"}};
   int trial = 0;
   for (DType dt : {DType::F32, DType::F64})
     for (const ConvCase& cc : cases)

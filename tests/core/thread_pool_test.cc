@@ -5,10 +5,12 @@
 #include "core/thread_pool.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -160,10 +162,20 @@ TEST(ThreadPoolTest, LoopsReturnAfterEveryChunkWhetherWorkersPolledOrSlept) {
   }
 }
 
-TEST(ThreadPoolTest, PollsOnlyWhenEveryThreadHasACore) {
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  EXPECT_TRUE(ThreadPool(cores).polls());
-  EXPECT_FALSE(ThreadPool(cores + 1).polls());
+TEST(ThreadPoolTest, PollsOnlyWhenEveryThreadHasACpuAndTheEnvironmentAllows) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  const int cpus = CPU_COUNT(&set);
+  EXPECT_TRUE(ThreadPool(cpus).polls());
+  EXPECT_FALSE(ThreadPool(cpus + 1).polls());
+  ASSERT_EQ(setenv("SPIRE_THREAD_POLL", "0", 1), 0);
+  EXPECT_FALSE(ThreadPool(1).polls());
+  ASSERT_EQ(setenv("SPIRE_THREAD_POLL", "yes", 1), 0);
+  EXPECT_THROW(ThreadPool(1), Error);
+  ASSERT_EQ(setenv("SPIRE_THREAD_POLL", "1", 1), 0);
+  EXPECT_TRUE(ThreadPool(1).polls());
+  unsetenv("SPIRE_THREAD_POLL");
 }
 
 TEST(ThreadPoolTest, DestructorJoinsWorkers) {
