@@ -74,7 +74,7 @@ class ThreadPool {
   uint64_t generation_ = 0;          // guarded by mu_; bumped per job
   std::atomic<uint64_t> posted_{0};  // generation_, for workers polling without the lock
   std::atomic<int> active_{0};       // changed under mu_; workers inside job_
-  bool spin_ = false;                // poll before sleeping (no more threads than cores)
+  bool spin_ = false;                // poll before sleeping (see polls())
   bool stop_ = false;                // guarded by mu_
   std::atomic<bool> busy_{false};    // a loop is running (nested calls run inline)
 };

@@ -12,10 +12,10 @@
 // bitwise identical to one thread; the filter gradient sums per-thread partial gradients in a
 // fixed order. A batch smaller than the thread count splits the GEMMs instead.
 // Stride-1, undilated convolutions with whole vectors of output channels and at most 1024
-// filter rows (the ResNets' 3x3 layers, MNIST's) skip im2col: kernels/cpu/direct_conv.h. Where both
-// apply, the direct kernel runs, or with SessionOptions::measure_conv_algorithms the faster
-// of the two for the shape, timed once per session (kernels/cpu/conv_algorithm.h); measured,
-// 3x3 forward and input-gradient convolutions also try Winograd F(2x2, 3x3)
+// filter rows (the ResNets' 3x3 layers, MNIST's) skip im2col: kernels/cpu/direct_conv.h.
+// Where both apply, the direct kernel runs, or with SessionOptions::measure_conv_algorithms
+// the faster of the two for the shape, timed once per session (kernels/cpu/conv_algorithm.h);
+// measured, 3x3 forward and input-gradient convolutions also try Winograd F(2x2, 3x3)
 // (kernels/cpu/winograd_conv.h).
 #include <algorithm>
 #include <cstring>

@@ -373,7 +373,7 @@ void filter_grad(const DirectConvShape& s, const T* x, const T* dy, T* dw, Threa
 
 template <class T>
 void forward_isa(GemmIsa isa, const DirectConvShape& s, const T* x, const T* w, T* y,
-                 ThreadPool* pool, const GemmEpilogue& epilogue = {}) {
+                 ThreadPool* pool, const GemmEpilogue& epilogue) {
 #if SPIRE_DC_HAVE_X86
   if (isa == GemmIsa::kAvx512 && detail::gemm_isa_supported(isa))
     return forward<T, Avx512Dc>(s, x, w, y, pool, epilogue);
@@ -417,11 +417,11 @@ template int direct_conv_lanes<double>(GemmIsa);
 
 void direct_conv2d_with_isa(GemmIsa isa, const DirectConvShape& s, const float* x, const float* w,
                             float* y, ThreadPool* pool) {
-  forward_isa(isa, s, x, w, y, pool);
+  forward_isa(isa, s, x, w, y, pool, {});
 }
 void direct_conv2d_with_isa(GemmIsa isa, const DirectConvShape& s, const double* x, const double* w,
                             double* y, ThreadPool* pool) {
-  forward_isa(isa, s, x, w, y, pool);
+  forward_isa(isa, s, x, w, y, pool, {});
 }
 void direct_conv2d_filter_grad_with_isa(GemmIsa isa, const DirectConvShape& s, const float* x,
                                         const float* dy, float* dw, ThreadPool* pool) {
@@ -460,14 +460,6 @@ bool direct_conv_applies(const DirectConvShape& s) {
 template bool direct_conv_applies<float>(const DirectConvShape&);
 template bool direct_conv_applies<double>(const DirectConvShape&);
 
-void direct_conv2d(const DirectConvShape& s, const float* x, const float* w, float* y,
-                   ThreadPool* pool) {
-  forward_isa(detail::gemm_best_isa(), s, x, w, y, pool);
-}
-void direct_conv2d(const DirectConvShape& s, const double* x, const double* w, double* y,
-                   ThreadPool* pool) {
-  forward_isa(detail::gemm_best_isa(), s, x, w, y, pool);
-}
 void direct_conv2d(const DirectConvShape& s, const float* x, const float* w, float* y,
                    ThreadPool* pool, const GemmEpilogue& epilogue) {
   forward_isa(detail::gemm_best_isa(), s, x, w, y, pool, epilogue);

@@ -46,16 +46,12 @@ bool direct_conv_applies(const DirectConvShape& s);
 
 /// y = the convolution of x with w; y is [n, oh, ow, o] and overwritten. Requires
 /// direct_conv_applies<T>(s). `pool` may be null.
+/// With an `epilogue`, tells it of each band of finished output rows (rows of y as a
+/// [n*oh*ow, o] matrix, all columns) while the band is in the computing core's cache.
 void direct_conv2d(const DirectConvShape& s, const float* x, const float* w, float* y,
-                   ThreadPool* pool);
+                   ThreadPool* pool, const GemmEpilogue& epilogue = {});
 void direct_conv2d(const DirectConvShape& s, const double* x, const double* w, double* y,
-                   ThreadPool* pool);
-/// The same, with `epilogue` told of each band of finished output rows (rows of y as a
-/// [n*oh*ow, o] matrix, all columns) while it is in the computing core's cache.
-void direct_conv2d(const DirectConvShape& s, const float* x, const float* w, float* y,
-                   ThreadPool* pool, const GemmEpilogue& epilogue);
-void direct_conv2d(const DirectConvShape& s, const double* x, const double* w, double* y,
-                   ThreadPool* pool, const GemmEpilogue& epilogue);
+                   ThreadPool* pool, const GemmEpilogue& epilogue = {});
 
 /// dw [kh, kw, c, o] = the filter gradient of that convolution for output gradient dy
 /// (overwritten). Requires direct_conv_applies<T>(s).
