@@ -4,7 +4,6 @@
 #include "kernels/cpu/fused_program.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <functional>
 #include <map>
 #include <string>
@@ -12,10 +11,10 @@
 #include <vector>
 
 #include "core/fusion.h"
-#include "core/ops/math_ops.h"
 #include "kernels/cpu/broadcast.h"
 #include "kernels/cpu/vector_loops.h"
 #include "kernels/elementwise_table.h"
+#include "kernels/fused_decode.h"
 #include "kernels/functors.h"
 
 namespace spire::cpu {
@@ -62,39 +61,11 @@ BlockFn<T> binary_block(F f) {
 
 /// Makes an instruction's block function from that instruction's own attrs.
 template <typename T>
-using Maker = std::function<BlockFn<T>(const KernelContext& ctx, const AttrMap& attrs)>;
-
-/// Instruction j's own attrs, from the fused node's typed lists (core/ops/fused_ops.cc).
-std::vector<AttrMap> instruction_attrs(const KernelContext& ctx, int count) {
-  std::vector<AttrMap> out(static_cast<size_t>(count));
-  auto add = [&](const std::string& key, AttrValue v) {
-    const size_t slash = key.find('/');
-    int j = -1;
-    if (slash != std::string::npos) j = std::atoi(key.substr(0, slash).c_str());
-    if (j < 0 || j >= count) ctx.fail("malformed fused program: attr '", key, "'");
-    out[static_cast<size_t>(j)][key.substr(slash + 1)] = std::move(v);
-  };
-  const auto strings = ctx.attr<std::vector<std::string>>("string_attrs");
-  if (strings.size() % 2) ctx.fail("malformed fused program: string_attrs has an odd length");
-  for (size_t i = 0; i + 1 < strings.size(); i += 2) add(strings[i], strings[i + 1]);
-  const auto names = ctx.attr<std::vector<std::string>>("number_attr_names");
-  const auto numbers = ctx.attr<std::vector<double>>("number_attrs");
-  if (names.size() != numbers.size()) ctx.fail("malformed fused program: number_attrs");
-  for (size_t i = 0; i < names.size(); ++i) add(names[i], numbers[i]);
-  return out;
-}
-
-/// An instruction's attr (a clear error when absent or of another type).
-template <typename V>
-V instruction_attr(const KernelContext& ctx, const AttrMap& attrs, const std::string& name) {
-  auto it = attrs.find(name);
-  if (it == attrs.end()) ctx.fail("malformed fused program: an instruction lacks attr '", name, "'");
-  return it->second.get<V>(ctx.node().describe() + " instruction attr '" + name + "'");
-}
+using Maker = std::function<BlockFn<T>(const KernelContext& ctx, const kernels::FusedInstruction& ins)>;
 
 template <typename T>
 struct OpTable {
-  std::map<std::string, std::pair<int, Maker<T>>> ops;  // op -> (arity, maker)
+  std::map<std::string, Maker<T>> ops;
 };
 
 template <typename T>
@@ -129,13 +100,13 @@ struct TableFiller {
       // Same-dtype ops only: a comparison's bool result does not fuse.
       if constexpr (std::is_invocable_v<F, T, T> && functors::kSupports<F, T>) {
         if constexpr (std::is_same_v<std::invoke_result_t<F, T, T>, T>) {
-          op_table<T>().ops[op] = {2, [f](const KernelContext&, const AttrMap&) { return binary_block<T>(f); }};
+          op_table<T>().ops[op] = [f](const KernelContext&, const kernels::FusedInstruction&) { return binary_block<T>(f); };
           register_fusable(DeviceType::CPU, op, dtype_of_v<T>, 2);
         }
       }
     } else if constexpr (std::is_invocable_v<F, T> && functors::kSupports<F, T>) {
       if constexpr (std::is_same_v<std::invoke_result_t<F, T>, T>) {
-        op_table<T>().ops[op] = {1, [f](const KernelContext&, const AttrMap&) { return unary_block<T>(f); }};
+        op_table<T>().ops[op] = [f](const KernelContext&, const kernels::FusedInstruction&) { return unary_block<T>(f); };
         register_fusable(DeviceType::CPU, op, dtype_of_v<T>, 1);
       }
     }
@@ -144,22 +115,23 @@ struct TableFiller {
 
 template <typename T>
 void add_attr_ops() {
-  op_table<T>().ops["Gelu"] = {1, [](const KernelContext& ctx, const AttrMap& attrs) -> BlockFn<T> {
-    const bool tanh_form = ops::parse_gelu_approximate(instruction_attr<std::string>(ctx, attrs, "approximate")) ==
-                           ops::GeluApproximate::kTanh;
-    if (tanh_form) return unary_block<T>(functors::GeluTanh{});
+  op_table<T>().ops["Gelu"] = [](const KernelContext& ctx, const kernels::FusedInstruction& ins) -> BlockFn<T> {
+    double unused;
+    if (kernels::fused_instruction_key(ctx, ins, &unused) == "Gelu/tanh") return unary_block<T>(functors::GeluTanh{});
     return unary_block<T>(functors::Gelu{});
-  }};
+  };
   register_fusable(DeviceType::CPU, "Gelu", dtype_of_v<T>, 1);
-  op_table<T>().ops["LeakyRelu"] = {1, [](const KernelContext& ctx, const AttrMap& attrs) {
-    return unary_block<T>(functors::LeakyRelu{instruction_attr<double>(ctx, attrs, "alpha")});
-  }};
+  op_table<T>().ops["LeakyRelu"] = [](const KernelContext& ctx, const kernels::FusedInstruction& ins) {
+    double alpha;
+    kernels::fused_instruction_key(ctx, ins, &alpha);
+    return unary_block<T>(functors::LeakyRelu{alpha});
+  };
   register_fusable(DeviceType::CPU, "LeakyRelu", dtype_of_v<T>, 1);
   // Identity (a layer's "output" node between a BatchNorm and its activation, say) is a copy
   // inside a block: it no longer breaks a chain.
-  op_table<T>().ops["Identity"] = {1, [](const KernelContext&, const AttrMap&) {
+  op_table<T>().ops["Identity"] = [](const KernelContext&, const kernels::FusedInstruction&) {
     return unary_block<T>([](T x) { return x; });
-  }};
+  };
   register_fusable(DeviceType::CPU, "Identity", dtype_of_v<T>, 1);
 }
 
@@ -212,51 +184,19 @@ struct FusedProgram<T>::Impl {
 template <typename T>
 FusedProgram<T>::FusedProgram(const KernelContext& ctx, std::vector<Shape> shapes) : impl_(new Impl) {
   Impl& p = *impl_;
-  const auto ops = ctx.attr<std::vector<std::string>>("ops");
-  const auto operands = ctx.attr<std::vector<int64_t>>("operands");
-  const auto names = ctx.attr<std::vector<std::string>>("nodes");
-  p.nin = static_cast<int>(shapes.size());
-  p.ni = static_cast<int>(ops.size());
-  const int nin = p.nin, ni = p.ni;
-  if (ni == 0 || names.size() != ops.size()) ctx.fail("malformed fused program: ", ni, " ops, ", names.size(), " names");
-  // Decode the program and check every instruction's shapes as the unfused op would.
-  p.shape = std::move(shapes);
-  p.shape.resize(static_cast<size_t>(nin + ni));
-  std::vector<Shape>& shape = p.shape;
-  const std::vector<AttrMap> attrs = instruction_attrs(ctx, ni);
-  size_t next = 0;
-  for (int j = 0; j < ni; ++j) {
-    const std::string& op = ops[static_cast<size_t>(j)];
-    auto entry = op_table<T>().ops.find(op);
+  kernels::FusedProgramCode decoded =
+      kernels::decode_fused_program(ctx, std::move(shapes), DeviceType::CPU, dtype_of_v<T>);
+  p.nin = decoded.nin;
+  p.ni = static_cast<int>(decoded.code.size());
+  for (const kernels::FusedInstruction& ins : decoded.code) {
+    auto entry = op_table<T>().ops.find(ins.op);
     if (entry == op_table<T>().ops.end())
-      ctx.fail("fused node '", names[static_cast<size_t>(j)], "': op ", op, " does not fuse for ", dtype_name(dtype_of_v<T>));
-    const int arity = entry->second.first;
-    if (next + static_cast<size_t>(arity) > operands.size())
-      ctx.fail("malformed fused program: too few operands for instruction ", j);
-    Instruction ins;
-    int refs[2] = {-1, -1};
-    for (int r = 0; r < arity; ++r) {
-      const int64_t v = operands[next++];
-      if (v < 0 || v >= nin + j) ctx.fail("malformed fused program: operand ", v, " of instruction ", j);
-      refs[r] = static_cast<int>(v);
-    }
-    ins.a = refs[0];
-    ins.b = arity == 2 ? refs[1] : -1;
-    Shape s = shape[static_cast<size_t>(ins.a)];
-    // GeluGrad takes one shape (its kernel does not broadcast); every other binary op broadcasts.
-    if (ins.b >= 0 && op == "GeluGrad" && !(shape[static_cast<size_t>(ins.a)] == shape[static_cast<size_t>(ins.b)]))
-      ctx.fail("fused node '", names[static_cast<size_t>(j)], "' (op GeluGrad): dy and x must have one shape, got ",
-               shape[static_cast<size_t>(ins.a)].to_string(), " and ", shape[static_cast<size_t>(ins.b)].to_string());
-    if (ins.b >= 0 && !broadcast_shapes(shape[static_cast<size_t>(ins.a)], shape[static_cast<size_t>(ins.b)], &s))
-      ctx.fail("fused node '", names[static_cast<size_t>(j)], "' (op ", op, "): shapes ",
-               shape[static_cast<size_t>(ins.a)].to_string(), " and ",
-               shape[static_cast<size_t>(ins.b)].to_string(), " do not broadcast");
-    shape[static_cast<size_t>(nin + j)] = s;
-    p.fns.push_back(entry->second.second(ctx, attrs[static_cast<size_t>(j)]));
-    p.code.push_back(ins);
+      ctx.fail("fused node '", ins.node, "': op ", ins.op, " has no CPU evaluator for ", dtype_name(dtype_of_v<T>));
+    p.fns.push_back(entry->second(ctx, ins));
+    p.code.push_back(Instruction{ins.a, ins.b});
   }
-  if (next != operands.size()) ctx.fail("malformed fused program: ", operands.size() - next, " operands left over");
-  p.total = shape.back().num_elements();
+  p.shape = std::move(decoded.shapes);
+  p.total = p.shape.back().num_elements();
 }
 
 template <typename T>
@@ -406,17 +346,9 @@ void FusedProgram<T>::run_all(KernelContext& ctx) const {
   });
 }
 
-namespace {
-std::vector<Shape> epilogue_shapes(const KernelContext& ctx, const Shape& product, int first_arg) {
-  std::vector<Shape> shapes{product};
-  for (int k = first_arg; k < ctx.num_inputs(); ++k) shapes.push_back(ctx.input(k).shape());
-  return shapes;
-}
-}  // namespace
-
 template <typename T>
 Epilogue<T>::Epilogue(KernelContext& ctx, const Shape& product, int first_arg)
-    : program_(ctx, epilogue_shapes(ctx, product, first_arg)),
+    : program_(ctx, kernels::epilogue_shapes(ctx, product, first_arg)),
       in_place_(program_.output_shape() == product),
       cols_(product.rank() > 0 ? product[product.rank() - 1] : 1) {
   for (int k = first_arg; k < ctx.num_inputs(); ++k) args_.push_back(ctx.input(k).data<T>());

@@ -1,10 +1,10 @@
 // The CPU evaluator of a fused elementwise program (core/fusion.h): the
 // instructions a FusedElementwise node carries in its attrs, or the epilogue
 // a FusedConv2D / FusedMatMul node applies to its product. The program is
-// decoded once per kernel call (each instruction's shapes checked as its own
-// op would), then evaluated over any range of output elements in blocks of
-// 512 that stay in the core's L1 cache, each instruction through its op's own
-// functor and vector loop (kernels/cpu/vector_loops.h, kernels/functors.h),
+// decoded once per kernel call (kernels/fused_decode.h: each instruction's
+// shapes checked as its own op would), then evaluated over any range of output
+// elements in blocks of 512 that stay in the core's L1 cache, each instruction
+// through its op's own functor and vector loop (kernels/cpu/vector_loops.h, kernels/functors.h),
 // so results equal the unfused ops' bit for bit. An input whose element count
 // is the output's is read in place (it may be the output buffer itself: a
 // product the epilogue rewrites), a one-element input as a scalar, any other
@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/kernel_registry.h"
 #include "core/shape.h"
+#include "kernels/fused_decode.h"
 
 namespace spire::cpu {
 
@@ -91,16 +92,7 @@ class Epilogue {
   std::vector<T> temp_;
 };
 
-/// Runs `f` (a fused node's product stage: its shape checks) so that an error also names
-/// the product's own node (the fused node carries the group's last node's name).
-template <typename F>
-auto in_product(const KernelContext& ctx, F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const Error& e) {
-    throw_error(e.what(), "; in the product node '", ctx.attr<std::string>("producer"), "'");
-  }
-}
+using kernels::in_product;
 
 extern template class FusedProgram<float>;
 extern template class FusedProgram<double>;
