@@ -109,8 +109,9 @@ struct SessionOptions {
   /// SPIRE_REUSE_INPUT_BUFFERS=0 turns it off for every session (to run a suite without it).
   bool reuse_input_buffers = true;
   /// Elementwise fusion (core/fusion.h): groups of elementwise nodes whose intermediate
-  /// values nothing else reads run as one FusedElementwise node each, evaluated in
-  /// cache-sized blocks, with results equal to the unfused graph's. Traces and plan_text
+  /// values nothing else reads run as one FusedElementwise node each, with results equal
+  /// to the unfused graph's: on the CPU in cache-sized blocks, on a CUDA device one thread
+  /// per element through the whole group (the same functors). Traces and plan_text
   /// then show the group as one step named after its last node. The environment variable
   /// SPIRE_FUSE_ELEMENTWISE=0 or 1 overrides it for every session.
   bool fuse_elementwise = true;
@@ -119,7 +120,8 @@ struct SessionOptions {
   /// add, a ReLU's gradient mask) runs with the group as its epilogue, applied to each block
   /// of its result while it is in cache (FusedMatMul, FusedConv2D, FusedMaxPoolGrad;
   /// TensorFlow's remapper does the same for the first two), with results equal to the
-  /// unfused graph's. SPIRE_FUSE_EPILOGUES=0 or 1 overrides it for every session.
+  /// unfused graph's. On a CUDA device FusedMatMul and FusedConv2D write the product to
+  /// their output and run the group over it in one kernel. SPIRE_FUSE_EPILOGUES=0 or 1 overrides it for every session.
   bool fuse_epilogues = true;
   /// Convolutions time their algorithms (CPU: direct, im2col + GEMM) on the first call of
   /// each shape and keep the fastest for the session, as cuDNN's benchmark mode (PyTorch's

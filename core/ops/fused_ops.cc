@@ -59,9 +59,6 @@ static OpRegistrar fused_elementwise_registrar = fused_program_attrs(OpDefBuilde
       check_fused_program(c);
       c.set_output(0, c.input_dtype(0), s);
     })
-    // Only the CPU kernels register fusable ops (core/fusion.h), so the pass never makes
-    // this node on a GPU; the mark says so to the placer and the CUDA coverage test.
-    .cpu_only()
     .doc("Elementwise ops evaluated as one expression (made by the fusion pass).");
 
 }  // namespace spire::ops

@@ -559,7 +559,8 @@ Output avg_pool_grad(const Output& x_like, const Output& dy, const std::vector<i
 // in a plan after the gradients exist: never differentiated, never built by users. Inputs:
 // the product's, then the program's other inputs (program input 0 is the product). Attrs:
 // the product's, the program's (fused_program_attrs) and "producer" (the product node's
-// name, for errors). Only the CPU kernels register epilogues, so no plan makes these on a GPU.
+// name, for errors). FusedConv2D and FusedMatMul have CPU and CUDA kernels; FusedMaxPoolGrad
+// only a CPU kernel (no CUDA kernel registers MaxPoolGrad's epilogue).
 
 static OpRegistrar fused_conv2d_registrar = fused_program_attrs(OpDefBuilder("FusedConv2D")
     .input("input").input("filter").variadic_input("args", 0)
@@ -571,7 +572,6 @@ static OpRegistrar fused_conv2d_registrar = fused_program_attrs(OpDefBuilder("Fu
       conv2d_shape(c);
       epilogue_shape(c, 2);
     })
-    .cpu_only()
     .doc("Conv2D with an elementwise epilogue applied to each block of its output.");
 
 static OpRegistrar fused_max_pool_grad_registrar = fused_program_attrs(OpDefBuilder("FusedMaxPoolGrad")
@@ -594,7 +594,6 @@ static OpRegistrar fused_matmul_registrar = fused_program_attrs(OpDefBuilder("Fu
       matmul_shape(c);
       epilogue_shape(c, 2);
     })
-    .cpu_only()
     .doc("MatMul with an elementwise epilogue applied to each block of its output.");
 
 }  // namespace spire::ops

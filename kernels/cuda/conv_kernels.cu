@@ -2,7 +2,9 @@
 // core/ops/nn_ops.cc; NHWC input, HWIO filter, strides, SAME/VALID padding, dilations), f32
 // and f64 like the CPU kernels (kernels/cpu/conv_kernels.cc), through cuDNN's convolution
 // API (cudnnConvolutionForward / BackwardData / BackwardFilter) on the device context's
-// handle, which is bound to the device's stream.
+// handle, which is bound to the device's stream. FusedConv2D (made by the fusion pass,
+// core/fusion.h) runs the forward convolution into its output, then its epilogue program
+// over it (kernels/cuda/fused_program.h).
 //
 // Layouts. cuDNN takes NHWC activations with a KRSC filter ([O, KH, KW, C], "NHWC" filter
 // format), or NCHW activations with a KCRS filter ([O, C, KH, KW]). Our filters are HWIO, so
@@ -49,7 +51,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/fusion.h"
 #include "core/kernel_registry.h"
+#include "kernels/cuda/fused_program.h"
 #include "kernels/conv_geometry.h"
 #include "kernels/cuda/launch.h"
 
@@ -489,25 +493,48 @@ void zero_fill(CudaContext& cc, Tensor& t) {
 
 // ---- kernels ----------------------------------------------------------------------------------
 
+// The convolution of x and f (geometry g) into y (NHWC, g's output dims), on ctx's device.
 template <typename T>
-void conv2d_kernel(KernelContext& ctx) {
-  const Tensor& x = ctx.input(0);
-  const Tensor& f = ctx.input(1);
-  ConvGeom g = conv_geom(ctx, kernels::conv_geometry(ctx, x.shape(), f.shape()));
-  Tensor& y = ctx.allocate_output(0, Shape{g.n, g.oh, g.ow, g.o});
-  if (y.num_elements() == 0) return;
+void conv2d_into(KernelContext& ctx, const Tensor& x, const Tensor& f, const ConvGeom& g, T* y) {
+  const int64_t count = g.n * g.oh * g.ow * g.o;
+  if (count == 0) return;
   CudaContext& cc = context(ctx);
   DeviceGuard guard(cc.device());
-  if (x.num_elements() == 0 || f.num_elements() == 0) return zero_fill<T>(cc, y);  // C == 0
+  if (x.num_elements() == 0 || f.num_elements() == 0) {  // C == 0
+    SPIRE_CUDA_CHECK(cudaMemsetAsync(y, 0, static_cast<size_t>(count) * sizeof(T), cc.stream()));
+    return;
+  }
   ConvProblem p = make_problem<T>(ctx, Dir::kForward, g);
   const AlgoChoice a = choose_algo(ctx, cc, p);
   p.layout = a.layout;
   const Order4& lo = order_of(a.layout);
   StagedInput<T> xin(cc, x.data<T>(), g.x_dims(), kNHWC, g.xp_dims(), lo);
   StagedInput<T> win(cc, f.data<T>(), g.f_dims(), kHWIO, g.f_dims(), lo);
-  StagedOutput<T> out(cc, y.data<T>(), g.y_dims(), kNHWC, g.y_dims(), lo);
+  StagedOutput<T> out(cc, y, g.y_dims(), kNHWC, g.y_dims(), lo);
   run_conv<T>(cc, p, a, xin.get(), win.get(), out.get());
   out.finish();
+}
+
+template <typename T>
+void conv2d_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& f = ctx.input(1);
+  const ConvGeom g = conv_geom(ctx, kernels::conv_geometry(ctx, x.shape(), f.shape()));
+  Tensor& y = ctx.allocate_output(0, Shape{g.n, g.oh, g.ow, g.o});
+  conv2d_into<T>(ctx, x, f, g, y.data<T>());
+}
+
+// FusedConv2D: the convolution, then the node's epilogue program over it (in output 0 when
+// the program keeps the product's shape: a bias, an activation, a residual add).
+template <typename T>
+void fused_conv2d_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& f = ctx.input(1);
+  const ConvGeom g = kernels::in_product(
+      ctx, [&] { return conv_geom(ctx, kernels::conv_geometry(ctx, x.shape(), f.shape())); });
+  CudaEpilogue<T> epilogue(ctx, Shape{g.n, g.oh, g.ow, g.o}, 2);
+  conv2d_into<T>(ctx, x, f, g, epilogue.product());
+  epilogue.finish(ctx);
 }
 
 template <typename T>
@@ -561,6 +588,9 @@ SPIRE_STATIC_INIT(cuda_conv_kernels) {
   auto& r = KernelRegistry::global();
   r.add("Conv2D", DeviceType::CUDA, DType::F32, conv2d_kernel<float>);
   r.add("Conv2D", DeviceType::CUDA, DType::F64, conv2d_kernel<double>);
+  r.add("FusedConv2D", DeviceType::CUDA, DType::F32, fused_conv2d_kernel<float>);
+  r.add("FusedConv2D", DeviceType::CUDA, DType::F64, fused_conv2d_kernel<double>);
+  for (DType t : {DType::F32, DType::F64}) register_epilogue(DeviceType::CUDA, "Conv2D", t, "FusedConv2D");
   r.add("Conv2DBackpropInput", DeviceType::CUDA, DType::F32, conv2d_backprop_input_kernel<float>);
   r.add("Conv2DBackpropInput", DeviceType::CUDA, DType::F64, conv2d_backprop_input_kernel<double>);
   r.add("Conv2DBackpropFilter", DeviceType::CUDA, DType::F32, conv2d_backprop_filter_kernel<float>);

@@ -21,6 +21,9 @@
 // MatMul -> Cast of autocast_matmul) converts its operands into 16-bit scratch copies, runs
 // the 16-bit GEMM and widens the product into its output.
 //
+// FusedMatMul (f32, f64; made by the fusion pass, core/fusion.h) computes the product into its
+// output and rewrites it there with its epilogue program (kernels/cuda/fused_program.h).
+//
 // Empty results return at once; a sum over an empty K writes zeros (cudaMemsetAsync) without
 // calling cuBLAS (whose leading-dimension rules reject zero-sized operands).
 //
@@ -38,7 +41,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/fusion.h"
 #include "core/kernel_registry.h"
+#include "kernels/cuda/fused_program.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/functors.h"
@@ -173,7 +178,7 @@ __global__ void from_half_kernel(const uint16_t* __restrict__ x, float* __restri
 // widened into the f32 output: the Cast -> MatMul -> Cast graph's kernels in one node.
 template <typename Half>
 void mixed_matmul(KernelContext& ctx, CudaContext& cc, const kernels::MatMulDims& md,
-                  const Tensor& a, const Tensor& b, Tensor& c) {
+                  const Tensor& a, const Tensor& b, float* c) {
   const bool bf16 = std::is_same_v<Half, BF16Tag>;
   const int64_t na = a.num_elements(), nb = b.num_elements(), nc = md.m * md.n;
   Scratch ha(cc, sizeof(uint16_t) * static_cast<size_t>(na));
@@ -187,24 +192,22 @@ void mixed_matmul(KernelContext& ctx, CudaContext& cc, const kernels::MatMulDims
   SPIRE_CUDA_LAUNCH_CHECK();
   gemm<Half>(ctx, cc, gemm_dims(ctx, md.ta, md.tb, md.m, md.n, md.k, a.dim(1), b.dim(1), md.n),
              ha.as<uint16_t>(), hb.as<uint16_t>(), hc.as<uint16_t>());
-  from_half_kernel<<<blocks_for(cc, nc), kThreads, 0, cc.stream()>>>(hc.as<uint16_t>(),
-                                                                     c.data<float>(), nc, bf16);
+  from_half_kernel<<<blocks_for(cc, nc), kThreads, 0, cc.stream()>>>(hc.as<uint16_t>(), c,
+                                                                     nc, bf16);
   SPIRE_CUDA_LAUNCH_CHECK();
 }
 
+// The product op(a) op(b) (dims md) into c, on ctx's device.
 template <typename T>
-void matmul_kernel(KernelContext& ctx) {
+void matmul_into(KernelContext& ctx, const kernels::MatMulDims& md, const Tensor& a, const Tensor& b,
+                 StorageOf<T>* c) {
   using S = StorageOf<T>;
-  const Tensor& a = ctx.input(0);
-  const Tensor& b = ctx.input(1);
-  const kernels::MatMulDims md = kernels::matmul_dims(ctx);
   const int64_t m = md.m, n = md.n, k = md.k;
-  Tensor& c = ctx.allocate_output(0, Shape{m, n});
   if (m == 0 || n == 0) return;
   CudaContext& cc = context(ctx);
   DeviceGuard guard(cc.device());
   if (k == 0) {
-    SPIRE_CUDA_CHECK(cudaMemsetAsync(c.raw_data(), 0, m * n * sizeof(S), cc.stream()));
+    SPIRE_CUDA_CHECK(cudaMemsetAsync(c, 0, m * n * sizeof(S), cc.stream()));
     return;
   }
   if constexpr (std::is_same_v<T, float>) {
@@ -213,7 +216,24 @@ void matmul_kernel(KernelContext& ctx) {
     if (half == DType::F16) return mixed_matmul<F16Tag>(ctx, cc, md, a, b, c);
   }
   gemm<T>(ctx, cc, gemm_dims(ctx, md.ta, md.tb, m, n, k, a.dim(1), b.dim(1), n), elements<T>(a),
-          elements<T>(b), mutable_elements<T>(c));
+          elements<T>(b), c);
+}
+
+template <typename T>
+void matmul_kernel(KernelContext& ctx) {
+  const kernels::MatMulDims md = kernels::matmul_dims(ctx);
+  Tensor& c = ctx.allocate_output(0, Shape{md.m, md.n});
+  matmul_into<T>(ctx, md, ctx.input(0), ctx.input(1), mutable_elements<T>(c));
+}
+
+// FusedMatMul: the product, then the node's epilogue program over it (in output 0 when the
+// program keeps the product's shape: a bias, an activation).
+template <typename T>
+void fused_matmul_kernel(KernelContext& ctx) {
+  const kernels::MatMulDims md = kernels::in_product(ctx, [&] { return kernels::matmul_dims(ctx); });
+  CudaEpilogue<T> epilogue(ctx, Shape{md.m, md.n}, 2);
+  matmul_into<T>(ctx, md, ctx.input(0), ctx.input(1), epilogue.product());
+  epilogue.finish(ctx);
 }
 
 // Output batch dims and, per operand, its stride in matrices along each of them (0 where
@@ -316,6 +336,9 @@ SPIRE_STATIC_INIT(cuda_matmul_kernels) {
   auto& r = KernelRegistry::global();
   r.add("MatMul", DeviceType::CUDA, DType::F32, matmul_kernel<float>);
   r.add("MatMul", DeviceType::CUDA, DType::F64, matmul_kernel<double>);
+  r.add("FusedMatMul", DeviceType::CUDA, DType::F32, fused_matmul_kernel<float>);
+  r.add("FusedMatMul", DeviceType::CUDA, DType::F64, fused_matmul_kernel<double>);
+  for (DType t : {DType::F32, DType::F64}) register_epilogue(DeviceType::CUDA, "MatMul", t, "FusedMatMul");
   r.add("BatchMatMul", DeviceType::CUDA, DType::F32, batch_matmul_kernel<float>);
   r.add("BatchMatMul", DeviceType::CUDA, DType::F64, batch_matmul_kernel<double>);
   r.add("MatMul", DeviceType::CUDA, DType::F16, matmul_kernel<F16Tag>);
