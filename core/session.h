@@ -120,8 +120,8 @@ struct SessionOptions {
   /// add, a ReLU's gradient mask) runs with the group as its epilogue, applied to each block
   /// of its result while it is in cache (FusedMatMul, FusedConv2D, FusedMaxPoolGrad;
   /// TensorFlow's remapper does the same for the first two), with results equal to the
-  /// unfused graph's. On a CUDA device FusedMatMul and FusedConv2D write the product to
-  /// their output and run the group over it in one kernel. SPIRE_FUSE_EPILOGUES=0 or 1 overrides it for every session.
+  /// unfused graph's. On a CUDA device the fused node writes the product to its output
+  /// and runs the group over it in one kernel. SPIRE_FUSE_EPILOGUES=0 or 1 overrides it for every session.
   bool fuse_epilogues = true;
   /// Convolutions time their algorithms (CPU: direct, im2col + GEMM) on the first call of
   /// each shape and keep the fastest for the session, as cuDNN's benchmark mode (PyTorch's

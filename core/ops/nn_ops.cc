@@ -559,8 +559,7 @@ Output avg_pool_grad(const Output& x_like, const Output& dy, const std::vector<i
 // in a plan after the gradients exist: never differentiated, never built by users. Inputs:
 // the product's, then the program's other inputs (program input 0 is the product). Attrs:
 // the product's, the program's (fused_program_attrs) and "producer" (the product node's
-// name, for errors). FusedConv2D and FusedMatMul have CPU and CUDA kernels; FusedMaxPoolGrad
-// only a CPU kernel (no CUDA kernel registers MaxPoolGrad's epilogue).
+// name, for errors). Each has a CPU and a CUDA kernel.
 
 static OpRegistrar fused_conv2d_registrar = fused_program_attrs(OpDefBuilder("FusedConv2D")
     .input("input").input("filter").variadic_input("args", 0)
@@ -582,7 +581,6 @@ static OpRegistrar fused_max_pool_grad_registrar = fused_program_attrs(OpDefBuil
       max_pool_grad_shape(c, false);
       epilogue_shape(c, 3);
     })
-    .cpu_only()
     .doc("MaxPoolGrad with an elementwise epilogue applied to each share of images of dx.");
 
 static OpRegistrar fused_matmul_registrar = fused_program_attrs(OpDefBuilder("FusedMatMul")

@@ -8,10 +8,14 @@
 //  - MaxPoolGrad: a first kernel stores each window's first maximum (its spatial index, as
 //    int32) in a scratch buffer; a second one has each input element gather dy from the
 //    windows that cover it and pick it (no atomics, deterministic).
+//    FusedMaxPoolGrad (made by the fusion pass, core/fusion.h) writes dx the same way, then
+//    runs its epilogue program over it (kernels/cuda/fused_program.h).
 //  - AvgPoolGrad: each input element gathers dy / count from the windows covering it.
 #include <climits>
 
+#include "core/fusion.h"
 #include "core/kernel_registry.h"
+#include "kernels/cuda/fused_program.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/pool_geometry.h"
 #include "kernels/pool_index.h"
@@ -90,19 +94,16 @@ void avg_pool(KernelContext& ctx) {
   pool_forward<T>(ctx, avg_pool_kernel<T>);
 }
 
+// dx of MaxPoolGrad (geometry g, x's shape) into `dx`.
 template <typename T>
-void max_pool_grad(KernelContext& ctx) {
+void max_pool_grad_into(KernelContext& ctx, const PoolGeometry& g, int64_t n_in, T* dx) {
   const Tensor& x = ctx.input(0);
-  PoolGeometry g = pool_geometry(ctx, x.shape());
-  expect_pool_shape(ctx, "y", ctx.input(1), pool_out_shape(g));
-  expect_pool_shape(ctx, "dy", ctx.input(2), pool_out_shape(g));
-  Tensor& dx = ctx.allocate_output(0, x.shape());
-  const int64_t n_in = dx.num_elements(), n_out = ctx.input(2).num_elements();
+  const int64_t n_out = ctx.input(2).num_elements();
   if (n_in == 0) return;
   CudaContext& cc = context(ctx);
   DeviceGuard guard(cc.device());
   if (n_out == 0) {  // no window covers anything (only possible for an empty output)
-    SPIRE_CUDA_CHECK(cudaMemsetAsync(dx.data<T>(), 0, n_in * sizeof(T), cc.stream()));
+    SPIRE_CUDA_CHECK(cudaMemsetAsync(dx, 0, n_in * sizeof(T), cc.stream()));
     return;
   }
   if (g.h * g.w > INT32_MAX) ctx.fail("image of ", g.h, "x", g.w, " pixels is too large");
@@ -111,8 +112,33 @@ void max_pool_grad(KernelContext& ctx) {
       g, n_out, x.data<T>(), arg.as<int32_t>());
   SPIRE_CUDA_LAUNCH_CHECK();
   max_pool_grad_kernel<T><<<blocks_for(cc, n_in), kThreads, 0, cc.stream()>>>(
-      g, n_in, arg.as<int32_t>(), ctx.input(2).data<T>(), dx.data<T>());
+      g, n_in, arg.as<int32_t>(), ctx.input(2).data<T>(), dx);
   SPIRE_CUDA_LAUNCH_CHECK();
+}
+
+// MaxPoolGrad's shape checks; its geometry.
+PoolGeometry max_pool_grad_geometry(KernelContext& ctx) {
+  PoolGeometry g = pool_geometry(ctx, ctx.input(0).shape());
+  expect_pool_shape(ctx, "y", ctx.input(1), pool_out_shape(g));
+  expect_pool_shape(ctx, "dy", ctx.input(2), pool_out_shape(g));
+  return g;
+}
+
+template <typename T>
+void max_pool_grad(KernelContext& ctx) {
+  const PoolGeometry g = max_pool_grad_geometry(ctx);
+  Tensor& dx = ctx.allocate_output(0, ctx.input(0).shape());
+  max_pool_grad_into<T>(ctx, g, dx.num_elements(), dx.data<T>());
+}
+
+// FusedMaxPoolGrad: dx, then the node's epilogue program over it (a ReLU's gradient mask).
+template <typename T>
+void fused_max_pool_grad(KernelContext& ctx) {
+  const PoolGeometry g = kernels::in_product(ctx, [&] { return max_pool_grad_geometry(ctx); });
+  const Shape& product = ctx.input(0).shape();
+  CudaEpilogue<T> epilogue(ctx, product, 3);
+  max_pool_grad_into<T>(ctx, g, product.num_elements(), epilogue.product());
+  epilogue.finish(ctx);
 }
 
 template <typename T>
@@ -140,6 +166,8 @@ void register_pool_kernels(DType dt) {
   auto& r = KernelRegistry::global();
   r.add("MaxPool", DeviceType::CUDA, dt, max_pool<T>);
   r.add("MaxPoolGrad", DeviceType::CUDA, dt, max_pool_grad<T>);
+  r.add("FusedMaxPoolGrad", DeviceType::CUDA, dt, fused_max_pool_grad<T>);
+  register_epilogue(DeviceType::CUDA, "MaxPoolGrad", dt, "FusedMaxPoolGrad");
   r.add("MaxPoolGradGrad", DeviceType::CUDA, dt, max_pool_grad_grad<T>);
   r.add("AvgPool", DeviceType::CUDA, dt, avg_pool<T>);
   r.add("AvgPoolGrad", DeviceType::CUDA, dt, avg_pool_grad<T>);

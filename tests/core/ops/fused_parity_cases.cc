@@ -5,7 +5,8 @@
 //    tanh and exact, LeakyRelu's alpha), a unary op on an input and GeluGrad;
 //  - FusedMatMul with a bias + Relu epilogue (rewritten in the output), transposed operands,
 //    and an epilogue whose result is larger than the product (product in scratch memory);
-//  - FusedConv2D with bias + LeakyRelu and with a residual add.
+//  - FusedConv2D with bias + LeakyRelu and with a residual add;
+//  - FusedMaxPoolGrad with a mask (a ReLU's gradient).
 // Sessions fuse by default, so the gradient and parity cases of chains also run fused on the
 // GPU (kernels/cuda/fused_program.cu); these make sure each fused kernel runs even where the
 // pass would not have made it. ParityCases.RunOnTheCpuTwiceWithTheSameResult runs them on the
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/ops/nn_ops.h"
 #include "tests/support/op_test_util.h"
 
 namespace spire::testing {
@@ -120,6 +122,18 @@ const bool kCases [[maybe_unused]] = [] {
         a["padding"] = std::string("VALID");
         return {fused("FusedConv2D", x, a)};
       }, 1e-4, 1e-10);
+  // dx of a 2x2 / stride-2 max pool times a mask (a ReLU's gradient), y computed from x.
+  add("FusedMaxPoolGrad", "dx times a mask", {{{2, 6, 7, 3}}, {{2, 3, 3, 3}}, {{2, 6, 7, 3}}},
+      [](const In& x) -> Outs {
+        Program p;
+        p.op("Mul", {0, 1});
+        AttrMap a = p.attrs();
+        a["ksize"] = std::vector<int64_t>{2, 2};
+        a["strides"] = std::vector<int64_t>{2, 2};
+        a["padding"] = std::string("VALID");
+        const Output y = ops::max_pool(x[0], {2, 2}, {2, 2}, "VALID");
+        return {fused("FusedMaxPoolGrad", {x[0], y, x[1], x[2]}, a)};
+      });
   return true;
 }();
 
