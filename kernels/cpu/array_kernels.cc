@@ -173,6 +173,11 @@ void transpose_kernel(KernelContext& ctx) {
 
 // ---- concat and split ------------------------------------------------------------
 
+// Rows of `row_bytes` each to copy per parallel chunk: about 64 KiB.
+int64_t copy_grain(size_t row_bytes) {
+  return std::max<int64_t>(1, static_cast<int64_t>((size_t{1} << 16) / std::max<size_t>(row_bytes, 1)));
+}
+
 void concat_kernel(KernelContext& ctx) {
   const Tensor& x0 = ctx.input(0);
   const auto [axis, dims] = kernels::concat_args(ctx);
@@ -181,15 +186,21 @@ void concat_kernel(KernelContext& ctx) {
   const size_t es = dtype_size(x0.dtype());
   const int64_t outer = dims_prod(dims, 0, static_cast<size_t>(axis));
   const int64_t inner = dims_prod(dims, static_cast<size_t>(axis) + 1, dims.size());
+  const size_t out_row = static_cast<size_t>(dims[static_cast<size_t>(axis)] * inner) * es;
   char* dst = static_cast<char*>(y.raw_data());
-  for (int64_t o = 0; o < outer; ++o)
-    for (int i = 0; i < ctx.num_inputs(); ++i) {
-      const Tensor& t = ctx.input(i);
-      const size_t bytes = static_cast<size_t>(t.dim(axis) * inner) * es;
-      if (bytes == 0) continue;
-      std::memcpy(dst, static_cast<const char*>(t.raw_data()) + static_cast<size_t>(o) * bytes, bytes);
-      dst += bytes;
+  // Output row o is the inputs' rows o, one after another.
+  ctx.parallel_for(outer, copy_grain(out_row), [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o) {
+      char* d = dst + static_cast<size_t>(o) * out_row;
+      for (int i = 0; i < ctx.num_inputs(); ++i) {
+        const Tensor& t = ctx.input(i);
+        const size_t bytes = static_cast<size_t>(t.dim(axis) * inner) * es;
+        if (bytes == 0) continue;
+        std::memcpy(d, static_cast<const char*>(t.raw_data()) + static_cast<size_t>(o) * bytes, bytes);
+        d += bytes;
+      }
     }
+  });
 }
 
 // Splits x along `axis` into outputs of the given (resolved) sizes.
@@ -199,19 +210,26 @@ void split_parts(KernelContext& ctx, const Tensor& x, int axis, const Ints& size
   const int64_t outer = dims_prod(dims, 0, static_cast<size_t>(axis));
   const int64_t inner = dims_prod(dims, static_cast<size_t>(axis) + 1, dims.size());
   const size_t in_row = static_cast<size_t>(dims[static_cast<size_t>(axis)] * inner) * es;
-  size_t offset = 0;
+  std::vector<char*> dst(sizes.size());
+  std::vector<size_t> bytes(sizes.size());
   for (size_t i = 0; i < sizes.size(); ++i) {
     Ints od = dims;
     od[static_cast<size_t>(axis)] = sizes[i];
-    Tensor& y = ctx.allocate_output(static_cast<int>(i), Shape(od));
-    const size_t bytes = static_cast<size_t>(sizes[i] * inner) * es;
-    if (bytes > 0 && outer > 0) {
-      const char* src = static_cast<const char*>(x.raw_data()) + offset;
-      char* dst = static_cast<char*>(y.raw_data());
-      for (int64_t o = 0; o < outer; ++o) std::memcpy(dst + o * bytes, src + o * in_row, bytes);
-    }
-    offset += bytes;
+    dst[i] = static_cast<char*>(ctx.allocate_output(static_cast<int>(i), Shape(od)).raw_data());
+    bytes[i] = static_cast<size_t>(sizes[i] * inner) * es;
   }
+  if (outer == 0 || in_row == 0) return;
+  const char* src = static_cast<const char*>(x.raw_data());
+  // Input row o is the outputs' rows o, one after another.
+  ctx.parallel_for(outer, copy_grain(in_row), [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o) {
+      const char* s = src + static_cast<size_t>(o) * in_row;
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        if (bytes[i] > 0) std::memcpy(dst[i] + static_cast<size_t>(o) * bytes[i], s, bytes[i]);
+        s += bytes[i];
+      }
+    }
+  });
 }
 
 void split_kernel(KernelContext& ctx) {

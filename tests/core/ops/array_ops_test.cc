@@ -215,6 +215,37 @@ SPIRE_FORWARD_TEST(Concat, UnknownDimsAndErrors) {
   Output y2 = ops::concat({a, v}, 0, "cc2");
   expect_error([&] { run1(y2, {{v, vec({1, 3}, iota(3))}}); }, {"Concat", "cc2", "[1, 3]", "[1, 2]"});
 }
+// Many rows over two threads (the kernels copy chunks of rows in parallel): a split along
+// the last axis and the concat back give x again, every element in place.
+SPIRE_FORWARD_TEST(Split, ManyRowsOverTwoThreadsRoundTripThroughConcat) {
+  Graph g;
+  DefaultGraphGuard guard(g);
+  const int64_t rows = 3001, cols = 37;
+  Output x = ops::placeholder(DType::F32, {rows, cols}, "x");
+  auto parts = ops::split(x, std::vector<int64_t>{5, 0, 20, 12}, 1);
+  Output back = ops::concat({parts[2], parts[0], parts[3]}, 1);
+  std::vector<double> v(static_cast<size_t>(rows * cols));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(i);
+  SessionOptions o;
+  o.num_threads = 2;
+  Session s(g, o);
+  auto r = s.run({parts[0], parts[2], parts[3], back}, {{x, vec({rows, cols}, v)}});
+  const int64_t off[3] = {0, 5, 25}, width[3] = {5, 20, 12};
+  for (int p = 0; p < 3; ++p)
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < width[p]; ++j)
+        ASSERT_EQ(r[static_cast<size_t>(p)].data<float>()[i * width[p] + j], static_cast<float>(v[static_cast<size_t>(i * cols + off[p] + j)]))
+            << "part " << p << " row " << i;
+  // back = columns [5, 25), [0, 5), [25, 37) of each row.
+  const int64_t order[3] = {1, 0, 2};
+  for (int64_t i = 0; i < rows; ++i) {
+    int64_t k = 0;
+    for (int64_t p : order)
+      for (int64_t j = 0; j < width[p]; ++j, ++k)
+        ASSERT_EQ(r[3].data<float>()[i * cols + k], static_cast<float>(v[static_cast<size_t>(i * cols + off[p] + j)]))
+            << "row " << i;
+  }
+}
 SPIRE_FORWARD_TEST(SplitLike, Values) {
   Graph g;
   DefaultGraphGuard guard(g);
