@@ -20,7 +20,7 @@
 //   kernel | size | time (us) | achieved | % of ceiling | target
 // after all measurements (progress goes to stderr). Target: elementwise,
 // reduction and softmax (cross-entropy included) kernels reach >= 85% of the
-// copy bandwidth (the transpose row has no target).
+// copy bandwidth (the transpose and fused/unfused chain rows have no target).
 //
 // Usage: gpu_kernels [--quick] [--csv FILE] [--filter SUBSTR] [--help]
 //   --quick   smaller sizes (16M elements, matmul 1024/2048, conv batch 128)
@@ -381,7 +381,7 @@ class Runner {
   /// is its bytes moved (bandwidth rows, with the >= 85% target) or FLOPs.
   void run(const std::string& kernel, const std::string& size, Kind kind, double work,
            const std::function<Node*(GraphCase&)>& build, bool tf32 = false,
-           bool has_target = true) {
+           bool has_target = true, bool fuse = true) {
     if (!o_.filter.empty() && kernel.find(o_.filter) == std::string::npos) return;
     Row r;
     r.kernel = kernel;
@@ -406,6 +406,7 @@ class Runner {
       }
       SessionOptions so;
       so.allow_tf32 = tf32;
+      so.fuse_elementwise = fuse;
       Session s(gc.g, so);
       for (auto& [node, host] : gc.values) s.set_variable_value(node, host);
       gc.values.clear();  // drop the host copies
@@ -456,6 +457,18 @@ void bandwidth_cases(Runner& R, int64_t n) {
         });
   R.run("Relu", shape_str(flat), Kind::kBandwidth, 2 * kF * n,
         [&](GraphCase& c) { return ops::relu(c.input(host_f32(flat, 5), "x")).node; });
+  // A chain of four elementwise ops, relu(tanh((a + b) * 0.5)) + a: one FusedElementwise
+  // kernel (kernels/cuda/fused_program.cu) against the four kernels with fusion off. Bytes:
+  // the chain's own inputs and result (the unfused run also moves its intermediates).
+  for (bool fuse : {true, false}) {
+    R.run(fuse ? "Fused chain (4 ops)" : "Unfused chain (4 ops)", shape_str(flat), Kind::kBandwidth, 3 * kF * n,
+          [&](GraphCase& c) {
+            Output a = c.input(host_f32(flat, 15), "a");
+            Output b = c.input(host_f32(flat, 16), "b");
+            return ops::add(ops::relu(ops::tanh(ops::add(a, b) * 0.5)), a).node;
+          },
+          /*tf32=*/false, /*has_target=*/false, fuse);
+  }
   R.run("Sum (all)", shape_str(flat), Kind::kBandwidth, kF * (n + 1),
         [&](GraphCase& c) { return ops::sum(c.input(host_f32(flat, 6), "x")).node; });
   R.run("Sum (last axis)", shape_str(mat), Kind::kBandwidth, kF * (n + rows),
