@@ -180,7 +180,8 @@ int64_t copy_grain(size_t row_bytes) {
 
 void concat_kernel(KernelContext& ctx) {
   const Tensor& x0 = ctx.input(0);
-  const auto [axis, dims] = kernels::concat_args(ctx);
+  const auto [concat_axis, dims] = kernels::concat_args(ctx);
+  const int axis = concat_axis;  // a plain variable: C++17 lambdas cannot capture a binding
   Tensor& y = ctx.allocate_output(0, Shape(dims));
   if (y.num_elements() == 0) return;
   const size_t es = dtype_size(x0.dtype());
