@@ -21,7 +21,7 @@
 //              MPI communicator when built with MPI (SPIRE_WITH_MPI), the
 //              NCCL communicator when built with NCCL (SPIRE_WITH_NCCL)
 //
-// Left out, as internals: core/executor.h, core/caching_allocator.h (the
+// Left out, as internals: core/executor.h and core/step_order.h, core/caching_allocator.h (the
 // policy device backends build on), core/ops/op_util.h, kernels/ (kernel
 // math, geometry and the CUDA backend), layers/layer_util.h,
 // layers/variable_store.h, core/enum_names.h (the spelling tables behind the

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <sstream>
 #include <unordered_map>
@@ -13,6 +14,7 @@
 #include "core/device_backend.h"
 #include "core/fusion.h"
 #include "core/op_registry.h"
+#include "core/step_order.h"
 
 namespace spire {
 
@@ -20,193 +22,14 @@ namespace spire {
 
 namespace {
 
-// Reorders `dfs` (the needed nodes in depth-first order; rendezvous
-// members consecutive) into another topological order in which the
-// devices take turns: each device's next node is its ready node (all
-// inputs placed) that comes first in `dfs`, and the devices alternate as
-// if every node took the same time. Every lane then runs its own work
-// before work that waits on another lane's later nodes: in a depth-first
-// order one tower's gradient copies to device 1 come before tower 1's
-// forward pass on device 1, which would then wait for all of tower 0. With
-// one device this is `dfs` itself (the ready node first in `dfs` is always
-// the next one of `dfs`). A rendezvous group and a multi-device node are
-// placed as one unit, when all their inputs are placed.
-std::vector<Node*> interleave_devices(
-    const std::vector<Node*>& dfs,
-    const std::unordered_map<const Node*, const std::vector<Node*>*>& group_of,
-    const std::map<Output, int>& fed) {
-  // Units: one per node, one per rendezvous group (its members in `dfs` order).
-  std::unordered_map<const Node*, int> unit_of;
-  std::vector<std::vector<Node*>> units;
-  for (Node* n : dfs) {
-    auto g = group_of.find(n);
-    if (g != group_of.end()) {
-      auto first = unit_of.find(g->second->front());
-      if (first != unit_of.end()) {
-        unit_of[n] = first->second;
-        units[static_cast<size_t>(first->second)].push_back(n);
-        continue;
-      }
-      for (Node* m : *g->second) unit_of[m] = static_cast<int>(units.size());
-    } else {
-      unit_of[n] = static_cast<int>(units.size());
-    }
-    units.push_back({n});
-  }
-  const int nu = static_cast<int>(units.size());
-  std::vector<int> pending(static_cast<size_t>(nu), 0);
-  std::vector<std::vector<int>> dependents(static_cast<size_t>(nu));
-  for (int u = 0; u < nu; ++u) {
-    std::set<int> deps;
-    for (Node* n : units[static_cast<size_t>(u)]) {
-      for (const Output& in : n->inputs())
-        if (!fed.count(in)) deps.insert(unit_of.at(in.node));
-      for (Node* c : n->control_inputs()) {
-        auto it = unit_of.find(c);
-        if (it != unit_of.end()) deps.insert(it->second);  // absent: a met (fed) control input
-      }
-    }
-    deps.erase(u);
-    pending[static_cast<size_t>(u)] = static_cast<int>(deps.size());
-    for (int d : deps) dependents[static_cast<size_t>(d)].push_back(u);
-  }
-  // One ready queue per device (a unit's device: its first node's), by dfs position.
-  std::map<Device, std::set<int>> ready;
-  auto device_of = [&](int u) { return units[static_cast<size_t>(u)].front()->device(); };
-  for (int u = 0; u < nu; ++u)
-    if (pending[static_cast<size_t>(u)] == 0) ready[device_of(u)].insert(u);
-  std::vector<Node*> out;
-  out.reserve(dfs.size());
-  // Rounds: every device with a ready unit places one; what they make ready
-  // becomes ready for the next round (as if each unit took one time step).
-  std::vector<int> next;
-  while (out.size() < dfs.size()) {
-    bool placed = false;
-    next.clear();
-    for (auto& [device, queue] : ready) {
-      if (queue.empty()) continue;
-      const int u = *queue.begin();
-      queue.erase(queue.begin());
-      for (Node* n : units[static_cast<size_t>(u)]) out.push_back(n);
-      for (int v : dependents[static_cast<size_t>(u)])
-        if (--pending[static_cast<size_t>(v)] == 0) next.push_back(v);
-      placed = true;
-    }
-    if (!placed) throw_error("Session::run: internal error: no node is ready to order");
-    for (int v : next) ready[device_of(v)].insert(v);
-  }
-  return out;
-}
-
-// Depth-first search from the fetches and targets: the needed nodes in a
-// topological order (inputs before consumers), cutting at fed outputs; then
-// the devices' nodes interleaved (interleave_devices).
-std::vector<Node*> topological_order(Graph& graph, const std::vector<Output>& fetches,
-                                     const std::vector<Node*>& targets,
-                                     const std::map<Output, int>& fed) {
-  enum Color : uint8_t { kWhite, kGray, kBlack };
-  std::vector<Color> color(static_cast<size_t>(graph.num_nodes()), kWhite);
-  std::vector<Node*> order;
-  std::vector<Node*> roots;
-  for (const auto& f : fetches)
-    if (!fed.count(f)) roots.push_back(f.node);
-  for (Node* t : targets) roots.push_back(t);
-
-  // Rendezvous groups (OpDef::rendezvous_attr): members are visited as one
-  // node whose dependencies are all of theirs, and emitted together.
-  std::map<std::string, std::vector<Node*>> groups;
-  std::unordered_map<const Node*, const std::vector<Node*>*> group_of;
-  for (int id = 0; id < graph.num_nodes(); ++id) {
-    Node* n = graph.node(id);
-    const std::string& attr = n->op_def().rendezvous_attr();
-    if (attr.empty() || !n->has_attr(attr)) continue;
-    const std::string key = n->attr<std::string>(attr);
-    if (!key.empty()) groups[n->op_type() + "/" + key].push_back(n);
-  }
-  for (const auto& [key, members] : groups)
-    for (Node* m : members) group_of[m] = &members;
-
-  // Control inputs are visited before data inputs: a control input orders a node after
-  // an earlier member of a chain (a distributed trainer's collectives, in the order the
-  // backward pass reaches them), so the chain's earlier members, and what they need, come
-  // first. Data first would place all that the chain's last member needs (the whole
-  // backward pass, for the last gradient bucket) before its first member's inputs.
-  auto deps_of = [&](Node* n, std::vector<Node*>& deps) {
-    for (Node* dep : n->control_inputs()) {
-      // A control dependency on a node whose every output is fed is met
-      // (TensorFlow's rule): the node does not run.
-      bool all_fed = dep->num_outputs() > 0;
-      for (int o = 0; o < dep->num_outputs() && all_fed; ++o) all_fed = fed.count(dep->output(o)) != 0;
-      if (!all_fed) deps.push_back(dep);
-    }
-    for (const Output& in : n->inputs())
-      if (!fed.count(in)) deps.push_back(in.node);
-  };
-  struct Frame {
-    Node* node;
-    size_t next;
-    std::vector<Node*> deps;
-    const std::vector<Node*>* group;
-  };
-  std::vector<Frame> stack;
-  auto push = [&](Node* n) {
-    Frame f{n, 0, {}, nullptr};
-    auto g = group_of.find(n);
-    if (g != group_of.end()) {
-      f.group = g->second;
-      for (Node* m : *f.group) {
-        color[static_cast<size_t>(m->id())] = kGray;
-        deps_of(m, f.deps);
-      }
-    } else {
-      color[static_cast<size_t>(n->id())] = kGray;
-      deps_of(n, f.deps);
-    }
-    stack.push_back(std::move(f));
-  };
-
-  for (Node* root : roots) {
-    if (color[static_cast<size_t>(root->id())] != kWhite) continue;
-    push(root);
-    while (!stack.empty()) {
-      Frame& fr = stack.back();
-      if (fr.next == fr.deps.size()) {
-        if (fr.group) {
-          for (Node* m : *fr.group) {
-            color[static_cast<size_t>(m->id())] = kBlack;
-            order.push_back(m);
-          }
-        } else {
-          color[static_cast<size_t>(fr.node->id())] = kBlack;
-          order.push_back(fr.node);
-        }
-        stack.pop_back();
-        continue;
-      }
-      Node* dep = fr.deps[fr.next++];
-      Color c = color[static_cast<size_t>(dep->id())];
-      if (c == kBlack) continue;
-      if (c == kGray) {
-        std::ostringstream os;
-        bool on = false;
-        for (auto& f : stack) {
-          if (f.node == dep || (f.group && group_of.count(dep) && group_of.at(dep) == f.group)) on = true;
-          if (on) os << "'" << f.node->name() << "' -> ";
-        }
-        os << "'" << dep->name() << "'";
-        throw_error("Session::run: the graph has a cycle: ", os.str(),
-                    group_of.count(dep) ? " (through nodes that meet at run time: a rendezvous "
-                                          "member must not depend on another member)"
-                                        : "");
-      }
-      push(dep);
-    }
-  }
-  return interleave_devices(order, group_of, fed);
-}
-
 // Fails unless the session has `device` (CPU devices come from the options;
 // accelerators from their backend).
+// Inter-op waves: at most this many nodes each, found among this many next nodes.
+constexpr int kMaxWave = 4;
+constexpr int kWaveWindow = 24;
+// ... and of work estimates (OpDef::cost) within this factor of each other.
+constexpr double kWaveCostRatio = 2.0;
+
 void check_device(const Node& n, const Device& device, const SessionOptions& opt) {
   if (device.is_cpu()) {
     if (device.index >= opt.num_cpu_devices)
@@ -263,6 +86,37 @@ std::shared_ptr<ExecutionPlan> ExecutionPlan::compile(Graph& graph,
     auto g = group_of_fused.find(n);
     return g == group_of_fused.end() ? n->inputs() : g->second->inputs;
   };
+  // Inter-op parallelism: independent nodes of a CPU device next to each other, as waves.
+  std::vector<std::vector<Node*>> node_waves;
+  if (opt.inter_op != InterOp::kOff && !opt.sequential) {
+    auto eligible = [&](const Node* n) {
+      const OpDef& op = n->op_def();
+      // (Nodes without inputs, such as constants, cost nothing to run.)
+      if (op.multi_device() || !n->device().is_cpu() || op.stateful() || op.is_copy() ||
+          op.is_variable() || op.is_placeholder() || !op.rendezvous_attr().empty() ||
+          !n->control_inputs().empty() || n->num_inputs() == 0)
+        return false;
+      const std::string& own = op.own_lane_attr();
+      return own.empty() || !n->has_attr(own) || !n->attr<bool>(own);
+    };
+    auto max_members = [&](const Device& d) {
+      if (d.index < 0 || d.index >= static_cast<int>(env.cpu_pools->size())) return 1;
+      return std::min(kMaxWave, (*env.cpu_pools)[static_cast<size_t>(d.index)]->num_threads());
+    };
+    // A fused group's root is produced by its fused node.
+    std::unordered_map<const Node*, const Node*> fused_root;
+    for (const FusedGroup& g : p.fused_groups_) fused_root[g.nodes.back()] = g.fused;
+    auto deps_of = [&](const Node* n, std::vector<const Node*>& deps) {
+      for (const Output& in : sources_of(n)) {
+        auto r = fused_root.find(in.node);
+        deps.push_back(r == fused_root.end() ? in.node : r->second);
+      }
+      for (const Node* c : n->control_inputs()) deps.push_back(c);
+    };
+    auto cost = [](const Node* n) { return n->op_def().cost(*n); };
+    node_waves = group_independent_nodes(order, deps_of, eligible, cost, max_members, kWaveWindow,
+                                         kWaveCostRatio);
+  }
 
   std::unordered_map<const Node*, int> first_slot;
   int slots = 0;
@@ -390,6 +244,23 @@ std::shared_ptr<ExecutionPlan> ExecutionPlan::compile(Graph& graph,
     }
   }
 
+  // Waves of steps (each node of a wave is one step, in one lane; the steps are
+  // consecutive there, as the nodes are in `order`).
+  for (const auto& nodes : node_waves) {
+    Wave w;
+    for (Node* n : nodes) w.steps.push_back(steps_of.at(n).front());
+    for (int k : w.steps) p.steps_[static_cast<size_t>(k)].wave = static_cast<int>(p.waves_.size());
+    p.max_wave_ = std::max(p.max_wave_, w.steps.size());
+    p.waves_.push_back(std::move(w));
+  }
+  if (!p.waves_.empty()) {
+    p.wave_choice_.reset(new std::atomic<WaveChoice>[p.waves_.size()]);
+    const WaveChoice start =
+        opt.inter_op == InterOp::kAlways ? WaveChoice::kParallel : WaveChoice::kMeasuring;
+    for (size_t w = 0; w < p.waves_.size(); ++w) p.wave_choice_[w].store(start);
+    p.wave_timing_.assign(p.waves_.size(), WaveTiming{});
+  }
+
   // Producers and readers of every slot.
   std::vector<int> producer(static_cast<size_t>(slots), -1);
   for (size_t k = 0; k < p.steps_.size(); ++k) {
@@ -480,7 +351,13 @@ std::string ExecutionPlan::to_text() const {
     os << lane_devices_[l].to_string() << ":";
     for (size_t j = 0; j < lanes_[l].size(); ++j) {
       const Step& st = steps_[static_cast<size_t>(lanes_[l][j])];
-      os << (j ? ", " : " ") << st.node->name();
+      // A wave's members: "{a | b}".
+      const bool in_wave = st.wave >= 0;
+      const std::vector<int>* members = in_wave ? &waves_[static_cast<size_t>(st.wave)].steps : nullptr;
+      const bool wave_first = in_wave && members->front() == lanes_[l][j];
+      const bool wave_last = in_wave && members->back() == lanes_[l][j];
+      os << (j == 0 ? " " : in_wave && !wave_first ? " | " : ", ") << (wave_first ? "{" : "")
+         << st.node->name() << (wave_last ? "}" : "");
       if (!st.participants.empty()) {
         os << '[';
         for (size_t q = 0; q < st.participants.size(); ++q) os << (q ? "," : "") << st.participants[q];
@@ -571,8 +448,14 @@ void ExecutionPlan::wait_for(const Step& st, int producer, RunState& rs) const {
 
 void ExecutionPlan::run_step(const Step& st, RunState& rs, std::vector<Tensor>& inputs,
                              int lane) const {
-  Node* n = st.node;
   const int64_t trace_start = rs.trace ? rs.trace->now_ns() : 0;
+  load_inputs(st, rs, inputs);
+  execute(st, rs, inputs, forwardable_inputs(st, rs, inputs), lane, trace_start, {});
+  release_inputs(st, rs, inputs);
+}
+
+void ExecutionPlan::load_inputs(const Step& st, RunState& rs, std::vector<Tensor>& inputs) const {
+  Node* n = st.node;
   const int nin = n->num_inputs();
   for (int i = 0; i < nin; ++i) {
     const int s = st.input_slots[static_cast<size_t>(i)];
@@ -606,9 +489,15 @@ void ExecutionPlan::run_step(const Step& st, RunState& rs, std::vector<Tensor>& 
       }
     }
   }
+}
+
+uint64_t ExecutionPlan::forwardable_inputs(const Step& st, const RunState& rs,
+                                           const std::vector<Tensor>& inputs) const {
   // Inputs the kernel may overwrite: released here, and held by nothing but this step (the
   // slot, and the executor's copy unless the input was moved to another device). A holder
-  // elsewhere (a variable, a constant, a fetch, a view such as a Reshape's output) keeps it.
+  // elsewhere (a variable, a constant, a fetch, a view such as a Reshape's output, another
+  // step of the same wave that loaded it too) keeps it.
+  const int nin = st.node->num_inputs();
   uint64_t forwardable = 0;
   if (st.forwardable) {
     for (int i = 0; i < nin; ++i) {
@@ -621,6 +510,14 @@ void ExecutionPlan::run_step(const Step& st, RunState& rs, std::vector<Tensor>& 
     // use_count() is a relaxed load: order the former holders' reads before the kernel's writes.
     if (forwardable) std::atomic_thread_fence(std::memory_order_acquire);
   }
+  return forwardable;
+}
+
+void ExecutionPlan::execute(const Step& st, RunState& rs, std::vector<Tensor>& inputs,
+                            uint64_t forwardable, int lane, int64_t trace_start,
+                            const std::string& wave_arg) const {
+  Node* n = st.node;
+  const int nin = n->num_inputs();
   Tensor* outs = rs.values.data() + st.first_output_slot;
   KernelContext ctx(*n, st.device, inputs.data(), outs, rs.env->state, st.device_context, st.pool);
   ctx.set_forwardable_inputs(forwardable);
@@ -663,10 +560,6 @@ void ExecutionPlan::run_step(const Step& st, RunState& rs, std::vector<Tensor>& 
                     n->output_shape(o).to_string(), "; inputs: ", ctx.describe_runtime_inputs());
     }
   }
-  for (int i = 0; i < nin; ++i) inputs[static_cast<size_t>(i)] = Tensor();
-  for (int s : st.release) rs.values[static_cast<size_t>(s)] = Tensor();
-  for (int s : st.count_down)
-    if (rs.counts[s].fetch_sub(1, std::memory_order_acq_rel) == 1) rs.values[static_cast<size_t>(s)] = Tensor();
   if (rs.trace) {
     TraceEvent e{n->name(), n->op_type(), st.device.to_string(), lane, trace_start,
                  rs.trace->now_ns(), 0, {}};
@@ -681,36 +574,138 @@ void ExecutionPlan::run_step(const Step& st, RunState& rs, std::vector<Tensor>& 
       for (int q : st.participants) p += (p.empty() ? "" : ",") + std::to_string(q);
       e.args.emplace_back("participants", p);
     }
+    if (!wave_arg.empty()) e.args.emplace_back("inter_op", wave_arg);
     rs.trace->add(std::move(e));
   }
 }
 
+void ExecutionPlan::release_inputs(const Step& st, RunState& rs,
+                                   std::vector<Tensor>& inputs) const {
+  for (int i = 0; i < st.node->num_inputs(); ++i) inputs[static_cast<size_t>(i)] = Tensor();
+  for (int s : st.release) rs.values[static_cast<size_t>(s)] = Tensor();
+  for (int s : st.count_down)
+    if (rs.counts[s].fetch_sub(1, std::memory_order_acq_rel) == 1)
+      rs.values[static_cast<size_t>(s)] = Tensor();
+}
+
+void ExecutionPlan::run_wave(int w, RunState& rs, std::vector<std::vector<Tensor>>& inputs,
+                             int lane) const {
+  const Wave& wave = waves_[static_cast<size_t>(w)];
+  const size_t m = wave.steps.size();
+  // Every member's cross-lane producers come before the wave's first member in the global
+  // order (step_order.h), so waiting for all of them first cannot deadlock.
+  for (int k : wave.steps) {
+    const Step& st = steps_[static_cast<size_t>(k)];
+    for (int p : st.waits) wait_for(st, p, rs);
+  }
+  WaveChoice choice = wave_choice_[w].load(std::memory_order_acquire);
+  bool parallel = choice == WaveChoice::kParallel;
+  if (choice == WaveChoice::kMeasuring) {
+    std::lock_guard<std::mutex> lock(tune_mu_);
+    const WaveTiming& t = wave_timing_[static_cast<size_t>(w)];
+    parallel = t.parallel_runs < t.serial_runs;  // alternate, starting serial (warms up)
+  }
+  if (choice == WaveChoice::kSerial) {
+    for (int k : wave.steps) run_step(steps_[static_cast<size_t>(k)], rs, inputs[0], lane);
+    return;
+  }
+  // All members' inputs are loaded before any decides what it may overwrite: a value that
+  // two members read is then held twice and neither overwrites it.
+  auto member = [&](size_t i) -> const Step& { return steps_[static_cast<size_t>(wave.steps[i])]; };
+  for (size_t i = 0; i < m; ++i) load_inputs(member(i), rs, inputs[i]);
+  std::vector<uint64_t> forwardable(m);
+  for (size_t i = 0; i < m; ++i) forwardable[i] = forwardable_inputs(member(i), rs, inputs[i]);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto run_member = [&](size_t i, const std::string& arg) {
+    const int64_t trace_start = rs.trace ? rs.trace->now_ns() : 0;
+    execute(member(i), rs, inputs[i], forwardable[i], lane, trace_start, arg);
+  };
+  if (parallel) {
+    // One member per chunk: the lane's thread and the pool's workers take them, and the
+    // kernels' own parallel_for calls then run inline (the pool is busy with this loop).
+    ThreadPool* pool = member(0).pool;
+    pool->parallel_for(static_cast<int64_t>(m), 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i)
+        run_member(static_cast<size_t>(i), rs.trace ? str_cat(i + 1, " of ", m) : std::string());
+    });
+  } else {
+    for (size_t i = 0; i < m; ++i) run_member(i, {});
+  }
+  const int64_t ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
+  for (size_t i = 0; i < m; ++i) release_inputs(member(i), rs, inputs[i]);
+  if (choice != WaveChoice::kMeasuring) return;
+  std::lock_guard<std::mutex> lock(tune_mu_);
+  WaveTiming& t = wave_timing_[static_cast<size_t>(w)];
+  int& runs = parallel ? t.parallel_runs : t.serial_runs;
+  int64_t& best = parallel ? t.best_parallel_ns : t.best_serial_ns;
+  best = runs == 0 ? ns : std::min(best, ns);
+  ++runs;
+  if (t.serial_runs >= kTuningRuns && t.parallel_runs >= kTuningRuns &&
+      wave_choice_[w].load(std::memory_order_relaxed) == WaveChoice::kMeasuring)
+    // Parallel only when it is clearly faster: serial is the plain path.
+    wave_choice_[w].store(t.best_parallel_ns < t.best_serial_ns * 0.95 ? WaveChoice::kParallel
+                                                                       : WaveChoice::kSerial,
+                          std::memory_order_release);
+}
+
+std::vector<std::pair<std::string, std::vector<std::string>>> ExecutionPlan::wave_choices() const {
+  std::vector<std::pair<std::string, std::vector<std::string>>> out;
+  for (size_t w = 0; w < waves_.size(); ++w) {
+    const WaveChoice c = wave_choice_[w].load(std::memory_order_acquire);
+    std::vector<std::string> names;
+    for (int k : waves_[w].steps) names.push_back(steps_[static_cast<size_t>(k)].node->name());
+    out.emplace_back(c == WaveChoice::kParallel ? "parallel"
+                     : c == WaveChoice::kSerial ? "serial"
+                                                : "measuring",
+                     std::move(names));
+  }
+  return out;
+}
+
 void ExecutionPlan::run_lane(int lane, RunState& rs) const {
   std::vector<Tensor> inputs(static_cast<size_t>(max_inputs_));
+  std::vector<std::vector<Tensor>> wave_inputs;
+  if (max_wave_ > 0)
+    wave_inputs.assign(max_wave_, std::vector<Tensor>(static_cast<size_t>(max_inputs_)));
   Device current = Device::cpu();  // the accelerator made current last (none yet)
-  for (int k : lanes_[static_cast<size_t>(lane)]) {
+  const std::vector<int>& order = lanes_[static_cast<size_t>(lane)];
+  for (size_t j = 0; j < order.size(); ++j) {
+    const int k = order[j];
     const Step& st = steps_[static_cast<size_t>(k)];
     if (rs.cancellation.cancelled()) throw Cancelled("cancelled: another lane failed");
+    if (st.wave >= 0) {  // a CPU step: no device to make current
+      const Wave& wave = waves_[static_cast<size_t>(st.wave)];
+      run_wave(st.wave, rs, wave_inputs, lane);
+      for (int member : wave.steps) signal(member, rs);
+      j += wave.steps.size() - 1;
+      continue;
+    }
     for (int w : st.waits) wait_for(st, w, rs);
     if (st.backend && st.device != current) {
       if (st.backend->make_current) st.backend->make_current(st.device.index);
       current = st.device;
     }
     run_step(st, rs, inputs, lane);
-    if (st.signals) {
-      if (st.backend && st.backend->record_event) {
-        try {
-          rs.events[static_cast<size_t>(k)] = st.backend->record_event(st.device.index);
-        } catch (const std::exception& e) {
-          throw_error(st.node->describe(), " on ", st.device.to_string(), ": ", e.what());
-        }
-        rs.event_backends[static_cast<size_t>(k)] = st.backend;
-      }
-      rs.done[k].store(true, std::memory_order_release);
-      { std::lock_guard<std::mutex> lock(rs.mu); }
-      rs.cv.notify_all();
-    }
+    signal(k, rs);
   }
+}
+
+void ExecutionPlan::signal(int k, RunState& rs) const {
+  const Step& st = steps_[static_cast<size_t>(k)];
+  if (!st.signals) return;
+  if (st.backend && st.backend->record_event) {
+    try {
+      rs.events[static_cast<size_t>(k)] = st.backend->record_event(st.device.index);
+    } catch (const std::exception& e) {
+      throw_error(st.node->describe(), " on ", st.device.to_string(), ": ", e.what());
+    }
+    rs.event_backends[static_cast<size_t>(k)] = st.backend;
+  }
+  rs.done[k].store(true, std::memory_order_release);
+  { std::lock_guard<std::mutex> lock(rs.mu); }
+  rs.cv.notify_all();
 }
 
 std::vector<Tensor> ExecutionPlan::run(const std::vector<Output>& fetches, const FeedDict& feeds,

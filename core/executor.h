@@ -28,6 +28,11 @@
 //   one FusedElementwise node each; buffer reuse (SessionOptions::
 //   reuse_input_buffers) marks the inputs whose values die at a step, which
 //   its kernel may then overwrite (KernelContext::forward_input_or_allocate_output).
+// - Inter-op waves (SessionOptions::inter_op): independent CPU nodes of similar work
+//   estimate (OpDef::cost) are moved next to each other (core/step_order.h) and run at
+//   the same time as one parallel_for over the device's pool, one node per chunk; their
+//   kernels' own parallel_for calls then run inline. Every member loads its inputs before
+//   any decides which it may overwrite. A member's cross-lane waits happen before the wave.
 // - Sequential mode (SessionOptions::sequential) puts every step in one lane
 //   on the caller's thread and runs each multi-device node as one step with
 //   all participants; results are bit-identical to the parallel mode where
@@ -36,8 +41,10 @@
 //   in one lane as in several).
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -107,12 +114,40 @@ class ExecutionPlan {
     // read by no other input of this step, so the kernel may write an output into it when, at
     // run time, nothing else holds the buffer (KernelContext::forward_input_or_allocate_output).
     uint64_t forwardable = 0;
+    int wave = -1;  // the inter-op wave this step belongs to (-1: none)
   };
   struct RunState;
+  // Inter-op parallelism (SessionOptions::inter_op): steps of one CPU lane, consecutive,
+  // independent of each other, that may run at the same time, one per kernel thread (their
+  // kernels then run single-threaded). With InterOp::kMeasured a wave runs both ways in
+  // the plan's first runs (alternating, kTuningRuns each) and then keeps the faster.
+  struct Wave {
+    std::vector<int> steps;
+  };
+  struct WaveTiming {
+    int serial_runs = 0;
+    int parallel_runs = 0;
+    int64_t best_serial_ns = 0;
+    int64_t best_parallel_ns = 0;
+  };
+  enum class WaveChoice : int8_t { kMeasuring, kParallel, kSerial };
+  static constexpr int kTuningRuns = 3;
 
   void run_lane(int lane, RunState& rs) const;
   void run_step(const Step& st, RunState& rs, std::vector<Tensor>& inputs, int lane) const;
+  // run_step's phases: a wave loads every member's inputs before it decides what its
+  // kernels may overwrite, then runs the kernels, then releases.
+  void load_inputs(const Step& st, RunState& rs, std::vector<Tensor>& inputs) const;
+  uint64_t forwardable_inputs(const Step& st, const RunState& rs,
+                              const std::vector<Tensor>& inputs) const;
+  void execute(const Step& st, RunState& rs, std::vector<Tensor>& inputs, uint64_t forwardable,
+               int lane, int64_t trace_start, const std::string& wave_arg) const;
+  void release_inputs(const Step& st, RunState& rs, std::vector<Tensor>& inputs) const;
+  // Runs wave `w` (its members' cross-lane waits first); `inputs` holds one vector per member.
+  void run_wave(int w, RunState& rs, std::vector<std::vector<Tensor>>& inputs, int lane) const;
   void wait_for(const Step& st, int producer, RunState& rs) const;
+  // Marks step k done for the lanes waiting for it (after recording its GPU event).
+  void signal(int k, RunState& rs) const;
 
   // Elementwise fusion (core/fusion.h): the plan's own graph of FusedElementwise nodes, and
   // the groups they replace.
@@ -128,6 +163,18 @@ class ExecutionPlan {
   std::vector<int> reader_counts_;  // per slot: readers to count down (0: freed statically)
   bool has_counted_slots_ = false;
   bool has_signals_ = false;
+  std::vector<Wave> waves_;
+  size_t max_wave_ = 0;
+  // Per wave: the choice (read without the lock once made) and its samples (under tune_mu_).
+  std::unique_ptr<std::atomic<WaveChoice>[]> wave_choice_;
+  mutable std::mutex tune_mu_;
+  mutable std::vector<WaveTiming> wave_timing_;
+
+ public:
+  /// Per inter-op wave: whether it runs its steps at the same time ("parallel"), one
+  /// after another ("serial") or is still being measured ("measuring"), with its members'
+  /// names (for tests and benchmarks).
+  std::vector<std::pair<std::string, std::vector<std::string>>> wave_choices() const;
 };
 
 }  // namespace spire

@@ -183,6 +183,27 @@ OpDefBuilder& OpDefBuilder::rendezvous_attr(const std::string& attr) {
   return *this;
 }
 
+OpDefBuilder& OpDefBuilder::cost(CostFn fn) {
+  def_->cost_fn_ = std::move(fn);
+  return *this;
+}
+
+double OpDef::cost(const Node& n) const { return cost_fn_ ? cost_fn_(n) : io_elements(n); }
+
+double io_elements(const Node& n) {
+  double elements = 0;
+  auto add = [&](const Shape& s) {
+    if (!s.is_fully_defined()) return false;
+    elements += static_cast<double>(s.num_elements());
+    return true;
+  };
+  for (const Output& in : n.inputs())
+    if (!add(in.shape())) return -1;
+  for (int o = 0; o < n.num_outputs(); ++o)
+    if (!add(n.output_shape(o))) return -1;
+  return elements;
+}
+
 OpDefBuilder& OpDefBuilder::own_lane_attr(const std::string& attr) {
   def_->own_lane_attr_ = attr;
   return *this;

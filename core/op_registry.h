@@ -108,6 +108,10 @@ class GradContext {
 
 using ShapeFn = std::function<void(InferContext&)>;
 using GradFn = std::function<std::vector<Output>(GradContext&)>;
+/// A node's estimated work in element-equivalents (one element read or written; a GEMM's or a
+/// convolution's multiply-add counts 1/32 of one), or a negative value when its static shapes
+/// do not tell (see OpDef::cost).
+using CostFn = std::function<double(const Node&)>;
 
 /// How a node's kernel dtype (the dtype part of the kernel key) is chosen.
 struct KernelDTypeRule {
@@ -182,8 +186,14 @@ class OpDef {
   /// processes) then does not hold up the device's compute, which overlaps
   /// it. Results are the same; only the threads differ.
   const std::string& own_lane_attr() const { return own_lane_attr_; }
+  /// The estimated work of `n` (a node of this op): the op's CostFn when it registered one
+  /// (GEMMs, convolutions, attention), otherwise the elements of its inputs and outputs;
+  /// negative when a shape it needs is not fully known. Inter-op parallelism pairs nodes
+  /// of similar work (SessionOptions::inter_op).
+  double cost(const Node& n) const;
 
  private:
+  CostFn cost_fn_;
   std::string rendezvous_attr_;
   std::string own_lane_attr_;
   friend class OpDefBuilder;
@@ -208,6 +218,12 @@ class OpDef {
   bool is_copy_ = false;
   bool multi_device_ = false;
 };
+
+/// The elements of a node's inputs and outputs (the default OpDef::cost); -1 when a shape
+/// is not fully known.
+double io_elements(const Node& n);
+/// What a multiply-add of a GEMM or convolution counts in OpDef::cost.
+constexpr double kMultiplyAddCost = 1.0 / 32;
 
 /// Fluent builder used by SPIRE_REGISTER_OP.
 class OpDefBuilder {
@@ -243,6 +259,8 @@ class OpDefBuilder {
   /// Names the own-lane attr (see OpDef::own_lane_attr); it must be a bool
   /// attr declared on the op.
   OpDefBuilder& own_lane_attr(const std::string& attr);
+  /// Sets the op's work estimate (see OpDef::cost).
+  OpDefBuilder& cost(CostFn fn);
   std::unique_ptr<OpDef> build() { return std::move(def_); }
 
  private:

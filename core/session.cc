@@ -52,11 +52,23 @@ void apply_env_switch(const char* name, bool* value) {
   else throw_error("Session: environment variable ", name, "='", s, "' must be 0 or 1");
 }
 
+// SPIRE_INTER_OP: 0 (off), 1 (measured) or always.
+void apply_env_inter_op(InterOp* value) {
+  const char* v = std::getenv("SPIRE_INTER_OP");
+  if (v == nullptr || *v == '\0') return;
+  const std::string s(v);
+  if (s == "0") *value = InterOp::kOff;
+  else if (s == "1") *value = InterOp::kMeasured;
+  else if (s == "always") *value = InterOp::kAlways;
+  else throw_error("Session: environment variable SPIRE_INTER_OP='", s, "' must be 0, 1 or always");
+}
+
 SessionOptions with_environment(SessionOptions o) {
   apply_env_switch("SPIRE_REUSE_INPUT_BUFFERS", &o.reuse_input_buffers);
   apply_env_switch("SPIRE_FUSE_ELEMENTWISE", &o.fuse_elementwise);
   apply_env_switch("SPIRE_FUSE_EPILOGUES", &o.fuse_epilogues);
   apply_env_switch("SPIRE_MEASURE_CONV_ALGORITHMS", &o.measure_conv_algorithms);
+  apply_env_inter_op(&o.inter_op);
   return o;
 }
 
@@ -229,6 +241,11 @@ ExecutorEnv Session::executor_env() {
 std::string Session::plan_text(const std::vector<Output>& fetches, const FeedDict& feeds,
                                const std::vector<Node*>& targets) {
   return get_plan(fetches, targets, feeds)->to_text();
+}
+
+std::vector<std::pair<std::string, std::vector<std::string>>> Session::inter_op_waves(
+    const std::vector<Output>& fetches, const FeedDict& feeds, const std::vector<Node*>& targets) {
+  return get_plan(fetches, targets, feeds)->wave_choices();
 }
 
 std::vector<Tensor> Session::run_without_hooks(const std::vector<Output>& fetches,

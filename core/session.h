@@ -74,6 +74,13 @@ class SessionRunHook {
   }
 };
 
+/// Inter-op parallelism on CPU devices (SessionOptions::inter_op).
+enum class InterOp {
+  kOff,       ///< each device runs one node at a time, its kernels on all its threads
+  kMeasured,  ///< waves of independent nodes, each run both ways at first, then the faster
+  kAlways,    ///< every wave runs its nodes at the same time (for tests)
+};
+
 struct SessionOptions {
   /// Check each kernel's output against the node's inferred dtype and shape
   /// (cheap; catches kernel bugs early).
@@ -129,6 +136,17 @@ struct SessionOptions {
   /// timing, so two runs may round differently. Off, a fixed rule chooses. The environment
   /// variable SPIRE_MEASURE_CONV_ALGORITHMS=0 or 1 overrides it for every session.
   bool measure_conv_algorithms = false;
+  /// Inter-op parallelism: on a CPU device with several kernel threads, nodes that depend
+  /// on each other in no way (a MatMul's two gradients, the gradients of a residual
+  /// block's branches) are planned next to each other as waves, and a wave runs its nodes
+  /// at the same time, one per thread, instead of one after another on all threads: that
+  /// pays where a kernel is too small to split well. Stateful nodes, collectives, copies
+  /// and nodes with control inputs never join a wave. With kMeasured, the plan times each
+  /// wave both ways in its first 2 x 3 runs and keeps the faster for the session (like
+  /// measure_conv_algorithms, so two sessions may round differently: a kernel on one
+  /// thread may sum in another order). The environment variable SPIRE_INTER_OP=0, 1
+  /// (kMeasured) or always overrides it for every session.
+  InterOp inter_op = InterOp::kOff;
 };
 
 class ExecutionPlan;
@@ -197,6 +215,11 @@ class Session : private SessionState {
   /// (for tests and debugging).
   std::string plan_text(const std::vector<Output>& fetches, const FeedDict& feeds = {},
                         const std::vector<Node*>& targets = {});
+  /// The inter-op waves of that plan (SessionOptions::inter_op; written "{a | b}" in
+  /// plan_text): per wave its state ("measuring", "parallel" or "serial") and its nodes.
+  std::vector<std::pair<std::string, std::vector<std::string>>> inter_op_waves(
+      const std::vector<Output>& fetches, const FeedDict& feeds = {},
+      const std::vector<Node*>& targets = {});
 
   /// The memory statistics of `device`'s allocator: bytes in use now and the peak since the
   /// device's allocator started or since reset_peak_memory (a step's peak: reset, run, read).

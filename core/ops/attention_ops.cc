@@ -72,6 +72,22 @@ AttrMap attention_attrs(bool causal, double scale, int64_t block_size, bool seq_
           {"seq_first", seq_first}};
 }
 
+// Work estimate (OpDef::cost): `products` multiply-adds per element of q and key (QK^T and
+// PV forward: 2; the backward's recomputed scores and four products: 5), half of them when
+// causal.
+CostFn attention_cost(double products) {
+  return [products](const Node& n) {
+    const Shape& q = n.inputs()[0].shape();
+    const Shape& k = n.inputs()[1].shape();
+    const double io = io_elements(n);
+    const int seq_axis = k.rank() - (n.attr<bool>("seq_first") ? 3 : 2);
+    if (io < 0 || seq_axis < 0 || !q.is_fully_defined()) return -1.0;
+    double macs = static_cast<double>(q.num_elements()) * static_cast<double>(k.dim(seq_axis)) * products;
+    if (n.attr<bool>("causal")) macs /= 2;
+    return io + macs * kMultiplyAddCost;
+  };
+}
+
 }  // namespace
 
 SPIRE_REGISTER_OP("ScaledDotProductAttention")
@@ -83,6 +99,7 @@ SPIRE_REGISTER_OP("ScaledDotProductAttention")
       c.set_output(0, c.input_dtype(0), out);
       c.set_output(1, c.input_dtype(0), lse_shape(c.input_shape(0)));
     })
+    .cost(attention_cost(2))
     .grad([](GradContext& c) -> Grads {
       // dlse is zeros when only out has a gradient (the usual case).
       Node* g = add_op("ScaledDotProductAttentionGrad",
@@ -114,6 +131,7 @@ SPIRE_REGISTER_OP("ScaledDotProductAttentionGrad")
       expect_like(c, "dlse", c.input_shape(6), lse);
       for (int i = 0; i < 3; ++i) c.set_output(i, c.input_dtype(0), c.input_shape(i));
     })
+    .cost(attention_cost(5))
     .doc("Gradients {dq, dk, dv} of ScaledDotProductAttention from its inputs, its outputs "
          "out and lse and their gradients dout and dlse (FlashAttention-2's backward: "
          "D_i = rowsum(dout * out) - dlse_i; P recomputed per tile from lse; dV += P^T dO; "

@@ -264,6 +264,33 @@ Output op1(const char* op, const std::vector<Output>& in, const AttrMap& attrs,
   return add_op(op, in, attrs, name)->output(0);
 }
 
+// ---- work estimates (OpDef::cost) ---------------------------------------------------------
+
+// The elements moved plus the multiply-adds (each kMultiplyAddCost), or -1 when not known.
+double product_cost(const Node& n, double multiply_adds) {
+  const double io = io_elements(n);
+  return io < 0 || multiply_adds < 0 ? -1 : io + multiply_adds * kMultiplyAddCost;
+}
+
+// MatMul, FusedMatMul: m n k from the result and a's contracted dimension.
+double matmul_cost(const Node& n) {
+  const Shape& a = n.inputs()[0].shape();
+  const Shape& y = n.output_shape(0);
+  if (a.rank() != 2 || !a.is_fully_defined() || !y.is_fully_defined()) return -1;
+  const int64_t k = n.attr<bool>("transpose_a") ? a.dim(0) : a.dim(1);
+  return product_cost(n, static_cast<double>(y.num_elements()) * static_cast<double>(k));
+}
+
+// Conv2D and its gradients (input `out` of the forward result or its gradient; input 1 the
+// HWIO filter or its like): each output element of the forward pass takes Kh Kw Cin
+// multiply-adds.
+double conv_cost(const Node& n, const Shape& out) {
+  const Shape& w = n.inputs()[1].shape();
+  if (w.rank() != 4 || !w.is_fully_defined() || !out.is_fully_defined() || w.dim(3) == 0) return -1;
+  return product_cost(n, static_cast<double>(out.num_elements()) *
+                             static_cast<double>(w.num_elements() / w.dim(3)));
+}
+
 }  // namespace
 
 // ---- matmul ------------------------------------------------------------------------
@@ -273,6 +300,7 @@ SPIRE_REGISTER_OP("MatMul")
     .attr("transpose_a", false).attr("transpose_b", false)
     .attr("compute_dtype", DType::Invalid)
     .shape_fn(matmul_shape)
+    .cost(matmul_cost)
     .grad([](GradContext& c) -> Grads {
       const bool ta = c.attr<bool>("transpose_a"), tb = c.attr<bool>("transpose_b");
       const DType cd = c.attr<DType>("compute_dtype");
@@ -298,6 +326,13 @@ SPIRE_REGISTER_OP("BatchMatMul")
     .input("a").input("b")
     .attr("adj_a", false).attr("adj_b", false)
     .shape_fn(batch_matmul_shape)
+    .cost([](const Node& n) {
+      const Shape& a = n.inputs()[0].shape();
+      const Shape& y = n.output_shape(0);
+      if (a.rank() < 2 || !a.is_fully_defined() || !y.is_fully_defined()) return -1.0;
+      const int64_t k = n.attr<bool>("adj_a") ? a.dim(a.rank() - 2) : a.dim(a.rank() - 1);
+      return product_cost(n, static_cast<double>(y.num_elements()) * static_cast<double>(k));
+    })
     .grad([](GradContext& c) -> Grads {
       const bool ta = c.attr<bool>("adj_a"), tb = c.attr<bool>("adj_b");
       Output a = c.input(0), b = c.input(1), g = c.grad();
@@ -390,6 +425,7 @@ SPIRE_REGISTER_OP("Conv2D")
     .attr("padding", "SAME")
     .attr("dilations", std::vector<int64_t>{1, 1})
     .shape_fn(conv2d_shape)
+    .cost([](const Node& n) { return conv_cost(n, n.output_shape(0)); })
     .grad([](GradContext& c) -> Grads {
       AttrMap a = conv_attrs_of(c);
       Output x = c.input(0), w = c.input(1), g = c.grad();
@@ -403,6 +439,7 @@ SPIRE_REGISTER_OP("Conv2DBackpropInput")
     .attr("padding", "SAME")
     .attr("dilations", std::vector<int64_t>{1, 1})
     .shape_fn(conv2d_backprop_input_shape)
+    .cost([](const Node& n) { return conv_cost(n, n.inputs()[2].shape()); })
     .grad([](GradContext& c) -> Grads {
       // out = B_in(w, dy) with <conv(x, w), dy> = <x, B_in(w, dy)>, so
       // <out, g> = <conv(g, w), dy>: d/d dy = conv(g, w), d/dw = B_f(g, dy).
@@ -418,6 +455,7 @@ SPIRE_REGISTER_OP("Conv2DBackpropFilter")
     .attr("padding", "SAME")
     .attr("dilations", std::vector<int64_t>{1, 1})
     .shape_fn(conv2d_backprop_filter_shape)
+    .cost([](const Node& n) { return conv_cost(n, n.inputs()[2].shape()); })
     .grad([](GradContext& c) -> Grads {
       // out = B_f(x, dy) with <conv(x, w), dy> = <w, B_f(x, dy)>, so
       // <out, g> = <conv(x, g), dy>: d/dx = B_in(g, dy), d/d dy = conv(x, g).
@@ -571,6 +609,7 @@ static OpRegistrar fused_conv2d_registrar = fused_program_attrs(OpDefBuilder("Fu
       conv2d_shape(c);
       epilogue_shape(c, 2);
     })
+    .cost([](const Node& n) { return conv_cost(n, n.output_shape(0)); })
     .doc("Conv2D with an elementwise epilogue applied to each block of its output.");
 
 static OpRegistrar fused_max_pool_grad_registrar = fused_program_attrs(OpDefBuilder("FusedMaxPoolGrad")
@@ -592,6 +631,7 @@ static OpRegistrar fused_matmul_registrar = fused_program_attrs(OpDefBuilder("Fu
       matmul_shape(c);
       epilogue_shape(c, 2);
     })
+    .cost(matmul_cost)
     .doc("MatMul with an elementwise epilogue applied to each block of its output.");
 
 }  // namespace spire::ops

@@ -14,6 +14,7 @@ PUBLIC_FOLDERS = ["core", "autograd", "layers", "train", "dist"]
 # Internal headers (spire.h's comment says why each is left out).
 INTERNAL = {
     "core/executor.h",
+    "core/step_order.h",
     "core/caching_allocator.h",
     "core/ops/op_util.h",
     "layers/layer_util.h",
