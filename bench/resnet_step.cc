@@ -33,7 +33,7 @@
 //
 //   build/bench/resnet_step --model resnet50 --batch 32 --threads 2 [--steps 2]
 //                           [--windows 3] [--warmup 2] [--part step] [--lr 0.1]
-//                           [--device cpu|gpu] [--tf32 0|1]
+//                           [--device cpu|gpu] [--tf32 0|1] [--trace FILE]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -64,15 +64,17 @@ struct Options {
   double lr = 0.1;
   bool gpu = false;
   bool tf32 = false;
+  std::string trace;  // --trace FILE: Chrome trace of 3 steps after the timing
 };
 
 const char* kUsage =
     "usage: resnet_step [--model resnet20|resnet50] [--batch B] [--threads T] [--steps S]\n"
     "                   [--windows W] [--warmup N] [--part step|forward|backward] [--lr LR]\n"
-    "                   [--device cpu|gpu] [--tf32 0|1]\n"
+    "                   [--device cpu|gpu] [--tf32 0|1] [--trace FILE]\n"
     "One training step of a tensorpack ResNet (resnet20: 32x32, batch 128 by default;\n"
     "resnet50: 224x224, batch 32), timed: images/s of the median of W windows of S steps\n"
-    "after N warm-up steps, and the peak resident memory (VmHWM). Ends with a RESULT line.\n";
+    "after N warm-up steps, and the peak resident memory (VmHWM). Ends with a RESULT line.\n"
+    "--trace FILE: afterwards, traces 3 more steps into FILE (Chrome trace JSON, for Perfetto)\n";
 
 long parse_int(const std::string& flag, const std::string& v, long lo, long hi) {
   return spire::bench::parse_int_flag("resnet_step", flag, v, lo, hi);
@@ -110,6 +112,8 @@ bool parse(int argc, char** argv, Options& o) {
       if (v != "cpu" && v != "gpu")
         throw Error("resnet_step: --device is cpu or gpu, got '" + v + "'");
       o.gpu = v == "gpu";
+    } else if (a == "--trace") {
+      o.trace = v;
     } else if (a == "--tf32") {
       o.tf32 = parse_int(a, v, 0, 1) == 1;
     } else if (a == "--lr") {
@@ -222,6 +226,13 @@ int run(const Options& o) {
                   std::max(device_peak_before, static_cast<double>(device_alloc->memory_stats().peak_in_use)) /
                       (1 << 20));
     device_fields = buf;
+  }
+  if (!o.trace.empty()) {
+    std::vector<StepStats> traced(3);
+    for (StepStats& st : traced) s.run({cost}, feeds, targets, &st);
+    write_chrome_trace(o.trace, traced, 0, "resnet_step " + o.model);
+    std::fprintf(stderr, "resnet_step: trace of 3 steps in %s\n%s", o.trace.c_str(),
+                 op_time_summary(traced).c_str());
   }
   std::printf("RESULT engine=spire model=%s batch=%lld threads=%d images_per_s=%.2f "
               "ms_per_step=%.2f ms_best=%.2f cpu_ms_per_step=%.2f peak_rss_mib=%.1f start_rss_mib=%.1f "

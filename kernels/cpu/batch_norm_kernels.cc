@@ -8,9 +8,12 @@
 // result does not depend on how many threads took the blocks. Otherwise
 // (inner > 1) each channel is summed whole by one task. The elementwise pass
 // then runs over rows with the per-channel coefficients in the element type.
-// The forward takes two passes over x for the statistics (mean, then the
-// sum of squared deviations: no cancellation as in E[x^2] - E[x]^2) and one
-// to write y; the backward one pass over dy and x for both sums and one to
+// Each chunk's loops are compiled for the CPU's best instruction set (run_vec).
+// The forward's statistics need two passes over x (mean, then the sum of
+// squared deviations: no cancellation as in E[x^2] - E[x]^2): channels last,
+// both run per block of rows while the block is in cache and the blocks'
+// statistics are merged (channel_mean_m2), so x is read from memory once for
+// them and once to write y; otherwise two whole passes and the one for y; the backward one pass over dy and x for both sums and one to
 // write dx.
 #include <algorithm>
 #include <array>
@@ -19,6 +22,7 @@
 #include "core/kernel_registry.h"
 #include "kernels/batch_norm_attrs.h"
 #include "kernels/batch_norm_math.h"
+#include "kernels/cpu/vector_loops.h"
 
 namespace spire::cpu {
 namespace {
@@ -40,11 +44,13 @@ void channel_sums(KernelContext& ctx, const BatchNormView& v, Term term,
     std::vector<double> partial(static_cast<size_t>(blocks * K * C), 0.0);
     const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(C * kRowBlock, 1));
     ctx.parallel_for(blocks, grain, [&](int64_t b0, int64_t b1) {
-      for (int64_t b = b0; b < b1; ++b) {
-        double* acc = partial.data() + b * K * C;
-        const int64_t r1 = std::min(v.outer, (b + 1) * kRowBlock);
-        for (int64_t r = b * kRowBlock; r < r1; ++r) term.row(r * C, C, acc);
-      }
+      run_vec([&] {
+        for (int64_t b = b0; b < b1; ++b) {
+          double* acc = partial.data() + b * K * C;
+          const int64_t r1 = std::min(v.outer, (b + 1) * kRowBlock);
+          for (int64_t r = b * kRowBlock; r < r1; ++r) term.row(r * C, C, acc);
+        }
+      });
     });
     for (int64_t b = 0; b < blocks; ++b)
       for (int k = 0; k < K; ++k) {
@@ -56,11 +62,13 @@ void channel_sums(KernelContext& ctx, const BatchNormView& v, Term term,
   }
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(v.per_channel(), 1));
   ctx.parallel_for(C, grain, [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) {
-      std::array<double, K> acc{};
-      for (int64_t o = 0; o < v.outer; ++o) term.run(c, (o * C + c) * v.inner, v.inner, acc.data());
-      for (int k = 0; k < K; ++k) (*sums)[static_cast<size_t>(k)][static_cast<size_t>(c)] = acc[k];
-    }
+    run_vec([&] {
+      for (int64_t c = c0; c < c1; ++c) {
+        std::array<double, K> acc{};
+        for (int64_t o = 0; o < v.outer; ++o) term.run(c, (o * C + c) * v.inner, v.inner, acc.data());
+        for (int k = 0; k < K; ++k) (*sums)[static_cast<size_t>(k)][static_cast<size_t>(c)] = acc[k];
+      }
+    });
   });
 }
 
@@ -126,20 +134,67 @@ struct SumDyAndDyX {
   }
 };
 
+// Channels last (inner == 1): per channel the mean and the sum of squared deviations from it
+// (m2), reading x from memory once. Each fixed block of kRowBlock rows (in L1 or L2) takes its
+// own mean, then its squared deviations from that mean; the blocks are merged in block order
+// (Chan et al.'s pairwise update), so the result does not depend on the thread count and has
+// no cancellation, as with two passes over all of x.
+template <typename T>
+void channel_mean_m2(KernelContext& ctx, const BatchNormView& v, const T* x,
+                     std::vector<double>* mean, std::vector<double>* m2) {
+  const int64_t C = v.channels;
+  const int64_t blocks = (v.outer + kRowBlock - 1) / kRowBlock;
+  std::vector<double> partial(static_cast<size_t>(blocks * 2 * C), 0.0);  // per block: mean, m2
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(C * kRowBlock, 1));
+  ctx.parallel_for(blocks, grain, [&](int64_t b0, int64_t b1) {
+    run_vec([&] {
+      for (int64_t b = b0; b < b1; ++b) {
+        double* bm = partial.data() + b * 2 * C;
+        double* bm2 = bm + C;
+        const int64_t r0 = b * kRowBlock, r1 = std::min(v.outer, r0 + kRowBlock);
+        for (int64_t r = r0; r < r1; ++r) SumX<T>{x}.row(r * C, C, bm);
+        const double inv = 1.0 / static_cast<double>(r1 - r0);
+        for (int64_t c = 0; c < C; ++c) bm[c] *= inv;
+        for (int64_t r = r0; r < r1; ++r) SumSquaredDeviation<T>{x, bm}.row(r * C, C, bm2);
+      }
+    });
+  });
+  mean->assign(static_cast<size_t>(C), 0.0);
+  m2->assign(static_cast<size_t>(C), 0.0);
+  double* pm = mean->data();
+  double* pm2 = m2->data();
+  double count = 0;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const double* bm = partial.data() + b * 2 * C;
+    const double* bm2 = bm + C;
+    const double nb = static_cast<double>(std::min(v.outer, (b + 1) * kRowBlock) - b * kRowBlock);
+    const double total = count + nb;
+    const double w = nb / total, cross = count * nb / total;
+    for (int64_t c = 0; c < C; ++c) {
+      const double delta = bm[c] - pm[c];
+      pm[c] += delta * w;
+      pm2[c] += bm2[c] + delta * delta * cross;
+    }
+    count = total;
+  }
+}
+
 // out[e] = f(c, e) over the view, parallel over outer rows.
 template <typename F>
 void for_each_element(KernelContext& ctx, const BatchNormView& v, F f) {
   const int64_t row = v.channels * v.inner;
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(row, 1));
   ctx.parallel_for(v.outer, grain, [&](int64_t o0, int64_t o1) {
-    for (int64_t o = o0; o < o1; ++o) {
-      const int64_t base = o * row;
-      if (v.inner == 1) {
-        f.row(base, v.channels);
-      } else {
-        for (int64_t c = 0; c < v.channels; ++c) f.run(c, base + c * v.inner, v.inner);
+    run_vec([&] {
+      for (int64_t o = o0; o < o1; ++o) {
+        const int64_t base = o * row;
+        if (v.inner == 1) {
+          f.row(base, v.channels);
+        } else {
+          for (int64_t c = 0; c < v.channels; ++c) f.run(c, base + c * v.inner, v.inner);
+        }
       }
-    }
+    });
   });
 }
 
@@ -156,10 +211,14 @@ void fused_batch_norm(KernelContext& ctx) {
   if (v.per_channel() == 0) ctx.fail("x of shape ", x.shape().to_string(), " has no elements per channel");
 
   std::array<std::vector<double>, 1> s;
-  channel_sums<1>(ctx, v, SumX<T>{px}, &s);
   std::vector<double> mean(static_cast<size_t>(C));
-  for (int64_t c = 0; c < C; ++c) mean[static_cast<size_t>(c)] = s[0][static_cast<size_t>(c)] / n;
-  channel_sums<1>(ctx, v, SumSquaredDeviation<T>{px, mean.data()}, &s);
+  if (v.inner == 1) {
+    channel_mean_m2(ctx, v, px, &mean, &s[0]);
+  } else {
+    channel_sums<1>(ctx, v, SumX<T>{px}, &s);
+    for (int64_t c = 0; c < C; ++c) mean[static_cast<size_t>(c)] = s[0][static_cast<size_t>(c)] / n;
+    channel_sums<1>(ctx, v, SumSquaredDeviation<T>{px, mean.data()}, &s);
+  }
 
   Tensor& y = ctx.allocate_output(0, x.shape());
   T* pm = ctx.allocate_output(1, Shape{C}).data<T>();

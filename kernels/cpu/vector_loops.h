@@ -5,7 +5,8 @@
 // has no target of its own and inlines into each variant; GCC vectorizes what it can (calls
 // into the math library stay scalar). Results are those of the scalar arithmetic, up to the
 // FMA contractions the AVX variants may use. Used by kernels/cpu/elementwise.cc (the f32
-// table ops, bf16 casts) and kernels/cpu/matmul_kernels.cc (bf16 widening and rounding).
+// table ops, bf16 casts) and kernels/cpu/matmul_kernels.cc (bf16 widening and rounding);
+// run_vec compiles a whole chunk of a kernel's work the same way (batch norm).
 #pragma once
 
 #include <cstdint>
@@ -43,12 +44,21 @@ namespace vec_detail {
       for (int64_t i = 0; i < n; ++i) c[i] = f(av, b[i]);                                    \
     }                                                                                        \
   }
+// f() with all that it calls inlined into a copy per instruction set (GCC's and clang's
+// flatten; code without a target of its own may inline into a function with a wider one).
+#define SPIRE_VEC_FLAT(SUFFIX, TARGET) \
+  template <class F>                   \
+  TARGET __attribute__((flatten)) void flat_##SUFFIX(const F& f) { f(); }
 SPIRE_VEC_LOOPS(baseline, )
+SPIRE_VEC_FLAT(baseline, )
 #if SPIRE_VEC_X86
 SPIRE_VEC_LOOPS(avx2, SPIRE_VEC_AVX2)
 SPIRE_VEC_LOOPS(avx512, SPIRE_VEC_AVX512)
+SPIRE_VEC_FLAT(avx2, SPIRE_VEC_AVX2)
+SPIRE_VEC_FLAT(avx512, SPIRE_VEC_AVX512)
 #endif
 #undef SPIRE_VEC_LOOPS
+#undef SPIRE_VEC_FLAT
 }  // namespace vec_detail
 
 /// y[i] = f(x[i]) for i < n, on this CPU's best instruction set.
@@ -82,6 +92,25 @@ void binary_vec(const In* a, const In* b, Out* c, int64_t n, F f) {
   }
 #endif
   vec_detail::binary_baseline<S>(a, b, c, n, f);
+}
+
+/// Runs f() compiled for this CPU's best instruction set: f (a loop over plain arithmetic,
+/// such as a kernel's work on one chunk) is inlined whole into each variant, so its loops
+/// vectorize 16 or 8 lanes wide. What f calls must be inlinable (no std::function, no
+/// library calls in its hot loop); the AVX variants may contract a * b + c into an FMA.
+template <class F>
+void run_vec(const F& f) {
+#if SPIRE_VEC_X86
+  switch (detail::gemm_best_isa()) {
+    case detail::GemmIsa::kAvx512:
+      return vec_detail::flat_avx512(f);
+    case detail::GemmIsa::kAvx2:
+      return vec_detail::flat_avx2(f);
+    default:
+      break;
+  }
+#endif
+  vec_detail::flat_baseline(f);
 }
 
 }  // namespace spire::cpu
