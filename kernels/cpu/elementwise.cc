@@ -226,15 +226,17 @@ void sum_to_like_kernel(KernelContext& ctx) {
                             ? ctx.thread_pool()->num_chunks(rows, (kElementwiseGrain + n_inner - 1) / n_inner)
                             : 1;
   if (parts <= 1 || size * parts * 8 > total) {
-    for_each_broadcast_row<1>(x.shape(), st, accumulate(pz));
+    run_vec([&] { for_each_broadcast_row<1>(x.shape(), st, accumulate(pz)); });
     return;
   }
   std::vector<T> partials(static_cast<size_t>((parts - 1) * size), T(0));
   ctx.parallel_for(parts, 1, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p)
-      for_each_broadcast_row_range<1>(x.shape(), st, ThreadPool::chunk_begin(rows, parts, p),
-                                      ThreadPool::chunk_begin(rows, parts, p + 1),
-                                      accumulate(p == 0 ? pz : partials.data() + (p - 1) * size));
+    run_vec([&] {
+      for (int64_t p = p0; p < p1; ++p)
+        for_each_broadcast_row_range<1>(x.shape(), st, ThreadPool::chunk_begin(rows, parts, p),
+                                        ThreadPool::chunk_begin(rows, parts, p + 1),
+                                        accumulate(p == 0 ? pz : partials.data() + (p - 1) * size));
+    });
   });
   for (int64_t p = 1; p < parts; ++p)
     for (int64_t i = 0; i < size; ++i) pz[i] += partials[static_cast<size_t>((p - 1) * size + i)];

@@ -13,6 +13,7 @@
 #include "core/fusion.h"
 #include "core/kernel_registry.h"
 #include "kernels/cpu/fused_program.h"
+#include "kernels/cpu/vector_loops.h"
 #include "kernels/pool_geometry.h"
 
 namespace spire::cpu {
@@ -93,8 +94,9 @@ inline int64_t pool_grain(const PoolGeom& g) {
 // All images, split over the kernel's thread pool.
 template <typename T, typename F>
 void for_each_window_argmax(const KernelContext& ctx, const PoolGeom& g, const T* x, F f) {
-  ctx.parallel_for(g.n, pool_grain(g),
-                   [&](int64_t b0, int64_t b1) { for_each_window_argmax_in(g, x, b0, b1, f); });
+  ctx.parallel_for(g.n, pool_grain(g), [&](int64_t b0, int64_t b1) {
+    run_vec([&] { for_each_window_argmax_in(g, x, b0, b1, f); });
+  });
 }
 
 // Calls f(out_base, in_base, count) for every output pixel and every valid input pixel of
@@ -127,27 +129,29 @@ void max_pool_kernel(KernelContext& ctx) {
   // Same scan as for_each_window_argmax (first valid pixel, then strictly greater values),
   // keeping only the values.
   ctx.parallel_for(g.n, pool_grain(g), [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      for (int64_t oy = 0; oy < g.oh; ++oy) {
-        for (int64_t ox = 0; ox < g.ow; ++ox) {
-          T* __restrict dst = py + ((b * g.oh + oy) * g.ow + ox) * g.c;
-          int64_t y0, y1, x0, x1;
-          g.window(oy, ox, &y0, &y1, &x0, &x1);
-          if (y0 >= y1 || x0 >= x1) {
-            std::fill(dst, dst + g.c, T(0));
-            continue;
-          }
-          const T* first = px + ((b * g.h + y0) * g.w + x0) * g.c;
-          std::copy(first, first + g.c, dst);
-          for (int64_t iy = y0; iy < y1; ++iy) {
-            for (int64_t ix = iy == y0 ? x0 + 1 : x0; ix < x1; ++ix) {
-              const T* __restrict p = px + ((b * g.h + iy) * g.w + ix) * g.c;
-              for (int64_t ch = 0; ch < g.c; ++ch) dst[ch] = p[ch] > dst[ch] ? p[ch] : dst[ch];
+    run_vec([&] {
+      for (int64_t b = b0; b < b1; ++b) {
+        for (int64_t oy = 0; oy < g.oh; ++oy) {
+          for (int64_t ox = 0; ox < g.ow; ++ox) {
+            T* __restrict dst = py + ((b * g.oh + oy) * g.ow + ox) * g.c;
+            int64_t y0, y1, x0, x1;
+            g.window(oy, ox, &y0, &y1, &x0, &x1);
+            if (y0 >= y1 || x0 >= x1) {
+              std::fill(dst, dst + g.c, T(0));
+              continue;
+            }
+            const T* first = px + ((b * g.h + y0) * g.w + x0) * g.c;
+            std::copy(first, first + g.c, dst);
+            for (int64_t iy = y0; iy < y1; ++iy) {
+              for (int64_t ix = iy == y0 ? x0 + 1 : x0; ix < x1; ++ix) {
+                const T* __restrict p = px + ((b * g.h + iy) * g.w + ix) * g.c;
+                for (int64_t ch = 0; ch < g.c; ++ch) dst[ch] = p[ch] > dst[ch] ? p[ch] : dst[ch];
+              }
             }
           }
         }
       }
-    }
+    });
   });
 }
 
@@ -202,8 +206,10 @@ void max_pool_grad_kernel(KernelContext& ctx) {
   ctx.parallel_for(g.n, step, [&](int64_t b0, int64_t b1) {
     for (int64_t s0 = b0; s0 < b1; s0 += step) {
       const int64_t s1 = std::min(b1, s0 + step);
-      if (!tiles) std::fill(pdx + s0 * image, pdx + s1 * image, T(0));
-      for_each_window_argmax_in(g, x.data<T>(), s0, s1, scatter);
+      run_vec([&] {
+        if (!tiles) std::fill(pdx + s0 * image, pdx + s1 * image, T(0));
+        for_each_window_argmax_in(g, x.data<T>(), s0, s1, scatter);
+      });
       if (in_place) in_place->block(s0 * g.h * g.w, s1 * g.h * g.w, 0, c);
     }
   });
