@@ -185,10 +185,24 @@ SPIRE_HD inline double truncated_standard_normal(uint64_t key, uint64_t index) {
   return -2.0 + 4.0 * uniform_f64(w.v[0], w.v[1]);
 }
 
+/// The dropout rate as a threshold on the 53 bits uniform_f64 scales: uniform_f64(hi, lo) =
+/// k * 2^-53 >= rate exactly when k >= ceil(rate * 2^53) (scaling by 2^53 is exact), so the
+/// keep decision needs no floating point (and vectorizes).
+SPIRE_HD inline uint64_t dropout_threshold(double rate) {
+  const double t = ceil(rate * 9007199254740992.0);
+  return t <= 0 ? 0 : t >= 9007199254740992.0 ? (uint64_t{1} << 53) : static_cast<uint64_t>(t);
+}
+
+/// Keep decision of dropout for element `index` against dropout_threshold(rate): false with
+/// probability `rate`; the same decision as uniform_f64(words 0, 1) >= rate.
+SPIRE_HD inline bool dropout_keep_bits(uint64_t key, uint64_t index, uint64_t threshold) {
+  Philox4x32 w = philox_bits(key, index, 0);
+  return ((static_cast<uint64_t>(w.v[0]) << 32 | w.v[1]) >> 11) >= threshold;
+}
+
 /// Keep decision of dropout for element `index`: false with probability `rate`.
 SPIRE_HD inline bool dropout_keep(uint64_t key, uint64_t index, double rate) {
-  Philox4x32 w = philox_bits(key, index, 0);
-  return uniform_f64(w.v[0], w.v[1]) >= rate;
+  return dropout_keep_bits(key, index, dropout_threshold(rate));
 }
 
 }  // namespace spire::random

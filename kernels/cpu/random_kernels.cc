@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "core/kernel_registry.h"
+#include "kernels/cpu/vector_loops.h"
 #include "kernels/random.h"
 #include "kernels/random_setup.h"
 
@@ -55,13 +56,22 @@ void dropout_kernel(KernelContext& ctx) {
   T* py = y.data<T>();
   T* pm = mask.data<T>();
   // Counter-based draws: element i uses counter offset + i whichever thread computes it.
+  const uint64_t threshold = random::dropout_threshold(rate);
+  // Integer work only (Philox and a compare), so each chunk vectorizes (run_vec).
   ctx.parallel_for(n, int64_t{1} << 14, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      const uint64_t idx = draw.offset + static_cast<uint64_t>(i);
-      const T m = random::dropout_keep(draw.key, idx, rate) ? scale : T(0);
-      pm[i] = m;
-      py[i] = px[i] * m;
-    }
+    run_vec([&] {
+      // Locals, so the stores cannot alias them and the loop vectorizes.
+      const uint64_t key = draw.key, offset = draw.offset, thr = threshold;
+      const T keep = scale;
+      const T* __restrict x = px;
+      T* __restrict y = py;
+      T* __restrict mask = pm;
+      for (int64_t i = b; i < e; ++i) {
+        const T m = random::dropout_keep_bits(key, offset + static_cast<uint64_t>(i), thr) ? keep : T(0);
+        mask[i] = m;
+        y[i] = x[i] * m;
+      }
+    });
   });
 }
 

@@ -94,6 +94,36 @@ TEST(Philox, UniformConversions) {
   EXPECT_TRUE(std::isfinite(z0) && std::isfinite(z1));
 }
 
+// Dropout decides on integers (dropout_threshold): the same decision as comparing the f64
+// uniform with the rate, also for rates on and next to the 2^-53 grid of the uniforms.
+TEST(Philox, DropoutThresholdDecidesAsTheF64Compare) {
+  const double grid = std::ldexp(1.0, -53);
+  std::vector<double> rates{0.0, 1e-300, 1e-9, 0.1, 0.25, 0.5, 0.7, 0.999999, 1.0};
+  for (double k : {1.0, 3.0, 4503599627370496.0, 9007199254740991.0}) {
+    rates.push_back(k * grid);
+    rates.push_back(std::nextafter(k * grid, 0.0));
+    rates.push_back(std::nextafter(k * grid, 1.0));
+  }
+  for (double rate : rates) {
+    const uint64_t threshold = random::dropout_threshold(rate);
+    // Draws whose 53 bits sit on both sides of the threshold, and random ones.
+    for (uint64_t k : {threshold, threshold - 1, threshold + 1}) {
+      if (k >= (uint64_t{1} << 53)) continue;
+      const uint64_t bits = k << 11;
+      const bool by_f64 = random::uniform_f64(static_cast<uint32_t>(bits >> 32),
+                                              static_cast<uint32_t>(bits)) >= rate;
+      EXPECT_EQ(k >= threshold, by_f64) << "rate " << rate << ", k " << k;
+    }
+    for (uint64_t i = 0; i < 2000; ++i) {
+      const random::Philox4x32 w = random::philox_bits(0x1234ABCDull, i * 7919, 0);
+      EXPECT_EQ(random::dropout_keep_bits(0x1234ABCDull, i * 7919, threshold),
+                random::uniform_f64(w.v[0], w.v[1]) >= rate)
+          << "rate " << rate << ", index " << i * 7919;
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
 TEST(Philox, KernelMatchesGeneratorElementwise) {
   // Element i of a draw is uniform_range(philox_bits(key, offset + i)), with
   // the key from the graph seed, op seed and node id, and the offset
