@@ -143,9 +143,12 @@ struct SessionOptions {
   /// pays where a kernel is too small to split well. Stateful nodes, collectives, copies
   /// and nodes with control inputs never join a wave. With kMeasured, the plan times each
   /// wave both ways in its first 2 x 3 runs and keeps the faster for the session (like
-  /// measure_conv_algorithms, so two sessions may round differently: a kernel on one
-  /// thread may sum in another order). The environment variable SPIRE_INTER_OP=0, 1
-  /// (kMeasured) or always overrides it for every session.
+  /// measure_conv_algorithms, so two sessions, and those first runs, may round
+  /// differently: a kernel on one thread may sum in another order). Moving a node up may
+  /// also move a read of a variable before an update of it that the graph leaves
+  /// unordered with the read (either order is the graph's meaning, as in TensorFlow).
+  /// The environment variable SPIRE_INTER_OP=0, 1 (kMeasured) or always overrides it for
+  /// every session.
   InterOp inter_op = InterOp::kOff;
 };
 

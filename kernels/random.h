@@ -190,7 +190,8 @@ SPIRE_HD inline double truncated_standard_normal(uint64_t key, uint64_t index) {
 /// keep decision needs no floating point (and vectorizes).
 SPIRE_HD inline uint64_t dropout_threshold(double rate) {
   const double t = ceil(rate * 9007199254740992.0);
-  return t <= 0 ? 0 : t >= 9007199254740992.0 ? (uint64_t{1} << 53) : static_cast<uint64_t>(t);
+  // (NaN keeps nothing, as uniform_f64 >= NaN never holds.)
+  return t <= 0 ? 0 : !(t < 9007199254740992.0) ? (uint64_t{1} << 53) : static_cast<uint64_t>(t);
 }
 
 /// Keep decision of dropout for element `index` against dropout_threshold(rate): false with

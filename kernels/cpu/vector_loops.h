@@ -97,7 +97,8 @@ void binary_vec(const In* a, const In* b, Out* c, int64_t n, F f) {
 /// Runs f() compiled for this CPU's best instruction set: f (a loop over plain arithmetic,
 /// such as a kernel's work on one chunk) is inlined whole into each variant, so its loops
 /// vectorize 16 or 8 lanes wide. What f calls must be inlinable (no std::function, no
-/// library calls in its hot loop); the AVX variants may contract a * b + c into an FMA.
+/// library calls in its hot loop). A file that uses it is compiled with -ffp-contract=off
+/// (CMakeLists.txt), so no variant contracts a * b + c into an FMA and all round alike.
 template <class F>
 void run_vec(const F& f) {
 #if SPIRE_VEC_X86
