@@ -2,6 +2,7 @@
 #include "core/executor.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <set>
@@ -613,7 +614,7 @@ void ExecutionPlan::run_wave(int w, RunState& rs, std::vector<std::vector<Tensor
   // two members read is then held twice and neither overwrites it.
   auto member = [&](size_t i) -> const Step& { return steps_[static_cast<size_t>(wave.steps[i])]; };
   for (size_t i = 0; i < m; ++i) load_inputs(member(i), rs, inputs[i]);
-  std::vector<uint64_t> forwardable(m);
+  std::array<uint64_t, kMaxWave> forwardable{};  // m <= kMaxWave: no allocation per wave
   for (size_t i = 0; i < m; ++i) forwardable[i] = forwardable_inputs(member(i), rs, inputs[i]);
   const auto t0 = std::chrono::steady_clock::now();
   auto run_member = [&](size_t i, const std::string& arg) {
