@@ -3,9 +3,10 @@
 // Forward: per output row and block of 1 or 2 vectors of output channels, tiles of MR
 // consecutive output pixels keep MR x NV accumulators in registers; per (tap, channel) one
 // vector load per NV from the filter (HWIO rows are contiguous over o) feeds MR broadcasts
-// of the padded strip. Filter gradient: per tap and block of output channels, tiles of MC
-// input channels accumulate over every pixel of a band of rows (dy vectors times broadcast
-// input values). Tiles never cross an output row, so the strip needs no junk columns.
+// of the padded strip. Filter gradient: per filter row and block of output channels, tiles of
+// MC (tap, input channel) pairs of that row, consecutive in the strip and in dw, accumulate
+// over every pixel of a band of rows (dy vectors times broadcast input values). Tiles never
+// cross an output row, so the strip needs no junk columns.
 #include "kernels/cpu/direct_conv.h"
 
 #include <algorithm>
@@ -136,18 +137,30 @@ SPIRE_DC_INLINE void fwd_tile(const T* __restrict a, int64_t c, int64_t kh, int6
     for (int v = 0; v < NV; ++v) std::memcpy(y + i * ldy + v * W, &acc[i][v], sizeof(V));
 }
 
-/// One output row from pixel ox on: tiles of MR pixels while they fit, then the next MR.
-/// The last MR must be 1.
-template <class T, int W, int NV, int CS, int MR, int... Rest>
+/// fwd_tile for a tile of mr pixels, 1 <= mr <= MR, chosen at run time.
+template <class T, int W, int NV, int CS, int MR>
+SPIRE_DC_INLINE void fwd_tile_of(int64_t mr, const T* a, int64_t c, int64_t kh, int64_t kw,
+                                 int64_t prow, int64_t wp, const T* b, int64_t ldb, T* y,
+                                 int64_t ldy) {
+  if (mr == MR) return fwd_tile<T, W, MR, NV, CS>(a, c, kh, kw, prow, wp, b, ldb, y, ldy);
+  if constexpr (MR > 1)
+    fwd_tile_of<T, W, NV, CS, MR - 1>(mr, a, c, kh, kw, prow, wp, b, ldb, y, ldy);
+}
+
+/// One output row as ceil(ow / MR) tiles whose widths differ by at most one pixel: 14 pixels
+/// are one 14-pixel tile, 7 one 7-pixel tile, rather than 12 + 2 or 4 + 2 + 1, whose narrow
+/// tails hold too few accumulators to hide the FMA latency. (Every output sums its taps and
+/// channels in the same order whatever tile it falls in.)
+template <class T, int W, int NV, int CS, int MR>
 SPIRE_DC_INLINE void fwd_row(const T* a, int64_t c, int64_t kh, int64_t kw, int64_t prow,
-                             int64_t wp, const T* b, int64_t ldb, T* y, int64_t ldy, int64_t ox,
-                             int64_t ow) {
-  static_assert(sizeof...(Rest) > 0 || MR == 1, "the last tile must be one pixel wide");
-  for (; ow - ox >= MR; ox += MR)
-    fwd_tile<T, W, MR, NV, CS>(a + ox * (CS > 0 ? CS : 1), c, kh, kw, prow, wp, b, ldb,
-                               y + ox * ldy, ldy);
-  if constexpr (sizeof...(Rest) > 0)
-    fwd_row<T, W, NV, CS, Rest...>(a, c, kh, kw, prow, wp, b, ldb, y, ldy, ox, ow);
+                             int64_t wp, const T* b, int64_t ldb, T* y, int64_t ldy, int64_t ow) {
+  const int64_t tiles = (ow + MR - 1) / MR, base = ow / tiles, wider = ow % tiles;
+  for (int64_t t = 0, ox = 0; t < tiles; ++t) {
+    const int64_t mr = base + (t < wider ? 1 : 0);
+    fwd_tile_of<T, W, NV, CS, MR>(mr, a + ox * (CS > 0 ? CS : 1), c, kh, kw, prow, wp, b, ldb,
+                                  y + ox * ldy, ldy);
+    ox += mr;
+  }
 }
 
 /// dw[i, 0:NV*W] (row stride ldw) += sum over rows r < nrows and pixels p < npix of
@@ -184,24 +197,38 @@ SPIRE_DC_INLINE void dw_tile(const T* __restrict a, int64_t c, int64_t prow, con
     for (int v = 0; v < NV; ++v) std::memcpy(dw + i * ldw + v * W, &acc[i][v], sizeof(V));
 }
 
-/// Every channel of one (tap, output block): tiles of MC channels while they fit, then the
-/// next MC. The last MC must be 1.
-template <class T, int W, int NV, int MC, int... Rest>
-SPIRE_DC_INLINE void dw_channels(const T* a, int64_t c, int64_t prow, const T* dy, int64_t ldo,
-                                 int64_t dyrow, int64_t nrows, int64_t npix, T* dw, int64_t ldw,
-                                 int64_t ci) {
-  static_assert(sizeof...(Rest) > 0 || MC == 1, "the last tile must be one channel tall");
-  for (; c - ci >= MC; ci += MC)
-    dw_tile<T, W, MC, NV>(a + ci, c, prow, dy, ldo, dyrow, nrows, npix, dw + ci * ldw, ldw);
-  if constexpr (sizeof...(Rest) > 0)
-    dw_channels<T, W, NV, Rest...>(a, c, prow, dy, ldo, dyrow, nrows, npix, dw, ldw, ci);
+/// dw_tile for a tile of mc channels, 1 <= mc <= MC, chosen at run time.
+template <class T, int W, int NV, int MC>
+SPIRE_DC_INLINE void dw_tile_of(int64_t mc, const T* a, int64_t c, int64_t prow, const T* dy,
+                                int64_t ldo, int64_t dyrow, int64_t nrows, int64_t npix, T* dw,
+                                int64_t ldw) {
+  if (mc == MC) return dw_tile<T, W, MC, NV>(a, c, prow, dy, ldo, dyrow, nrows, npix, dw, ldw);
+  if constexpr (MC > 1)
+    dw_tile_of<T, W, NV, MC - 1>(mc, a, c, prow, dy, ldo, dyrow, nrows, npix, dw, ldw);
+}
+
+/// `channels` consecutive strip values per pixel (pixel stride c) into as many rows of dw, as
+/// ceil(channels / MC) tiles whose heights differ by at most one.
+template <class T, int W, int NV, int MC>
+SPIRE_DC_INLINE void dw_channels(const T* a, int64_t c, int64_t channels, int64_t prow,
+                                 const T* dy, int64_t ldo, int64_t dyrow, int64_t nrows,
+                                 int64_t npix, T* dw, int64_t ldw) {
+  const int64_t tiles = (channels + MC - 1) / MC, base = channels / tiles;
+  const int64_t taller = channels % tiles;
+  for (int64_t t = 0, ci = 0; t < tiles; ++t) {
+    const int64_t mc = base + (t < taller ? 1 : 0);
+    dw_tile_of<T, W, NV, MC>(mc, a + ci, c, prow, dy, ldo, dyrow, nrows, npix, dw + ci * ldw, ldw);
+    ci += mc;
+  }
 }
 
 // ---- Instruction-set variants: the row and channel loops compiled per ISA ------------------
-// Tiles: NV = 1 or 2 vectors of outputs and up to 16 (AVX-512, 32 registers) or 12 (AVX2, 16
-// registers) accumulators per vector; the pixel / channel counts fall back to smaller tiles.
+// Tiles: NV = 1 or 2 vectors of outputs. Rows (forward) and channel runs (filter gradient)
+// split evenly into tiles of at most F1 / R1 (NV = 1) or F2 / R2 (NV = 2) pixels or channels:
+// 16 or 14 on AVX-512 (28 accumulators, 2 vectors of the other operand and a broadcast fill
+// 31 of its 32 registers), 12 or 6 on AVX2 (16 registers).
 
-#define SPIRE_DC_VARIANT(NAME, TARGET, LANES_BYTES, R1, R2)                                   \
+#define SPIRE_DC_VARIANT(NAME, TARGET, LANES_BYTES, F1, F2, R1, R2)                           \
   template <class T>                                                                          \
   struct NAME {                                                                               \
     static constexpr int W = LANES_BYTES / sizeof(T);                                         \
@@ -210,36 +237,30 @@ SPIRE_DC_INLINE void dw_channels(const T* a, int64_t c, int64_t prow, const T* d
                                                       int64_t kw, int64_t prow, const T* b,   \
                                                       int64_t ldb, T* y, int64_t ldy,         \
                                                       int64_t ow) {                           \
-      fwd_row<T, W, 1, CS, R1>(a, c, kh, kw, prow, prow / c, b, ldb, y, ldy, 0, ow);          \
+      fwd_row<T, W, 1, CS, F1>(a, c, kh, kw, prow, prow / c, b, ldb, y, ldy, ow);             \
     }                                                                                         \
     template <int CS>                                                                         \
     TARGET __attribute__((noinline)) static void row2(const T* a, int64_t c, int64_t kh,      \
                                                       int64_t kw, int64_t prow, const T* b,   \
                                                       int64_t ldb, T* y, int64_t ldy,         \
                                                       int64_t ow) {                           \
-      fwd_row<T, W, 2, CS, R2>(a, c, kh, kw, prow, prow / c, b, ldb, y, ldy, 0, ow);          \
+      fwd_row<T, W, 2, CS, F2>(a, c, kh, kw, prow, prow / c, b, ldb, y, ldy, ow);             \
     }                                                                                         \
-    TARGET __attribute__((noinline)) static void dw1(const T* a, int64_t c, int64_t prow,     \
-                                                     const T* dy, int64_t ldo, int64_t dyrow, \
-                                                     int64_t nrows, int64_t npix, T* dw,      \
-                                                     int64_t ldw) {                           \
-      dw_channels<T, W, 1, R1>(a, c, prow, dy, ldo, dyrow, nrows, npix, dw, ldw, 0);          \
+    TARGET __attribute__((noinline)) static void dw1(                                        \
+        const T* a, int64_t c, int64_t channels, int64_t prow, const T* dy, int64_t ldo,      \
+        int64_t dyrow, int64_t nrows, int64_t npix, T* dw, int64_t ldw) {                     \
+      dw_channels<T, W, 1, R1>(a, c, channels, prow, dy, ldo, dyrow, nrows, npix, dw, ldw);   \
     }                                                                                         \
-    TARGET __attribute__((noinline)) static void dw2(const T* a, int64_t c, int64_t prow,     \
-                                                     const T* dy, int64_t ldo, int64_t dyrow, \
-                                                     int64_t nrows, int64_t npix, T* dw,      \
-                                                     int64_t ldw) {                           \
-      dw_channels<T, W, 2, R2>(a, c, prow, dy, ldo, dyrow, nrows, npix, dw, ldw, 0);          \
+    TARGET __attribute__((noinline)) static void dw2(                                        \
+        const T* a, int64_t c, int64_t channels, int64_t prow, const T* dy, int64_t ldo,      \
+        int64_t dyrow, int64_t nrows, int64_t npix, T* dw, int64_t ldw) {                     \
+      dw_channels<T, W, 2, R2>(a, c, channels, prow, dy, ldo, dyrow, nrows, npix, dw, ldw);   \
     }                                                                                         \
   };
 
 #if SPIRE_DC_HAVE_X86
-#define SPIRE_DC_TILES_512_1 16, 8, 4, 2, 1
-#define SPIRE_DC_TILES_512_2 12, 8, 4, 2, 1
-#define SPIRE_DC_TILES_256_1 12, 8, 4, 2, 1
-#define SPIRE_DC_TILES_256_2 6, 4, 2, 1
-SPIRE_DC_VARIANT(Avx512Dc, SPIRE_DC_AVX512, 64, SPIRE_DC_TILES_512_1, SPIRE_DC_TILES_512_2)
-SPIRE_DC_VARIANT(Avx2Dc, SPIRE_DC_AVX2, 32, SPIRE_DC_TILES_256_1, SPIRE_DC_TILES_256_2)
+SPIRE_DC_VARIANT(Avx512Dc, SPIRE_DC_AVX512, 64, 16, 14, 16, 14)
+SPIRE_DC_VARIANT(Avx2Dc, SPIRE_DC_AVX2, 32, 12, 6, 12, 6)
 #endif
 
 /// Calls fn(img, oy0, oy1, strip) for each band of output rows among rows [u0, u1) of the
@@ -330,17 +351,22 @@ void filter_grad(const DirectConvShape& s, const T* x, const T* dy, T* dw, Threa
   auto rows = [&](int64_t u0, int64_t u1, T* out) {
     for_bands<T>(s, x, u0, u1, false, [&](int64_t img, int64_t oy0, int64_t oy1, const T* strip) {
       const T* dyb = dy + (img * s.oh + oy0) * s.ow * s.o;
-      for (int64_t ky = 0; ky < s.kh; ++ky)
-        for (int64_t kx = 0; kx < s.kw; ++kx) {
-          const T* a = strip + ky * prow + kx * s.c;
-          T* tap = out + (ky * s.kw + kx) * s.c * s.o;
-          for (int64_t o0 = 0; o0 < s.o; o0 += 2 * W) {
-            if (s.o - o0 >= 2 * W)
-              Isa<T>::dw2(a, s.c, prow, dyb + o0, s.o, s.ow * s.o, oy1 - oy0, s.ow, tap + o0, s.o);
-            else
-              Isa<T>::dw1(a, s.c, prow, dyb + o0, s.o, s.ow * s.o, oy1 - oy0, s.ow, tap + o0, s.o);
-          }
+      // Per filter row ky, its kw taps of c channels are kw * c consecutive strip values per
+      // pixel and kw * c consecutive rows of dw: one run of channels (MNIST's first layer,
+      // c = 1, gets tiles of 3 rather than 1).
+      const int64_t run = s.kw * s.c;
+      for (int64_t ky = 0; ky < s.kh; ++ky) {
+        const T* a = strip + ky * prow;
+        T* taps = out + ky * run * s.o;
+        for (int64_t o0 = 0; o0 < s.o; o0 += 2 * W) {
+          if (s.o - o0 >= 2 * W)
+            Isa<T>::dw2(a, s.c, run, prow, dyb + o0, s.o, s.ow * s.o, oy1 - oy0, s.ow, taps + o0,
+                        s.o);
+          else
+            Isa<T>::dw1(a, s.c, run, prow, dyb + o0, s.o, s.ow * s.o, oy1 - oy0, s.ow, taps + o0,
+                        s.o);
         }
+      }
     });
   };
   std::fill(dw, dw + size, T(0));

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -126,12 +127,26 @@ DirectConvShape shape_of(const Case& k, int lanes) {
   return {k.n, k.h, k.w, k.c, k.kh, k.kw, k.o_vectors * lanes, k.oh, k.ow, k.pt, k.pl};
 }
 
+/// Every tile width and height the kernels have, with a 2-vector and a 1-vector block of
+/// outputs: rows of 1..30 pixels (one tile up to 14 or 16, then two near-equal ones) and
+/// filter-row runs of kw * c = 1..21 (tap, channel) pairs.
+std::vector<Case> tile_cases() {
+  std::vector<Case> cases;
+  for (int64_t ow = 1; ow <= 30; ++ow) cases.push_back({1, 3, ow, 2, 3, 3, 3, 3, ow, 1, 1});
+  for (int64_t run = 1; run <= 21; ++run) {
+    const int64_t kw = run % 3 == 0 ? 3 : 1;
+    cases.push_back({1, 3, 5, run / kw, 3, kw, 3, 3, 5, 1, (kw - 1) / 2});
+  }
+  return cases;
+}
+
 template <class T>
-void check_variant(GemmIsa isa, ThreadPool* pool) {
+void check_variant(GemmIsa isa, ThreadPool* pool, const Case* begin, const Case* end) {
   const int lanes = detail::direct_conv_lanes<T>(isa);
   ASSERT_GT(lanes, 0);
   const double eps = std::is_same_v<T, float> ? 1e-6 : 1e-14;
-  for (const Case& k : kCases) {
+  for (const Case* it = begin; it != end; ++it) {
+    const Case& k = *it;
     const DirectConvShape s = shape_of(k, lanes);
     const std::string what = "isa " + std::to_string(static_cast<int>(isa)) + " n" +
                              std::to_string(s.n) + " " + std::to_string(s.h) + "x" +
@@ -166,9 +181,20 @@ TEST(DirectConv, EveryVariantMatchesTheNaiveLoops) {
   ThreadPool pool(3);
   for (GemmIsa isa : isas)
     for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
-      check_variant<float>(isa, p);
-      check_variant<double>(isa, p);
+      check_variant<float>(isa, p, std::begin(kCases), std::end(kCases));
+      check_variant<double>(isa, p, std::begin(kCases), std::end(kCases));
     }
+}
+
+TEST(DirectConv, EveryTileSizeMatchesTheNaiveLoops) {
+  const auto isas = direct_isas();
+  if (isas.empty())
+    GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512: the direct kernels never run";
+  const std::vector<Case> cases = tile_cases();
+  for (GemmIsa isa : isas) {
+    check_variant<float>(isa, nullptr, cases.data(), cases.data() + cases.size());
+    check_variant<double>(isa, nullptr, cases.data(), cases.data() + cases.size());
+  }
 }
 
 TEST(DirectConv, AppliesOnlyWhereItShould) {
