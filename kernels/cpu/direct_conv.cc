@@ -224,11 +224,11 @@ SPIRE_DC_INLINE void dw_channels(const T* a, int64_t c, int64_t channels, int64_
 
 // ---- Instruction-set variants: the row and channel loops compiled per ISA ------------------
 // Tiles: NV = 1 or 2 vectors of outputs. Rows (forward) and channel runs (filter gradient)
-// split evenly into tiles of at most F1 / R1 (NV = 1) or F2 / R2 (NV = 2) pixels or channels:
-// 16 or 14 on AVX-512 (28 accumulators, 2 vectors of the other operand and a broadcast fill
-// 31 of its 32 registers), 12 or 6 on AVX2 (16 registers).
+// split evenly into tiles of at most R1 (NV = 1) or R2 (NV = 2) pixels or channels. AVX-512
+// (32 registers): 16 x 1 (16 accumulators) and 14 x 2 (28 accumulators, 2 vectors of the
+// other operand and a broadcast: 31 registers). AVX2 (16 registers): 12 x 1 and 6 x 2.
 
-#define SPIRE_DC_VARIANT(NAME, TARGET, LANES_BYTES, F1, F2, R1, R2)                           \
+#define SPIRE_DC_VARIANT(NAME, TARGET, LANES_BYTES, R1, R2)                                   \
   template <class T>                                                                          \
   struct NAME {                                                                               \
     static constexpr int W = LANES_BYTES / sizeof(T);                                         \
@@ -237,14 +237,14 @@ SPIRE_DC_INLINE void dw_channels(const T* a, int64_t c, int64_t channels, int64_
                                                       int64_t kw, int64_t prow, const T* b,   \
                                                       int64_t ldb, T* y, int64_t ldy,         \
                                                       int64_t ow) {                           \
-      fwd_row<T, W, 1, CS, F1>(a, c, kh, kw, prow, prow / c, b, ldb, y, ldy, ow);             \
+      fwd_row<T, W, 1, CS, R1>(a, c, kh, kw, prow, prow / c, b, ldb, y, ldy, ow);             \
     }                                                                                         \
     template <int CS>                                                                         \
     TARGET __attribute__((noinline)) static void row2(const T* a, int64_t c, int64_t kh,      \
                                                       int64_t kw, int64_t prow, const T* b,   \
                                                       int64_t ldb, T* y, int64_t ldy,         \
                                                       int64_t ow) {                           \
-      fwd_row<T, W, 2, CS, F2>(a, c, kh, kw, prow, prow / c, b, ldb, y, ldy, ow);             \
+      fwd_row<T, W, 2, CS, R2>(a, c, kh, kw, prow, prow / c, b, ldb, y, ldy, ow);             \
     }                                                                                         \
     TARGET __attribute__((noinline)) static void dw1(                                        \
         const T* a, int64_t c, int64_t channels, int64_t prow, const T* dy, int64_t ldo,      \
@@ -259,8 +259,8 @@ SPIRE_DC_INLINE void dw_channels(const T* a, int64_t c, int64_t channels, int64_
   };
 
 #if SPIRE_DC_HAVE_X86
-SPIRE_DC_VARIANT(Avx512Dc, SPIRE_DC_AVX512, 64, 16, 14, 16, 14)
-SPIRE_DC_VARIANT(Avx2Dc, SPIRE_DC_AVX2, 32, 12, 6, 12, 6)
+SPIRE_DC_VARIANT(Avx512Dc, SPIRE_DC_AVX512, 64, 16, 14)
+SPIRE_DC_VARIANT(Avx2Dc, SPIRE_DC_AVX2, 32, 12, 6)
 #endif
 
 /// Calls fn(img, oy0, oy1, strip) for each band of output rows among rows [u0, u1) of the

@@ -1,8 +1,8 @@
 // Tests for the direct convolution kernels (kernels/cpu/direct_conv.h): every instruction-set
 // variant this CPU has, f32 and f64, against a naive double-precision loop, over paddings
-// (SAME, VALID, TF's asymmetric SAME, more than the kernel needs), kernel sizes, channel
-// counts that are and are not multiples of the tiles, rows shorter than a tile, and a thread
-// pool (the forward result must not depend on it). Then the Conv2D ops, whose kernels route
+// (SAME, VALID, TF's asymmetric SAME, more than the kernel needs), kernel sizes, rows and
+// filter-row runs of every tile size, and a thread pool (the forward result must not depend
+// on it). Then the Conv2D ops, whose kernels route
 // these shapes to the direct path (the input gradient through the rotated filter), against
 // the same loops.
 #include "kernels/cpu/direct_conv.h"
@@ -106,9 +106,9 @@ struct Case {
 };
 const Case kCases[] = {
     {2, 9, 7, 8, 3, 3, 1, 9, 7, 1, 1},        // SAME 3x3, rows shorter than the big tiles
-    {1, 5, 33, 16, 3, 3, 2, 5, 33, 1, 1},     // a row of 33: every tile size and a tail of 1
+    {1, 5, 33, 16, 3, 3, 2, 5, 33, 1, 1},     // a row of 33: three or more tiles
     {3, 8, 8, 20, 3, 3, 3, 6, 6, 0, 0},       // VALID; 3 vectors: a 2-vector and a 1-vector block
-    {2, 6, 10, 9, 5, 5, 1, 6, 10, 2, 2},      // 5x5 SAME, 9 channels (a tail of 1 channel)
+    {2, 6, 10, 9, 5, 5, 1, 6, 10, 2, 2},      // 5x5 SAME, 9 channels (runs of 45)
     {1, 4, 4, 8, 2, 2, 1, 4, 4, 0, 0},        // TF's asymmetric SAME of an even kernel
     {2, 7, 5, 12, 1, 3, 2, 7, 5, 0, 1},       // 1x3
     {1, 1, 1, 8, 3, 3, 1, 1, 1, 1, 1},        // one pixel
@@ -128,11 +128,14 @@ DirectConvShape shape_of(const Case& k, int lanes) {
 }
 
 /// Every tile width and height the kernels have, with a 2-vector and a 1-vector block of
-/// outputs: rows of 1..30 pixels (one tile up to 14 or 16, then two near-equal ones) and
-/// filter-row runs of kw * c = 1..21 (tap, channel) pairs.
+/// outputs: rows of 1..30 pixels (ceil(ow / MR) near-equal tiles) on the channel-major strip
+/// (c = 2) and rows of 1..16 pixels on each NHWC strip (c = 16, 32, 64, whose pixel stride is
+/// a compile-time constant); filter-row runs of kw * c = 1..21 (tap, channel) pairs.
 std::vector<Case> tile_cases() {
   std::vector<Case> cases;
   for (int64_t ow = 1; ow <= 30; ++ow) cases.push_back({1, 3, ow, 2, 3, 3, 3, 3, ow, 1, 1});
+  for (int64_t c : {16, 32, 64})
+    for (int64_t ow = 1; ow <= 16; ++ow) cases.push_back({1, 3, ow, c, 3, 3, 3, 3, ow, 1, 1});
   for (int64_t run = 1; run <= 21; ++run) {
     const int64_t kw = run % 3 == 0 ? 3 : 1;
     cases.push_back({1, 3, 5, run / kw, 3, kw, 3, 3, 5, 1, (kw - 1) / 2});
