@@ -16,11 +16,15 @@
 //     the compiler vectorizes, where one running sum waits on every
 //     addition. The order is fixed, so results do not depend on the thread
 //     count either.
+//   - Each chunk of rows runs through run_vec (kernels/cpu/vector_loops.h):
+//     compiled for the CPU's widest vectors, without FMA contraction (like
+//     every run_vec file, CMakeLists.txt), so every copy rounds alike.
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
 #include "core/kernel_registry.h"
+#include "kernels/cpu/vector_loops.h"
 #include "kernels/layer_norm.h"
 #include "kernels/layer_norm_attrs.h"
 
@@ -60,6 +64,7 @@ void layer_norm_kernel(KernelContext& ctx) {
   const int64_t c = d.c;
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 13) / c);
   ctx.parallel_for(d.rows, grain, [&](int64_t r0, int64_t r1) {
+    run_vec([&] {
     for (int64_t r = r0; r < r1; ++r) {
       const T* xs = px + r * c;
       const Acc mean = lane_sum(c, [&](int64_t j) { return static_cast<Acc>(xs[j]); }) / static_cast<Acc>(c);
@@ -75,6 +80,7 @@ void layer_norm_kernel(KernelContext& ctx) {
       for (int64_t j = 0; j < c; ++j)
         ys[j] = kernels::layer_norm_value(xs[j], m, rs, pg[j], pb ? pb[j] : T(0));
     }
+    });
   });
 }
 
@@ -97,6 +103,7 @@ void layer_norm_grad_kernel(KernelContext& ctx) {
   // Per block: C partial sums of norm * dy, then C of dy.
   std::vector<Acc> partial(static_cast<size_t>(blocks * 2 * c), Acc(0));
   ctx.parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
+    run_vec([&] {
     for (int64_t blk = b0; blk < b1; ++blk) {
       Acc* pgam = partial.data() + blk * 2 * c;
       Acc* pbet = pgam + c;
@@ -121,6 +128,7 @@ void layer_norm_grad_kernel(KernelContext& ctx) {
         }
       }
     }
+    });
   });
   T* pdg = dgamma.data<T>();
   T* pdb = dbeta.data<T>();
