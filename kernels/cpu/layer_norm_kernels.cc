@@ -65,21 +65,22 @@ void layer_norm_kernel(KernelContext& ctx) {
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 13) / c);
   ctx.parallel_for(d.rows, grain, [&](int64_t r0, int64_t r1) {
     run_vec([&] {
-    for (int64_t r = r0; r < r1; ++r) {
-      const T* xs = px + r * c;
-      const Acc mean = lane_sum(c, [&](int64_t j) { return static_cast<Acc>(xs[j]); }) / static_cast<Acc>(c);
-      const Acc sq = lane_sum(c, [&](int64_t j) {
-        const Acc v = static_cast<Acc>(xs[j]) - mean;
-        return v * v;
-      });
-      const T m = static_cast<T>(mean);
-      const T rs = static_cast<T>(kernels::layer_norm_rstd(sq, c, eps));
-      pm[r] = m;
-      pr[r] = rs;
-      T* ys = py + r * c;
-      for (int64_t j = 0; j < c; ++j)
-        ys[j] = kernels::layer_norm_value(xs[j], m, rs, pg[j], pb ? pb[j] : T(0));
-    }
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* xs = px + r * c;
+        const Acc mean = lane_sum(c, [&](int64_t j) { return static_cast<Acc>(xs[j]); }) /
+                         static_cast<Acc>(c);
+        const Acc sq = lane_sum(c, [&](int64_t j) {
+          const Acc v = static_cast<Acc>(xs[j]) - mean;
+          return v * v;
+        });
+        const T m = static_cast<T>(mean);
+        const T rs = static_cast<T>(kernels::layer_norm_rstd(sq, c, eps));
+        pm[r] = m;
+        pr[r] = rs;
+        T* ys = py + r * c;
+        for (int64_t j = 0; j < c; ++j)
+          ys[j] = kernels::layer_norm_value(xs[j], m, rs, pg[j], pb ? pb[j] : T(0));
+      }
     });
   });
 }
@@ -104,30 +105,33 @@ void layer_norm_grad_kernel(KernelContext& ctx) {
   std::vector<Acc> partial(static_cast<size_t>(blocks * 2 * c), Acc(0));
   ctx.parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
     run_vec([&] {
-    for (int64_t blk = b0; blk < b1; ++blk) {
-      Acc* pgam = partial.data() + blk * 2 * c;
-      Acc* pbet = pgam + c;
-      const int64_t end = std::min(rows, (blk + 1) * block_rows);
-      for (int64_t r = blk * block_rows; r < end; ++r) {
-        const T* xs = px + r * c;
-        const T* dys = pdy + r * c;
-        const T m = pm[r], rs = pr[r];
-        // kernels::LayerNormGradSums' two sums, in lanes.
-        const Acc dnorm = lane_sum(c, [&](int64_t j) { return kernels::layer_norm_dnorm<Acc>(pg[j], dys[j]); });
-        const Acc dnorm_norm = lane_sum(c, [&](int64_t j) {
-          return kernels::layer_norm_dnorm<Acc>(pg[j], dys[j]) *
-                 static_cast<Acc>(kernels::layer_norm_norm(xs[j], m, rs));
-        });
-        const Acc mean_dnorm = dnorm / static_cast<Acc>(c);
-        const Acc mean_dnorm_norm = dnorm_norm / static_cast<Acc>(c);
-        T* dxs = pdx + r * c;
-        for (int64_t j = 0; j < c; ++j) {
-          dxs[j] = kernels::layer_norm_dx(xs[j], dys[j], pg[j], m, rs, mean_dnorm, mean_dnorm_norm);
-          pgam[j] += static_cast<Acc>(kernels::layer_norm_norm(xs[j], m, rs)) * static_cast<Acc>(dys[j]);
-          pbet[j] += static_cast<Acc>(dys[j]);
+      for (int64_t blk = b0; blk < b1; ++blk) {
+        Acc* pgam = partial.data() + blk * 2 * c;
+        Acc* pbet = pgam + c;
+        const int64_t end = std::min(rows, (blk + 1) * block_rows);
+        for (int64_t r = blk * block_rows; r < end; ++r) {
+          const T* xs = px + r * c;
+          const T* dys = pdy + r * c;
+          const T m = pm[r], rs = pr[r];
+          // kernels::LayerNormGradSums' two sums, in lanes.
+          const Acc dnorm =
+              lane_sum(c, [&](int64_t j) { return kernels::layer_norm_dnorm<Acc>(pg[j], dys[j]); });
+          const Acc dnorm_norm = lane_sum(c, [&](int64_t j) {
+            return kernels::layer_norm_dnorm<Acc>(pg[j], dys[j]) *
+                   static_cast<Acc>(kernels::layer_norm_norm(xs[j], m, rs));
+          });
+          const Acc mean_dnorm = dnorm / static_cast<Acc>(c);
+          const Acc mean_dnorm_norm = dnorm_norm / static_cast<Acc>(c);
+          T* dxs = pdx + r * c;
+          for (int64_t j = 0; j < c; ++j) {
+            dxs[j] =
+                kernels::layer_norm_dx(xs[j], dys[j], pg[j], m, rs, mean_dnorm, mean_dnorm_norm);
+            pgam[j] +=
+                static_cast<Acc>(kernels::layer_norm_norm(xs[j], m, rs)) * static_cast<Acc>(dys[j]);
+            pbet[j] += static_cast<Acc>(dys[j]);
+          }
         }
       }
-    }
     });
   });
   T* pdg = dgamma.data<T>();

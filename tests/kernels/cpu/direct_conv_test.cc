@@ -2,9 +2,8 @@
 // variant this CPU has, f32 and f64, against a naive double-precision loop, over paddings
 // (SAME, VALID, TF's asymmetric SAME, more than the kernel needs), kernel sizes, rows and
 // filter-row runs of every tile size, and a thread pool (the forward result must not depend
-// on it). Then the Conv2D ops, whose kernels route
-// these shapes to the direct path (the input gradient through the rotated filter), against
-// the same loops.
+// on it). Then the Conv2D ops, whose kernels route these shapes to the direct path (the input
+// gradient through the rotated filter), against the same loops.
 #include "kernels/cpu/direct_conv.h"
 
 #include <gtest/gtest.h>
