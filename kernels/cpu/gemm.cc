@@ -261,6 +261,25 @@ SPIRE_GEMM_INLINE void pack_panel(const T* src, int64_t s_i, int64_t s_p, int64_
 template <int R, class T>
 SPIRE_GEMM_INLINE void pack_block(const T* src, int64_t s_i, int64_t s_p, int64_t rows,
                                   int64_t kc, T* dst) {
+  if (s_i == 1) {
+    // The block's rows are contiguous in the source (B, or a transposed A): walk the source
+    // in its own order, one source row (a fixed p) at a time across every panel, so the
+    // reads stream. Panel by panel instead, each pass would read R values of kc rows lying
+    // s_p apart: one cache line per row, a stride the prefetcher follows poorly. Same
+    // layout as pack_panel's.
+    const int64_t full = rows / R * R;
+    for (int64_t p = 0; p < kc; ++p) {
+      const T* s = src + p * s_p;
+      T* d = dst + p * R;
+      for (int64_t i0 = 0; i0 < full; i0 += R) std::memcpy(d + i0 * kc, s + i0, R * sizeof(T));
+      if (full < rows) {
+        T* e = d + full * kc;
+        for (int64_t i = 0; i < rows - full; ++i) e[i] = s[full + i];
+        for (int64_t i = rows - full; i < R; ++i) e[i] = T(0);
+      }
+    }
+    return;
+  }
   for (int64_t i0 = 0; i0 < rows; i0 += R)
     pack_panel<R>(src + i0 * s_i, s_i, s_p, std::min<int64_t>(R, rows - i0), kc,
                   std::clamp<int64_t>(rows - i0 - R, 0, R), dst + i0 * kc);
