@@ -147,13 +147,19 @@ struct Gelu {
   }
 };
 /// The exact GELU's gradient dy * (Phi(x) + x phi(x)) (GeluGrad: binary, dy first); f32 on
-/// the host through kernels/vector_math.h like Gelu.
+/// the host through kernels/vector_math.h like Gelu, with one exponential shared by Phi's erf
+/// and the density phi.
 struct GeluGrad {
   template <typename T> SPIRE_HD T operator()(T dy, T x) const {
 #if !defined(__CUDA_ARCH__)
     if constexpr (std::is_same_v<T, float>) {
-      const float cdf = 0.5f * (1.0f + vmath::erf_f32(x * 0.70710678118654752440f));
-      const float pdf = 0.39894228040143267794f * vmath::exp_f32(-0.5f * x * x);
+      // One exponential for both: e = exp(-u^2) = exp(-x^2 / 2) for u = x / sqrt(2) (u
+      // clamped where erf is +-1 and the density 0).
+      const float u = x * 0.70710678118654752440f, au = vmath::fabs_f32(u);
+      const float a = vmath::erf_clamp_f32(au);
+      const float e = vmath::exp_core_f32(-a * a);
+      const float cdf = 0.5f * (1.0f + vmath::erf_from_exp_f32(u, au, e));
+      const float pdf = au > vmath::kErfClampF32 ? 0.0f : 0.39894228040143267794f * e;
       return dy * (cdf + x * pdf);
     } else
 #endif

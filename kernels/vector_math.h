@@ -35,15 +35,33 @@ SPIRE_HD inline float fma_f32(float a, float b, float c) {
 #endif
 }
 
-SPIRE_HD inline float exp_f32(float x) {
-  const float lo = -87.33654f, hi = 88.0f;
-  const float xc = x < lo ? lo : (x > hi ? hi : x);
+/// |x| (a bit operation: NaN stays NaN).
+SPIRE_HD inline float fabs_f32(float x) {
+#if defined(__CUDA_ARCH__)
+  return fabsf(x);
+#else
+  return __builtin_fabsf(x);
+#endif
+}
+
+/// |mag| with sign's sign bit (a bit operation).
+SPIRE_HD inline float copysign_f32(float mag, float sign) {
+#if defined(__CUDA_ARCH__)
+  return copysignf(mag, sign);
+#else
+  return __builtin_copysignf(mag, sign);
+#endif
+}
+
+/// exp(x) for x in [-87.33654, 88] (NaN gives NaN): exp_f32 without its range checks, for
+/// callers whose argument is known to lie there.
+SPIRE_HD inline float exp_core_f32(float x) {
   // n = round(x / ln 2) by the 1.5 * 2^23 trick (exact for |x / ln 2| < 2^22): t holds
   // 1.5 * 2^23 + n, so n also sits in t's low mantissa bits (no float-to-int conversion,
   // which a NaN would make undefined).
-  const float t = xc * 1.44269504088896341f + 12582912.0f;
+  const float t = x * 1.44269504088896341f + 12582912.0f;
   const float n = t - 12582912.0f;
-  float r = fma_f32(n, -0.693359375f, xc);
+  float r = fma_f32(n, -0.693359375f, x);
   r = fma_f32(n, 2.12194440e-4f, r);
   float p = 1.9875691500e-4f;
   p = fma_f32(p, r, 1.3981999507e-3f);
@@ -57,19 +75,30 @@ SPIRE_HD inline float exp_f32(float x) {
   const uint32_t bits = (tb + 127u) << 23;  // (n + 127) << 23: the low 9 bits of tb + 127
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
-  const float y = p * scale;
+  return p * scale;
+}
+
+SPIRE_HD inline float exp_f32(float x) {
+  const float lo = -87.33654f, hi = 88.0f;
+  const float xc = x < lo ? lo : (x > hi ? hi : x);
+  const float y = exp_core_f32(xc);
   return x < lo ? 0.0f : y;
 }
 
-SPIRE_HD inline float erf_f32(float x) {
-  const float ax = x < 0.0f ? -x : x;
+/// Above this |x|, erf(x) is +-1 in f32 (erfc(9.3) is about 1e-39) and exp(-x^2) is below
+/// exp_core_f32's range: erf's callers clamp |x| here before exp(-x^2).
+constexpr float kErfClampF32 = 9.3f;
+
+/// erf(x) from ax = |x| and e = exp(-a^2), a = min(ax, kErfClampF32), which the caller
+/// computed (GeluGrad needs the same exponential for the normal density).
+SPIRE_HD inline float erf_from_exp_f32(float x, float ax, float e) {
   const float t = 1.0f / fma_f32(0.3275911f, ax, 1.0f);
   float p = 1.061405429f;
   p = fma_f32(p, t, -1.453152027f);
   p = fma_f32(p, t, 1.421413741f);
   p = fma_f32(p, t, -0.284496736f);
   p = fma_f32(p, t, 0.254829592f);
-  const float r = fma_f32(-p * t, exp_f32(-ax * ax), 1.0f);
+  const float r = fma_f32(-p * t, e, 1.0f);
   // Near 0, 1 - (a value near 1) loses erf's relative precision: the Maclaurin series
   // 2/sqrt(pi) (x - x^3/3 + x^5/10 - x^7/42 + x^9/216 - x^11/1320 + x^13/9360) instead.
   const float z = x * x;
@@ -81,7 +110,16 @@ SPIRE_HD inline float erf_f32(float x) {
   q = fma_f32(q, z, -1.0f / 3.0f);
   q = fma_f32(q, z, 1.0f);
   const float series = 1.12837916709551257f * x * q;
-  return ax < 0.5f ? series : (x < 0.0f ? -r : r);
+  return ax < 0.5f ? series : copysign_f32(r, x);
+}
+
+/// min(ax, kErfClampF32) with a NaN kept (the comparison is false for it).
+SPIRE_HD inline float erf_clamp_f32(float ax) { return ax > kErfClampF32 ? kErfClampF32 : ax; }
+
+SPIRE_HD inline float erf_f32(float x) {
+  const float ax = fabs_f32(x);
+  const float a = erf_clamp_f32(ax);
+  return erf_from_exp_f32(x, ax, exp_core_f32(-a * a));
 }
 
 }  // namespace spire::vmath

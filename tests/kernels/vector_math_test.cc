@@ -151,5 +151,16 @@ TEST(VectorMath, GeluOpsInF32MatchTheExactFormulas) {
   EXPECT_EQ(bad, 0u);
 }
 
+// Past the clamp of erf's argument (|x| / sqrt(2) > 9.3): the gradient is dy (x > 0) or 0,
+// with no trace of the clamped density even where x is huge.
+TEST(VectorMath, GeluGradInF32IsExactFarFromZero) {
+  for (float x : {13.0f, 13.15f, 13.2f, 14.0f, 20.0f, 1e10f, 1e38f, 3.4e38f}) {
+    EXPECT_EQ(functors::GeluGrad{}(1.5f, x), 1.5f) << x;
+    // The true values left of -13 are below 2e-36 in magnitude.
+    EXPECT_LE(std::abs(functors::GeluGrad{}(1.5f, -x)), 2e-36f) << -x;
+  }
+  EXPECT_TRUE(std::isnan(functors::GeluGrad{}(1.5f, std::numeric_limits<float>::quiet_NaN())));
+}
+
 }  // namespace
 }  // namespace spire
