@@ -18,8 +18,10 @@
 // is summed by one task in a fixed order: no races, no atomics, and results
 // independent of the thread count.
 //
-// The exponentials of a tile row run vectorized (f32: vmath::exp_f32 through the per-ISA
-// loops of vector_loops.h, within 1 ulp of the correctly rounded value; f64: std::exp).
+// Each task's body runs through run_vec (kernels/cpu/vector_loops.h: compiled per
+// instruction set), so a tile row's maximum, exponentials (f32: vmath::exp_f32, within
+// 1 ulp; f64: std::exp) and sums run as vectors, the sums in 8 fixed lanes: the same
+// order, and so the same bits, on every instruction set and thread count.
 // Both layouts (heads first, seq_first) are addressed through attention_row.
 #include <algorithm>
 #include <cmath>
@@ -38,19 +40,68 @@ namespace {
 
 using kernels::AttentionDims;
 
-/// row[c] = exp(row[c] - m) for c < n; returns their sum (in order). f32 runs the vectorized
-/// exp (kernels/vector_math.h, within 1 ulp) on this CPU's widest vectors; f64 the library's.
+// The row loops below keep kLanes running values (maxima, sums), lane l taking the
+// elements l, l + kLanes, ...: the compiler turns them into vectors (the task bodies are
+// compiled per instruction set by run_vec), and, as the lanes are fixed here and the file
+// is compiled without FMA contraction, every instruction set sums in the same order.
+constexpr int kLanes = 8;
+
+/// The maximum of row[0..n) (-inf when n = 0), NaNs skipped as std::max skips them. A
+/// maximum does not round, so this is the sequential loop's value.
+template <typename T>
+T row_max(const T* row, int64_t n) {
+  T mx[kLanes];
+  for (int l = 0; l < kLanes; ++l) mx[l] = -std::numeric_limits<T>::infinity();
+  int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes)
+#pragma GCC unroll 8
+    for (int l = 0; l < kLanes; ++l) mx[l] = row[c + l] > mx[l] ? row[c + l] : mx[l];
+  for (; c < n; ++c) mx[0] = row[c] > mx[0] ? row[c] : mx[0];
+  T m = mx[0];
+  for (int l = 1; l < kLanes; ++l) m = mx[l] > m ? mx[l] : m;
+  return m;
+}
+
+/// The sum of a[c] * b[c] over c < n, in kLanes lanes.
+template <typename T>
+T row_dot(const T* a, const T* b, int64_t n) {
+  T acc[kLanes] = {};
+  int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes)
+#pragma GCC unroll 8
+    for (int l = 0; l < kLanes; ++l) acc[l] += a[c + l] * b[c + l];
+  for (; c < n; ++c) acc[c % kLanes] += a[c] * b[c];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/// exp(x): f32 through the vectorizable vmath::exp_f32 (within 1 ulp), f64 the library's.
+template <typename T>
+T exp_of(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return vmath::exp_f32(x);
+  } else {
+    return std::exp(x);
+  }
+}
+
+/// row[c] = exp(row[c] - m) for c < n; returns their sum, in kLanes lanes.
 template <typename T>
 T exp_shifted(T* row, int64_t n, T m) {
-  if constexpr (std::is_same_v<T, float>) {
-    binary_vec<VecScalar::kB>(row, &m, row, n,
-                              [](float s, float mx) { return vmath::exp_f32(s - mx); });
-  } else {
-    for (int64_t c = 0; c < n; ++c) row[c] = std::exp(row[c] - m);
+  T acc[kLanes] = {};
+  int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes)
+#pragma GCC unroll 8
+    for (int l = 0; l < kLanes; ++l) {
+      const T e = exp_of(row[c + l] - m);
+      row[c + l] = e;
+      acc[l] += e;
+    }
+  for (; c < n; ++c) {
+    const T e = exp_of(row[c] - m);
+    row[c] = e;
+    acc[c % kLanes] += e;
   }
-  T sum = 0;
-  for (int64_t c = 0; c < n; ++c) sum += row[c];
-  return sum;
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
 /// The backward's probabilities of one row of a score tile: exp(s - lse) for the n visible
@@ -82,48 +133,48 @@ void attention_forward_kernel(KernelContext& ctx) {
   const int64_t ldq = kernels::attention_row_stride(a, a.d), ldk = ldq;
   const int64_t ldv = kernels::attention_row_stride(a, a.dv);
   ctx.parallel_for(a.batch * nqt, 1, [&](int64_t w0, int64_t w1) {
-    std::vector<T> s(static_cast<size_t>(bs * bs)), acc(static_cast<size_t>(bs * a.dv));
-    std::vector<T> m(static_cast<size_t>(bs)), l(static_cast<size_t>(bs));
-    for (int64_t w = w0; w < w1; ++w) {
-      const int64_t bh = w / nqt, i0 = (w % nqt) * bs, i1 = std::min(i0 + bs, a.tq);
-      const int64_t bq = i1 - i0;
-      const T* q = pq + kernels::attention_row(a, bh, i0, a.tq, a.d);
-      const T* k = pk + kernels::attention_row(a, bh, 0, a.tk, a.d);
-      const T* v = pv + kernels::attention_row(a, bh, 0, a.tk, a.dv);
-      std::fill(m.begin(), m.end(), neg_inf);
-      std::fill(l.begin(), l.end(), T(0));
-      std::fill(acc.begin(), acc.end(), T(0));
-      const int64_t key_end = kernels::attention_key_end(i1, a.tk, a.causal);
-      for (int64_t j0 = 0; j0 < key_end; j0 += bs) {
-        const int64_t j1 = std::min(j0 + bs, key_end), bk = j1 - j0;
-        gemm(false, true, bq, bk, a.d, scale, q, ldq, k + j0 * ldk, ldk, T(0), s.data(), bk);
-        const bool masked = kernels::attention_tile_masked(i0, j1, a.causal);
-        for (int64_t r = 0; r < bq; ++r) {
-          T* row = s.data() + r * bk;
-          const int64_t n = kernels::attention_visible_keys(i0 + r, j0, bk, masked);
-          T mx = neg_inf;
-          for (int64_t c = 0; c < n; ++c) mx = std::max(mx, row[c]);
-          const kernels::OnlineMax<T> om = kernels::attention_online_max(m[r], mx);
-          m[r] = om.m;
-          const T sum = exp_shifted(row, n, om.m);
-          for (int64_t c = n; c < bk; ++c) row[c] = T(0);
-          l[r] = l[r] * om.alpha + sum;
-          if (om.alpha != T(1)) {
-            T* ar = acc.data() + r * a.dv;
-            for (int64_t c = 0; c < a.dv; ++c) ar[c] *= om.alpha;
+    run_vec([&] {
+      std::vector<T> s(static_cast<size_t>(bs * bs)), acc(static_cast<size_t>(bs * a.dv));
+      std::vector<T> m(static_cast<size_t>(bs)), l(static_cast<size_t>(bs));
+      for (int64_t w = w0; w < w1; ++w) {
+        const int64_t bh = w / nqt, i0 = (w % nqt) * bs, i1 = std::min(i0 + bs, a.tq);
+        const int64_t bq = i1 - i0;
+        const T* q = pq + kernels::attention_row(a, bh, i0, a.tq, a.d);
+        const T* k = pk + kernels::attention_row(a, bh, 0, a.tk, a.d);
+        const T* v = pv + kernels::attention_row(a, bh, 0, a.tk, a.dv);
+        std::fill(m.begin(), m.end(), neg_inf);
+        std::fill(l.begin(), l.end(), T(0));
+        std::fill(acc.begin(), acc.end(), T(0));
+        const int64_t key_end = kernels::attention_key_end(i1, a.tk, a.causal);
+        for (int64_t j0 = 0; j0 < key_end; j0 += bs) {
+          const int64_t j1 = std::min(j0 + bs, key_end), bk = j1 - j0;
+          gemm(false, true, bq, bk, a.d, scale, q, ldq, k + j0 * ldk, ldk, T(0), s.data(), bk);
+          const bool masked = kernels::attention_tile_masked(i0, j1, a.causal);
+          for (int64_t r = 0; r < bq; ++r) {
+            T* row = s.data() + r * bk;
+            const int64_t n = kernels::attention_visible_keys(i0 + r, j0, bk, masked);
+            const kernels::OnlineMax<T> om = kernels::attention_online_max(m[r], row_max(row, n));
+            m[r] = om.m;
+            const T sum = exp_shifted(row, n, om.m);
+            for (int64_t c = n; c < bk; ++c) row[c] = T(0);
+            l[r] = l[r] * om.alpha + sum;
+            if (om.alpha != T(1)) {
+              T* ar = acc.data() + r * a.dv;
+              for (int64_t c = 0; c < a.dv; ++c) ar[c] *= om.alpha;
+            }
           }
+          gemm(false, false, bq, a.dv, bk, T(1), s.data(), bk, v + j0 * ldv, ldv, T(1), acc.data(),
+               a.dv);
         }
-        gemm(false, false, bq, a.dv, bk, T(1), s.data(), bk, v + j0 * ldv, ldv, T(1), acc.data(),
-             a.dv);
+        for (int64_t r = 0; r < bq; ++r) {
+          const T inv = kernels::attention_inv_sum(l[r]);
+          T* o = po + kernels::attention_row(a, bh, i0 + r, a.tq, a.dv);
+          const T* ar = acc.data() + r * a.dv;
+          for (int64_t c = 0; c < a.dv; ++c) o[c] = ar[c] * inv;
+          pl[kernels::attention_row(a, bh, i0 + r, a.tq, 1)] = kernels::attention_lse(m[r], l[r]);
+        }
       }
-      for (int64_t r = 0; r < bq; ++r) {
-        const T inv = kernels::attention_inv_sum(l[r]);
-        T* o = po + kernels::attention_row(a, bh, i0 + r, a.tq, a.dv);
-        const T* ar = acc.data() + r * a.dv;
-        for (int64_t c = 0; c < a.dv; ++c) o[c] = ar[c] * inv;
-        pl[kernels::attention_row(a, bh, i0 + r, a.tq, 1)] = kernels::attention_lse(m[r], l[r]);
-      }
-    }
+    });
   });
 }
 
@@ -150,67 +201,67 @@ void attention_backward_kernel(KernelContext& ctx) {
   const int64_t ldv = kernels::attention_row_stride(a, a.dv);
   const int64_t ldl = kernels::attention_row_stride(a, 1);
   ctx.parallel_for(a.batch, 1, [&](int64_t b0, int64_t b1) {
-    std::vector<T> p(static_cast<size_t>(bs * bs)), ds(static_cast<size_t>(bs * bs));
-    std::vector<T> delta(static_cast<size_t>(a.tq));
-    for (int64_t bh = b0; bh < b1; ++bh) {
-      const int64_t q0 = kernels::attention_row(a, bh, 0, a.tq, a.d);
-      const int64_t k0 = kernels::attention_row(a, bh, 0, a.tk, a.d);
-      const int64_t v0 = kernels::attention_row(a, bh, 0, a.tk, a.dv);
-      const int64_t o0 = kernels::attention_row(a, bh, 0, a.tq, a.dv);
-      const int64_t l0 = kernels::attention_row(a, bh, 0, a.tq, 1);
-      const T* q = pq + q0;
-      const T* k = pk + k0;
-      const T* v = pv + v0;
-      const T* o = po + o0;
-      const T* d_o = pdo + o0;
-      const T* lse = plse + l0;
-      const T* dlse = pdlse + l0;
-      T* gq = pdq + q0;
-      T* gk = pdk + k0;
-      T* gv = pdv + v0;
-      for (int64_t i = 0; i < a.tq; ++i) std::fill(gq + i * ld, gq + i * ld + a.d, T(0));
-      for (int64_t j = 0; j < a.tk; ++j) {
-        std::fill(gk + j * ld, gk + j * ld + a.d, T(0));
-        std::fill(gv + j * ldv, gv + j * ldv + a.dv, T(0));
-      }
-      // D_i = rowsum(dO * O) - dlse_i: dS = P * (dP - D_i) covers both outputs' gradients.
-      for (int64_t i = 0; i < a.tq; ++i) {
-        T acc = 0;
-        for (int64_t c = 0; c < a.dv; ++c) acc += d_o[i * ldv + c] * o[i * ldv + c];
-        delta[static_cast<size_t>(i)] = acc - dlse[i * ldl];
-      }
-      for (int64_t j0 = 0; j0 < a.tk; j0 += bs) {
-        const int64_t j1 = std::min(j0 + bs, a.tk), bk = j1 - j0;
-        const int64_t first = kernels::attention_query_begin(j0, a.causal) / bs * bs;
-        for (int64_t i0 = first; i0 < a.tq; i0 += bs) {
-          const int64_t i1 = std::min(i0 + bs, a.tq), bq = i1 - i0;
-          gemm(false, true, bq, bk, a.d, scale, q + i0 * ld, ld, k + j0 * ld, ld, T(0), p.data(),
-               bk);
-          const bool masked = kernels::attention_tile_masked(i0, j1, a.causal);
-          for (int64_t r = 0; r < bq; ++r) {
-            const int64_t n = kernels::attention_visible_keys(i0 + r, j0, bk, masked);
-            probabilities(p.data() + r * bk, n, bk, lse[(i0 + r) * ldl]);
+    run_vec([&] {
+      std::vector<T> p(static_cast<size_t>(bs * bs)), ds(static_cast<size_t>(bs * bs));
+      std::vector<T> delta(static_cast<size_t>(a.tq));
+      for (int64_t bh = b0; bh < b1; ++bh) {
+        const int64_t q0 = kernels::attention_row(a, bh, 0, a.tq, a.d);
+        const int64_t k0 = kernels::attention_row(a, bh, 0, a.tk, a.d);
+        const int64_t v0 = kernels::attention_row(a, bh, 0, a.tk, a.dv);
+        const int64_t o0 = kernels::attention_row(a, bh, 0, a.tq, a.dv);
+        const int64_t l0 = kernels::attention_row(a, bh, 0, a.tq, 1);
+        const T* q = pq + q0;
+        const T* k = pk + k0;
+        const T* v = pv + v0;
+        const T* o = po + o0;
+        const T* d_o = pdo + o0;
+        const T* lse = plse + l0;
+        const T* dlse = pdlse + l0;
+        T* gq = pdq + q0;
+        T* gk = pdk + k0;
+        T* gv = pdv + v0;
+        for (int64_t i = 0; i < a.tq; ++i) std::fill(gq + i * ld, gq + i * ld + a.d, T(0));
+        for (int64_t j = 0; j < a.tk; ++j) {
+          std::fill(gk + j * ld, gk + j * ld + a.d, T(0));
+          std::fill(gv + j * ldv, gv + j * ldv + a.dv, T(0));
+        }
+        // D_i = rowsum(dO * O) - dlse_i: dS = P * (dP - D_i) covers both outputs' gradients.
+        for (int64_t i = 0; i < a.tq; ++i) {
+          delta[static_cast<size_t>(i)] = row_dot(d_o + i * ldv, o + i * ldv, a.dv) - dlse[i * ldl];
+        }
+        for (int64_t j0 = 0; j0 < a.tk; j0 += bs) {
+          const int64_t j1 = std::min(j0 + bs, a.tk), bk = j1 - j0;
+          const int64_t first = kernels::attention_query_begin(j0, a.causal) / bs * bs;
+          for (int64_t i0 = first; i0 < a.tq; i0 += bs) {
+            const int64_t i1 = std::min(i0 + bs, a.tq), bq = i1 - i0;
+            gemm(false, true, bq, bk, a.d, scale, q + i0 * ld, ld, k + j0 * ld, ld, T(0), p.data(),
+                 bk);
+            const bool masked = kernels::attention_tile_masked(i0, j1, a.causal);
+            for (int64_t r = 0; r < bq; ++r) {
+              const int64_t n = kernels::attention_visible_keys(i0 + r, j0, bk, masked);
+              probabilities(p.data() + r * bk, n, bk, lse[(i0 + r) * ldl]);
+            }
+            // dV_j += P^T dO_i
+            gemm(true, false, bk, a.dv, bq, T(1), p.data(), bk, d_o + i0 * ldv, ldv, T(1),
+                 gv + j0 * ldv, ldv);
+            // dP = dO_i V_j^T, then dS = P * (dP - D_i)
+            gemm(false, true, bq, bk, a.dv, T(1), d_o + i0 * ldv, ldv, v + j0 * ldv, ldv, T(0),
+                 ds.data(), bk);
+            for (int64_t r = 0; r < bq; ++r) {
+              const T di = delta[static_cast<size_t>(i0 + r)];
+              const T* pr = p.data() + r * bk;
+              T* dr = ds.data() + r * bk;
+              for (int64_t c = 0; c < bk; ++c) dr[c] = pr[c] * (dr[c] - di);
+            }
+            // dQ_i += scale dS K_j; dK_j += scale dS^T Q_i
+            gemm(false, false, bq, a.d, bk, scale, ds.data(), bk, k + j0 * ld, ld, T(1),
+                 gq + i0 * ld, ld);
+            gemm(true, false, bk, a.d, bq, scale, ds.data(), bk, q + i0 * ld, ld, T(1),
+                 gk + j0 * ld, ld);
           }
-          // dV_j += P^T dO_i
-          gemm(true, false, bk, a.dv, bq, T(1), p.data(), bk, d_o + i0 * ldv, ldv, T(1),
-               gv + j0 * ldv, ldv);
-          // dP = dO_i V_j^T, then dS = P * (dP - D_i)
-          gemm(false, true, bq, bk, a.dv, T(1), d_o + i0 * ldv, ldv, v + j0 * ldv, ldv, T(0),
-               ds.data(), bk);
-          for (int64_t r = 0; r < bq; ++r) {
-            const T di = delta[static_cast<size_t>(i0 + r)];
-            const T* pr = p.data() + r * bk;
-            T* dr = ds.data() + r * bk;
-            for (int64_t c = 0; c < bk; ++c) dr[c] = pr[c] * (dr[c] - di);
-          }
-          // dQ_i += scale dS K_j; dK_j += scale dS^T Q_i
-          gemm(false, false, bq, a.d, bk, scale, ds.data(), bk, k + j0 * ld, ld, T(1),
-               gq + i0 * ld, ld);
-          gemm(true, false, bk, a.d, bq, scale, ds.data(), bk, q + i0 * ld, ld, T(1),
-               gk + j0 * ld, ld);
         }
       }
-    }
+    });
   });
 }
 
