@@ -63,7 +63,7 @@ void BM_AddF32(benchmark::State& state) {
 }
 BENCHMARK(BM_AddF32)->RangeMultiplier(4)->Range(1 << 20, 1 << 26)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-// The exact GELU and its gradient on GPT baby's MLP activation ([768, 512], normal values),
+// The exact GELU and its gradient on GPT baby's MLP activation ([768, 512], uniform in [-1, 1]),
 // one thread: elements per second.
 void BM_GeluF32(benchmark::State& state) {
   const bool grad = state.range(0) != 0;

@@ -130,14 +130,16 @@ struct Sigmoid {
 struct Tanh {
   template <typename T> SPIRE_HD T operator()(T a) const { using std::tanh; return tanh(a); }
 };
-/// The exact GELU 0.5 x (1 + erf(x / sqrt(2))). f32 on the host uses vmath::erf_f32
-/// (kernels/vector_math.h: vectorizable, within 3.5e-7 of erf, as PyTorch's CPU GELU);
+/// The exact GELU 0.5 x (1 + erf(x / sqrt(2))). f32 on the host uses vmath::erf_as_f32
+/// (kernels/vector_math.h: vectorizable, within 3.5e-7 of erf, PyTorch's CPU GELU's formula);
 /// f64, and f32 on CUDA, the math library's erf.
 struct Gelu {
   template <typename T> SPIRE_HD T operator()(T a) const {
 #if !defined(__CUDA_ARCH__)
     if constexpr (std::is_same_v<T, float>) {
-      return 0.5f * a * (1.0f + vmath::erf_f32(a * 0.70710678118654752440f));
+      const float u = a * 0.70710678118654752440f, au = vmath::fabs_f32(u);
+      const float c = vmath::erf_clamp_f32(au);
+      return 0.5f * a * (1.0f + vmath::erf_as_f32(u, au, vmath::exp_core_f32(-c * c)));
     } else
 #endif
     {
@@ -158,7 +160,7 @@ struct GeluGrad {
       const float u = x * 0.70710678118654752440f, au = vmath::fabs_f32(u);
       const float a = vmath::erf_clamp_f32(au);
       const float e = vmath::exp_core_f32(-a * a);
-      const float cdf = 0.5f * (1.0f + vmath::erf_from_exp_f32(u, au, e));
+      const float cdf = 0.5f * (1.0f + vmath::erf_as_f32(u, au, e));
       const float pdf = au > vmath::kErfClampF32 ? 0.0f : 0.39894228040143267794f * e;
       return dy * (cdf + x * pdf);
     } else

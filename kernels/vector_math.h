@@ -10,7 +10,8 @@
 //            e^{-x^2} with t = 1 / (1 + p|x|): absolute error below 1.5e-7 plus f32 rounding
 //            (PyTorch's vectorized CPU erf, and so its exact GELU on CPU, uses the same
 //            formula everywhere); below 0.5 erf's Maclaurin series to x^13, which keeps the
-//            relative precision the formula loses to cancellation near 0.
+//            relative precision the formula loses to cancellation near 0. Gelu and
+//            GeluGrad take the formula alone (erf_as_f32): 1 + erf(x) needs no more.
 // Every polynomial step is an explicit fused multiply-add (fma_f32), rounded once: fewer
 // instructions than a multiply and an add, and the same bits in every loop copy (AVX-512,
 // AVX2, a scalar tail), whatever the file's FMA-contraction setting.
@@ -85,20 +86,27 @@ SPIRE_HD inline float exp_f32(float x) {
   return x < lo ? 0.0f : y;
 }
 
-/// Above this |x|, erf(x) is +-1 in f32 (erfc(9.3) is about 1e-39) and exp(-x^2) is below
-/// exp_core_f32's range: erf's callers clamp |x| here before exp(-x^2).
+/// Above this |x|, erf(x) is +-1 in f32 (erfc(9.3) is about 1e-39); clamped here, -x^2 >=
+/// -86.49 stays inside exp_core_f32's range. erf's callers clamp |x| before exp(-x^2).
 constexpr float kErfClampF32 = 9.3f;
 
-/// erf(x) from ax = |x| and e = exp(-a^2), a = min(ax, kErfClampF32), which the caller
-/// computed (GeluGrad needs the same exponential for the normal density).
-SPIRE_HD inline float erf_from_exp_f32(float x, float ax, float e) {
+/// erf(x) by Abramowitz & Stegun 7.1.26 alone, from ax = |x| and e = exp(-a^2), a =
+/// min(ax, kErfClampF32), which the caller computed: within 1.5e-7 (plus rounding) of erf
+/// everywhere but without erf's relative precision near 0, which 1 + erf(x) (the normal
+/// cdf of Gelu and GeluGrad) does not need.
+SPIRE_HD inline float erf_as_f32(float x, float ax, float e) {
   const float t = 1.0f / fma_f32(0.3275911f, ax, 1.0f);
   float p = 1.061405429f;
   p = fma_f32(p, t, -1.453152027f);
   p = fma_f32(p, t, 1.421413741f);
   p = fma_f32(p, t, -0.284496736f);
   p = fma_f32(p, t, 0.254829592f);
-  const float r = fma_f32(-p * t, e, 1.0f);
+  return copysign_f32(fma_f32(-p * t, e, 1.0f), x);
+}
+
+/// erf(x) from ax and e as erf_as_f32 takes them, with erf's relative precision near 0.
+SPIRE_HD inline float erf_from_exp_f32(float x, float ax, float e) {
+  const float r = erf_as_f32(x, ax, e);
   // Near 0, 1 - (a value near 1) loses erf's relative precision: the Maclaurin series
   // 2/sqrt(pi) (x - x^3/3 + x^5/10 - x^7/42 + x^9/216 - x^11/1320 + x^13/9360) instead.
   const float z = x * x;
@@ -110,7 +118,7 @@ SPIRE_HD inline float erf_from_exp_f32(float x, float ax, float e) {
   q = fma_f32(q, z, -1.0f / 3.0f);
   q = fma_f32(q, z, 1.0f);
   const float series = 1.12837916709551257f * x * q;
-  return ax < 0.5f ? series : copysign_f32(r, x);
+  return ax < 0.5f ? series : r;
 }
 
 /// min(ax, kErfClampF32) with a NaN kept (the comparison is false for it).

@@ -151,8 +151,9 @@ TEST(VectorMath, GeluOpsInF32MatchTheExactFormulas) {
   EXPECT_EQ(bad, 0u);
 }
 
-// Past the clamp of erf's argument (|x| / sqrt(2) > 9.3): the gradient is dy (x > 0) or 0,
-// with no trace of the clamped density even where x is huge.
+// Up to and past the clamp of erf's argument (|x| / sqrt(2) > 9.3 from x = 13.16): the
+// gradient is dy (x > 0) or about 0, with no trace of the clamped density even where x is
+// huge; at +-inf it is NaN (x times a zero density), as PyTorch's.
 TEST(VectorMath, GeluGradInF32IsExactFarFromZero) {
   for (float x : {13.0f, 13.15f, 13.2f, 14.0f, 20.0f, 1e10f, 1e38f, 3.4e38f}) {
     EXPECT_EQ(functors::GeluGrad{}(1.5f, x), 1.5f) << x;
@@ -160,6 +161,8 @@ TEST(VectorMath, GeluGradInF32IsExactFarFromZero) {
     EXPECT_LE(std::abs(functors::GeluGrad{}(1.5f, -x)), 2e-36f) << -x;
   }
   EXPECT_TRUE(std::isnan(functors::GeluGrad{}(1.5f, std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_TRUE(std::isnan(functors::GeluGrad{}(1.5f, std::numeric_limits<float>::infinity())));
+  EXPECT_TRUE(std::isnan(functors::GeluGrad{}(1.5f, -std::numeric_limits<float>::infinity())));
 }
 
 }  // namespace
