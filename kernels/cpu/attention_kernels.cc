@@ -20,8 +20,9 @@
 //
 // Each task's body runs through run_vec (kernels/cpu/vector_loops.h: compiled per
 // instruction set), so a tile row's maximum, exponentials (f32: vmath::exp_f32, within
-// 1 ulp; f64: std::exp) and sums run as vectors, the sums in 8 fixed lanes: the same
-// order, and so the same bits, on every instruction set and thread count.
+// 1 ulp; f64: std::exp, scalar calls) and sums run as vectors, the sums in 8 fixed
+// lanes: given the same scores, every instruction set and thread count computes the same
+// bits (the scores themselves come from gemm(), whose micro-kernels differ per ISA).
 // Both layouts (heads first, seq_first) are addressed through attention_row.
 #include <algorithm>
 #include <cmath>
@@ -41,13 +42,25 @@ namespace {
 using kernels::AttentionDims;
 
 // The row loops below keep kLanes running values (maxima, sums), lane l taking the
-// elements l, l + kLanes, ...: the compiler turns them into vectors (the task bodies are
-// compiled per instruction set by run_vec), and, as the lanes are fixed here and the file
-// is compiled without FMA contraction, every instruction set sums in the same order.
+// elements l, l + kLanes, ... and lane 0 also the last n mod kLanes (an index that varies
+// would keep the lanes in memory): the compiler turns them into one 256-bit vector (the task
+// bodies are compiled per instruction set by run_vec; 16 lanes, two AVX2 vectors with the
+// exponential's temporaries, measured slower on Zen 3), and, as the lanes and the tree that
+// joins them are fixed here and the file is compiled without FMA contraction, every
+// instruction set sums in the same order.
 constexpr int kLanes = 8;
 
+/// acc[0] + ... + acc[kLanes - 1] by a fixed pairwise tree.
+template <typename T>
+T lane_sum(T* acc) {
+  for (int w = kLanes / 2; w >= 1; w /= 2)
+    for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
+  return acc[0];
+}
+
 /// The maximum of row[0..n) (-inf when n = 0), NaNs skipped as std::max skips them. A
-/// maximum does not round, so this is the sequential loop's value.
+/// maximum does not round, so this is the sequential loop's value (up to the sign of a
+/// zero maximum).
 template <typename T>
 T row_max(const T* row, int64_t n) {
   T mx[kLanes];
@@ -70,8 +83,8 @@ T row_dot(const T* a, const T* b, int64_t n) {
   for (; c + kLanes <= n; c += kLanes)
 #pragma GCC unroll 8
     for (int l = 0; l < kLanes; ++l) acc[l] += a[c + l] * b[c + l];
-  for (; c < n; ++c) acc[c % kLanes] += a[c] * b[c];
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; c < n; ++c) acc[0] += a[c] * b[c];
+  return lane_sum(acc);
 }
 
 /// exp(x): f32 through the vectorizable vmath::exp_f32 (within 1 ulp), f64 the library's.
@@ -99,9 +112,9 @@ T exp_shifted(T* row, int64_t n, T m) {
   for (; c < n; ++c) {
     const T e = exp_of(row[c] - m);
     row[c] = e;
-    acc[c % kLanes] += e;
+    acc[0] += e;
   }
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  return lane_sum(acc);
 }
 
 /// The backward's probabilities of one row of a score tile: exp(s - lse) for the n visible
@@ -226,9 +239,8 @@ void attention_backward_kernel(KernelContext& ctx) {
           std::fill(gv + j * ldv, gv + j * ldv + a.dv, T(0));
         }
         // D_i = rowsum(dO * O) - dlse_i: dS = P * (dP - D_i) covers both outputs' gradients.
-        for (int64_t i = 0; i < a.tq; ++i) {
+        for (int64_t i = 0; i < a.tq; ++i)
           delta[static_cast<size_t>(i)] = row_dot(d_o + i * ldv, o + i * ldv, a.dv) - dlse[i * ldl];
-        }
         for (int64_t j0 = 0; j0 < a.tk; j0 += bs) {
           const int64_t j1 = std::min(j0 + bs, a.tk), bk = j1 - j0;
           const int64_t first = kernels::attention_query_begin(j0, a.causal) / bs * bs;
