@@ -422,7 +422,7 @@ Output Flatten(const std::string& name, const Output& x) {
 // ---- regularization --------------------------------------------------------------------------
 
 Regularizer l2_regularizer(double scale) {
-  return [scale](const Output& w) { return ops::sum(ops::square(w)) * (scale * 0.5); };
+  return [scale](const Output& w) { return ops::l2_loss(w) * scale; };
 }
 
 Regularizer l1_regularizer(double scale) {

@@ -593,14 +593,15 @@ Output global_norm(const std::vector<Output>& tensors, const std::string& name) 
   }
   SPIRE_CHECK(g, "global_norm: no valid tensor given");
   NameScope ns(*g, name);
-  std::vector<Output> squares;
+  // As tf.global_norm: sqrt(2 * sum of l2_loss(t)), one pass over each tensor.
+  std::vector<Output> half_squares;
   for (const Output& t : tensors) {
     if (!t.valid()) continue;
-    Output s = ops::sum(ops::square(t));
-    squares.push_back(s.dtype() == acc ? s : ops::cast(s, acc));
+    Output s = ops::l2_loss(t);
+    half_squares.push_back(s.dtype() == acc ? s : ops::cast(s, acc));
   }
-  Output total = squares.size() == 1 ? squares[0] : ops::add_n(squares);
-  return ops::sqrt(total, "global_norm");
+  Output total = half_squares.size() == 1 ? half_squares[0] : ops::add_n(half_squares);
+  return ops::sqrt(total * 2.0, "global_norm");
 }
 
 std::pair<std::vector<Output>, Output> clip_by_global_norm(const std::vector<Output>& tensors,

@@ -1,5 +1,5 @@
 // Registrations of the reductions Sum, Mean, Max, Min, Prod (attrs `axes`,
-// empty = all, and `keepdims`) and ArgMax, with shape inference and
+// empty = all, and `keepdims`), ArgMax and L2Loss (sum(x^2) / 2, one pass), with shape inference and
 // gradients (see reduction_ops.h). Kernels: kernels/cpu/reduction_kernels.cc.
 //
 // Gradients bring the output gradient back to the keepdims shape (one
@@ -193,6 +193,18 @@ SPIRE_REGISTER_OP("ArgMax")
     .no_gradient()
     .doc("Index of the first largest value along `axis` (NaN counts as largest).");
 
+SPIRE_REGISTER_OP("L2Loss")
+    .input("t")
+    .shape_fn([](InferContext& c) {
+      const DType dt = c.input_dtype(0);
+      if (dt != DType::F32 && dt != DType::F64)
+        c.fail("input must be f32 or f64, got ", dtype_name(dt));
+      c.set_output(0, dt, Shape{});
+    })
+    .grad([](GradContext& c) -> Grads { return {mul(c.input(0), c.grad())}; })
+    .doc("sum(t^2) / 2 over every element (tf.nn.l2_loss): one pass over t, no squared "
+         "tensor. 0 for an empty t. The gradient is t * grad.");
+
 // ---- builders --------------------------------------------------------------
 
 Output sum(const Output& x, const std::vector<int64_t>& axes, bool keepdims, const std::string& name) {
@@ -212,6 +224,10 @@ Output prod(const Output& x, const std::vector<int64_t>& axes, bool keepdims, co
 }
 Output argmax(const Output& x, int64_t axis, DType out_dtype, const std::string& name) {
   return add_op("ArgMax", {x}, {{"axis", axis}, {"output_type", out_dtype}}, name)->output(0);
+}
+
+Output l2_loss(const Output& t, const std::string& name) {
+  return add_op("L2Loss", {t}, {}, name)->output(0);
 }
 
 }  // namespace spire::ops

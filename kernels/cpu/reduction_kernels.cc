@@ -1,5 +1,5 @@
-// CPU kernels for the reductions Sum, Mean, Max, Min, Prod and ArgMax
-// (ops in core/ops/reduction_ops.cc). The input shape is first simplified:
+// CPU kernels for the reductions Sum, Mean, Max, Min, Prod, ArgMax and
+// L2Loss (ops in core/ops/reduction_ops.cc). The input shape is first simplified:
 // size-1 dims are dropped and adjacent dims that are all reduced or all kept
 // are merged, so a reduction becomes a walk over contiguous rows of the
 // innermost group: a reduced inner group folds each row to one value (eight
@@ -12,7 +12,9 @@
 // share into a private partial output and the partials are combined in
 // share order (deterministic for a given thread count). The axes attrs and
 // the dim merging are shared with the CUDA kernels (kernels/reduce_attrs.h,
-// kernels/reduce_index.h).
+// kernels/reduce_index.h). L2Loss folds squares in 32 fixed lanes through
+// run_vec (this file is compiled with -ffp-contract=off, so every
+// instruction set rounds alike).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -22,6 +24,7 @@
 
 #include "core/kernel_registry.h"
 #include "kernels/array_attrs.h"
+#include "kernels/cpu/vector_loops.h"
 #include "kernels/reduce_attrs.h"
 
 namespace spire::cpu {
@@ -262,6 +265,48 @@ void argmax_kernel(KernelContext& ctx) {
   });
 }
 
+// sum(p[i]^2) for i < n: element i goes to lane i % kLanes (a tail of fewer than kLanes
+// elements fills the first lanes), the lanes join in a fixed pairwise tree. The same
+// order on every instruction set and for every n.
+template <typename T>
+T sum_of_squares(const T* __restrict p, int64_t n) {
+  constexpr int kLanes = 32;
+  T acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int k = 0; k < kLanes; ++k) acc[k] += p[i + k] * p[i + k];
+  for (int k = 0; i + k < n; ++k) acc[k] += p[i + k] * p[i + k];
+  for (int w = kLanes / 2; w > 0; w /= 2)
+    for (int k = 0; k < w; ++k) acc[k] += acc[k + w];
+  return acc[0];
+}
+
+// L2Loss: the elements are cut into shares (as a full Sum is), each share folded by
+// sum_of_squares, the shares added in order, then halved (exact).
+template <typename T>
+void l2_loss_kernel(KernelContext& ctx) {
+  const Tensor& t = ctx.input(0);
+  const T* p = t.data<T>();
+  const int64_t n = t.num_elements();
+  T* out = ctx.allocate_output(0, Shape{}).data<T>();
+  const int64_t parts = std::max<int64_t>(
+      1, ctx.thread_pool() ? ctx.thread_pool()->num_chunks(n, kReduceGrain) : 1);
+  std::vector<T> partial(static_cast<size_t>(parts), T(0));
+  auto fold = [&](int64_t s0, int64_t s1) {
+    for (int64_t s = s0; s < s1; ++s) {
+      const int64_t b = ThreadPool::chunk_begin(n, parts, s), e = ThreadPool::chunk_begin(n, parts, s + 1);
+      T r{};
+      run_vec([&] { r = sum_of_squares(p + b, e - b); });
+      partial[static_cast<size_t>(s)] = r;
+    }
+  };
+  if (parts == 1) fold(0, 1);
+  else ctx.parallel_for(parts, 1, fold);
+  T total = partial[0];
+  for (int64_t s = 1; s < parts; ++s) total += partial[static_cast<size_t>(s)];
+  out[0] = total * T(0.5);
+}
+
 template <template <typename> class Op, bool kMean = false>
 void register_reduction(const char* op) {
   kernels::register_numeric(op, DeviceType::CPU,
@@ -278,6 +323,8 @@ SPIRE_STATIC_INIT(cpu_reduction_kernels) {
   register_reduction<ProdOp>("Prod");
   for (DType dt : {DType::F32, DType::F64, DType::I32, DType::I64})
     KernelRegistry::global().add("ArgMax", DeviceType::CPU, dt, argmax_kernel);
+  KernelRegistry::global().add("L2Loss", DeviceType::CPU, DType::F32, l2_loss_kernel<float>);
+  KernelRegistry::global().add("L2Loss", DeviceType::CPU, DType::F64, l2_loss_kernel<double>);
 }
 
 }  // namespace spire::cpu

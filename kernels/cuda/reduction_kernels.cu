@@ -1,5 +1,5 @@
-// CUDA kernels for the reductions Sum, Mean, Max, Min, Prod and ArgMax (ops
-// in core/ops/reduction_ops.cc) and SumToLike (core/ops/op_util.cc), with
+// CUDA kernels for the reductions Sum, Mean, Max, Min, Prod, ArgMax and
+// L2Loss (ops in core/ops/reduction_ops.cc) and SumToLike (core/ops/op_util.cc), with
 // the dtypes and semantics of the CPU kernels (kernels/cpu/reduction_kernels.cc,
 // kernels/cpu/elementwise.cc).
 //
@@ -87,6 +87,15 @@ struct PlainPolicy {
   template <typename V>
   __device__ Acc lift(V v, int64_t) const { return static_cast<Acc>(v); }
   __device__ Final finish(Acc a) const { return static_cast<T>(divide ? a / divisor : a); }
+};
+
+// L2Loss's first pass: each element is squared (in Acc) as it is read. The
+// passes over its partials take PlainPolicy, which does not square; both
+// halve in finish.
+template <typename T>
+struct SquarePolicy : PlainPolicy<T, kernels::SumReducer> {
+  using Acc = typename PlainPolicy<T, kernels::SumReducer>::Acc;
+  __device__ Acc lift(T v, int64_t) const { return static_cast<Acc>(v) * static_cast<Acc>(v); }
 };
 
 // ArgMax: (value, index) pairs; the output is the index as I.
@@ -333,6 +342,38 @@ void sum_to_like_kernel(KernelContext& ctx) {
                                         z.data<T>(), z.num_elements(), false);
 }
 
+// L2Loss: sum(t^2) / 2 over every element, as a full Sum is planned (one
+// row of n elements), the squares taken in the first pass only.
+template <typename T>
+void l2_loss_kernel(KernelContext& ctx) {
+  auto& cc = context(ctx);
+  const Tensor& t = ctx.input(0);
+  T* out = ctx.allocate_output(0, Shape{}).data<T>();
+  const int64_t n = t.num_elements();
+  if (n == 0) {
+    fill_kernel<<<1, kThreads, 0, cc.stream()>>>(out, 1, T(0));
+    SPIRE_CUDA_LAUNCH_CHECK();
+    return;
+  }
+  SquarePolicy<T> square;
+  square.divide = true;
+  square.divisor = 2;
+  PlainPolicy<T, kernels::SumReducer> half;
+  half.divide = true;
+  half.divisor = 2;
+  const ReduceBlock b{1, n, 1};
+  const ReduceSplit s = kernels::plan_split(b, std::max(cc.sm_count(), 1) * 8, kRowMinChunk);
+  if (s.splits == 1) {
+    launch_pass<true>(cc, square, b, s, t.data<T>(), out);
+    return;
+  }
+  using Acc = typename SquarePolicy<T>::Acc;
+  Scratch partial(cc, sizeof(Acc) * static_cast<size_t>(s.splits));
+  launch_pass<false>(cc, square, b, s, t.data<T>(), partial.as<Acc>());
+  reduce_block<true>(cc, half, ReduceBlock{1, s.splits, 1},
+                     static_cast<const Acc*>(partial.as<Acc>()), out);
+}
+
 // ArgMax over one axis: a single [outer, n, inner] pass with (value, index)
 // accumulators.
 template <typename T, typename I>
@@ -367,6 +408,8 @@ SPIRE_STATIC_INIT(cuda_reduction_kernels) {
   register_reduction<kernels::ProdReducer>("Prod");
   kernels::register_numeric("ArgMax", DeviceType::CUDA,
                             [](auto zero) { return KernelFn(argmax_kernel<decltype(zero)>); });
+  KernelRegistry::global().add("L2Loss", DeviceType::CUDA, DType::F32, l2_loss_kernel<float>);
+  KernelRegistry::global().add("L2Loss", DeviceType::CUDA, DType::F64, l2_loss_kernel<double>);
   kernels::register_numeric("SumToLike", DeviceType::CUDA,
                             [](auto zero) { return KernelFn(sum_to_like_kernel<decltype(zero)>); });
 }

@@ -1,6 +1,6 @@
 // Gradient-check cases for the reductions (core/ops/reduction_ops.cc):
 // odd shapes with size-1 dims, negative axes, keepdims, all-axes, and
-// second order for Sum, Mean, Max and Prod (away from zero).
+// second order for Sum, Mean, Max and Prod (away from zero); L2Loss.
 #include "core/ops/op_util.h"
 #include "tests/support/op_test_util.h"
 
@@ -52,6 +52,10 @@ SPIRE_GRAD_CASE(prod_all_keep, {"Prod", "all axes of {3,1,2}, keepdims", {{3, 1,
 // and {4,3}: one zero per row (the zero gets the product of the others).
 SPIRE_GRAD_CASE(prod_zeros, {"Prod", "with exact zeros", {{2, 6}, {4, 3}}, [](const In& x) -> Outs {
   return {ops::prod(x[0], {1}), ops::prod(x[1], {-1})}; }, every_third_zero});
+SPIRE_GRAD_CASE(l2_loss, {"L2Loss", "of {3,1,2}", {{3, 1, 2}}, [](const In& x) -> Outs {
+  return {ops::l2_loss(x[0])}; }, nullptr, 2e-6, true});
+SPIRE_GRAD_CASE(l2_loss_long, {"L2Loss", "of {70} (lanes and a tail)", {{70}}, [](const In& x) -> Outs {
+  return {ops::l2_loss(x[0])}; }});
 
 }  // namespace
 }  // namespace spire::testing

@@ -1,4 +1,4 @@
-// Forward tests of the reductions (Sum, Mean, Max, Min, Prod, ArgMax)
+// Forward tests of the reductions (Sum, Mean, Max, Min, Prod, ArgMax, L2Loss)
 // against hand-computed values: every axis combination on small tensors,
 // keepdims, negative axes, empty dims, size-1 dims, integer dtypes, NaN,
 // unknown dims fed at run time, and bad-axis errors.
@@ -177,6 +177,47 @@ SPIRE_FORWARD_TEST(ArgMax, Errors) {
   Output u = ops::placeholder(DType::F32, {2, -1}, "u");
   Output a = ops::argmax(u, 1, DType::I64, "am_rt");
   expect_error([&] { run1(a, {{u, vec({2, 0}, {})}}); }, {"am_rt", "empty"});
+}
+
+// L2Loss: sum(t^2) / 2. Integer-valued inputs keep every partial sum exact in f32, so the
+// lanes, the tails (n around the 32 lanes) and the shares of two threads are checked exactly.
+SPIRE_FORWARD_TEST(L2Loss, Values) {
+  for (DType dt : {DType::F32, DType::F64}) {
+    Graph g;
+    DefaultGraphGuard guard(g);
+    Output y = ops::l2_loss(ops::constant(vec({2, 3}, {1, -5, 3, 4, 2, -6}, dt)), "l2");
+    EXPECT_EQ(y.shape(), Shape({}));
+    EXPECT_EQ(y.dtype(), dt);
+    expect_tensor(run1(y), {}, {45.5}, 0);
+    expect_tensor(run1(ops::l2_loss(ops::constant(vec({0, 3}, {}, dt)))), {}, {0}, 0);
+    expect_tensor(run1(ops::l2_loss(ops::constant(vec({}, {-3}, dt)))), {}, {4.5}, 0);
+  }
+}
+SPIRE_FORWARD_TEST(L2Loss, LanesTailsAndTwoThreads) {
+  for (int64_t n : {1, 31, 32, 33, 63, 100, 200001}) {
+    for (int threads : {1, 2}) {
+      Graph g;
+      DefaultGraphGuard guard(g);
+      std::vector<double> v(static_cast<size_t>(n));
+      double want = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        v[static_cast<size_t>(i)] = static_cast<double>((i * 7) % 11 - 5);
+        want += v[static_cast<size_t>(i)] * v[static_cast<size_t>(i)];
+      }
+      Output x = ops::placeholder(DType::F32, {n}, "x");
+      SessionOptions o;
+      o.num_threads = threads;
+      Session s(g, o);
+      Tensor r = s.run({ops::l2_loss(x)}, {{x, vec({n}, v)}})[0];
+      EXPECT_EQ(r.data<float>()[0], static_cast<float>(want / 2)) << n << " elements, " << threads << " threads";
+    }
+  }
+}
+SPIRE_FORWARD_TEST(L2Loss, Errors) {
+  Graph g;
+  DefaultGraphGuard guard(g);
+  expect_error([&] { ops::l2_loss(ops::placeholder(DType::I32, {2}), "l2i"); },
+               {"L2Loss", "l2i", "f32 or f64", "i32"});
 }
 
 }  // namespace

@@ -5,7 +5,8 @@
 // longer than a block, split over blocks), long rows and columns, in
 // f32/f64/i32/i64; ArgMax (i32 and i64 outputs); SumToLike with broadcast
 // shapes; Softmax, LogSoftmax and SparseSoftmaxCrossEntropyWithLogits with
-// rows of 1, 10, 1000 and 5000 classes; InTopK with ties and bad targets.
+// rows of 1, 10, 1000 and 5000 classes; L2Loss up to 1000003 elements;
+// InTopK with ties and bad targets.
 // Run only where a GPU exists.
 #include <string>
 #include <vector>
@@ -78,6 +79,16 @@ const bool kReductionCases [[maybe_unused]] = [] {
     // Empty reductions: the identity (Mean: NaN for floats, 0 for integers).
     add_reduction(op, Shape{0, 3}, {0}, false);
     add_reduction(op, Shape{2, 0, 3}, {1}, true);
+  }
+  return true;
+}();
+
+// L2Loss over every element: one block, a warp's row, rows split over blocks.
+const bool kL2LossCases [[maybe_unused]] = [] {
+  for (int64_t n : {1, 7, 300, 4099, 1000003}) {
+    auto build = [](const In& x) -> Outs { return {ops::l2_loss(x[0])}; };
+    register_parity_case(ParityCase{"L2Loss", "{" + std::to_string(n) + "}", {{Shape{n}}}, build,
+                                    kFloats, n > 4099 ? 1e-4 : 1e-5, 1e-12});
   }
   return true;
 }();
