@@ -51,7 +51,7 @@ AttentionDims attention_dims(KernelContext& ctx) {
     a.batch *= q.dim(i);
   }
   if (a.seq_first) {
-    a.heads = q.dim(r - 2);
+    a.heads = a.qkv_heads = q.dim(r - 2);
     if (k.dim(r - 2) != a.heads || v.dim(r - 2) != a.heads)
       ctx.fail("q, k and v must have the same number of heads (dim -2 with seq_first); got ",
                shapes());
@@ -77,6 +77,40 @@ AttentionDims attention_dims(KernelContext& ctx) {
     expect_shape(ctx, "lse", ctx.input(4), lse);
     expect_shape(ctx, "dout", ctx.input(5), out);
     expect_shape(ctx, "dlse", ctx.input(6), lse);
+  }
+  return a;
+}
+
+Shape attention_packed_out_shape(const Shape& qkv) {
+  std::vector<int64_t> dims = qkv.dims();
+  if (dims.size() >= 4) dims.erase(dims.end() - 3);  // drop the 3
+  return Shape(std::move(dims));
+}
+
+AttentionDims attention_packed_dims(KernelContext& ctx) {
+  const Tensor& qkv = ctx.input(0);
+  const int r = qkv.rank();
+  if (r < 4 || qkv.dim(r - 3) != 3)
+    ctx.fail("qkv must be [..., T, 3, H, D]; got ", qkv.shape().to_string());
+  AttentionDims a;
+  a.seq_first = true;
+  a.heads = qkv.dim(r - 2);
+  a.qkv_heads = 3 * a.heads;
+  a.batch = a.heads;
+  for (int i = 0; i < r - 4; ++i) a.batch *= qkv.dim(i);
+  a.tq = a.tk = qkv.dim(r - 4);
+  a.d = a.dv = qkv.dim(r - 1);
+  a.causal = ctx.attr<bool>("causal");
+  const double scale = ctx.attr<double>("scale");
+  a.scale = scale != 0 ? scale : (a.d > 0 ? 1.0 / std::sqrt(static_cast<double>(a.d)) : 1.0);
+  a.block = ctx.attr<int64_t>("block_size");
+  if (a.block < 1) ctx.fail("block_size must be positive, got ", a.block);
+  if (ctx.num_inputs() == 5) {  // the gradient op: out, lse, dout, dlse
+    const Shape out = attention_packed_out_shape(qkv.shape()), lse = attention_lse_shape(out);
+    expect_shape(ctx, "out", ctx.input(1), out);
+    expect_shape(ctx, "lse", ctx.input(2), lse);
+    expect_shape(ctx, "dout", ctx.input(3), out);
+    expect_shape(ctx, "dlse", ctx.input(4), lse);
   }
   return a;
 }

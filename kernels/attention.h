@@ -1,6 +1,6 @@
 // The tiling and online-softmax arithmetic of the fused attention ops
-// ScaledDotProductAttention and ScaledDotProductAttentionGrad
-// (core/ops/attention_ops.cc), shared by the CPU kernels
+// ScaledDotProductAttention, ScaledDotProductAttentionQkvPacked and their
+// gradient ops (core/ops/attention_ops.cc), shared by the CPU kernels
 // (kernels/cpu/attention_kernels.cc) and the CUDA kernels
 // (kernels/cuda/attention_kernels.cu), and the host-side resolution of their
 // attrs and run-time shapes (same checks and messages on every device;
@@ -11,6 +11,12 @@
 // With seq_first, q [..., Tq, H, D], k [..., Tk, H, D], v [..., Tk, H, Dv]
 // (a [B, T, H * D] projection reshaped): slice b * H + h is then strided, its
 // rows H * width apart. attention_row and attention_row_stride address both.
+// Packed (the QkvPacked ops): one tensor qkv [..., T, 3, H, D] holds q, k and
+// v (a [B, T, 3 * H * D] projection reshaped), and its gradient dqkv likewise:
+// seq_first slices whose rows are 3 * H * D apart, k and v starting H * D and
+// 2 * H * D after q. attention_qkv_row and attention_qkv_stride address the
+// inputs q, k, v and the gradients dq, dk, dv in either case; out, lse and
+// their gradients keep attention_row.
 // Scores s_ij = scale * q_i . k_j. With `causal`, query i sees keys j <= i
 // (PyTorch's is_causal: the mask is aligned to the top left when Tq != Tk).
 // Both kernels walk the score matrix of a slice in block x block tiles and
@@ -40,6 +46,7 @@ struct AttentionDims {
   int64_t block = 64;  // tile edge (rows of queries and of keys)
   bool seq_first = false;  // [..., T, H, D] instead of [..., H, T, D]
   int64_t heads = 1;       // H when seq_first (slices b * H + h); 1 otherwise
+  int64_t qkv_heads = 1;   // head-sized groups per row of q, k, v: 3 * H packed, else heads
 };
 
 /// Element offset of row t of slice bh in a tensor of `rows` rows (Tq or Tk) of `width`
@@ -54,6 +61,20 @@ SPIRE_HD inline int64_t attention_row(const AttentionDims& a, int64_t bh, int64_
 /// Distance in elements between consecutive rows of a slice.
 SPIRE_HD inline int64_t attention_row_stride(const AttentionDims& a, int64_t width) {
   return a.seq_first ? a.heads * width : width;
+}
+
+/// attention_row for q, k, v and their gradients (rows of qkv_heads groups when packed);
+/// the offset of k or v within a packed row is added by the caller.
+SPIRE_HD inline int64_t attention_qkv_row(const AttentionDims& a, int64_t bh, int64_t t,
+                                          int64_t rows, int64_t width) {
+  if (!a.seq_first) return (bh * rows + t) * width;
+  const int64_t b = bh / a.heads, h = bh - b * a.heads;
+  return ((b * rows + t) * a.qkv_heads + h) * width;
+}
+
+/// attention_row_stride for q, k, v and their gradients.
+SPIRE_HD inline int64_t attention_qkv_stride(const AttentionDims& a, int64_t width) {
+  return a.seq_first ? a.qkv_heads * width : width;
 }
 
 /// Number of tiles of `block` rows covering n rows.
@@ -132,6 +153,11 @@ SPIRE_HD inline T attention_prob(T s, T lse, bool visible) {
 /// ScaledDotProductAttentionGrad node (inputs q, k, v, out, lse, dout, dlse)
 /// from its attrs and run-time input shapes; ctx.fail names any mismatch.
 AttentionDims attention_dims(KernelContext& ctx);
+/// The same for a ScaledDotProductAttentionQkvPacked node (input qkv [..., T, 3, H, D]) or
+/// its gradient node (inputs qkv, out, lse, dout, dlse): seq_first, qkv_heads = 3 * H.
+AttentionDims attention_packed_dims(KernelContext& ctx);
+/// The shape of a packed node's out, [..., T, H, D], from qkv's.
+Shape attention_packed_out_shape(const Shape& qkv);
 /// The shape of out: q's with its last dim dv.
 Shape attention_out_shape(const Shape& q, int64_t dv);
 /// The shape of lse: q's without its last dim.

@@ -1,7 +1,11 @@
 // Registrations of the fused attention ops declared in attention_ops.h:
 // ScaledDotProductAttention (outputs out and lse) and its gradient op
 // ScaledDotProductAttentionGrad (FlashAttention-2's backward: recomputes the
-// probabilities tile by tile from lse instead of storing the Tq x Tk matrix).
+// probabilities tile by tile from lse instead of storing the Tq x Tk matrix),
+// and the same on one packed input, ScaledDotProductAttentionQkvPacked (qkv
+// [..., T, 3, H, D], read in place) with ScaledDotProductAttentionQkvPackedGrad
+// (one output dqkv): no split of a [B, T, 3C] projection, no concat of its
+// gradient.
 // Kernels: kernels/cpu/attention_kernels.cc, kernels/cuda/attention_kernels.cu.
 //
 // The gradient op has no gradient function: a second derivative through
@@ -88,6 +92,38 @@ CostFn attention_cost(double products) {
   };
 }
 
+// Checks qkv [..., T, 3, H, D] (input 0) and the attrs; returns the shape of out,
+// [..., T, H, D].
+Shape check_packed(const InferContext& c) {
+  c.expect_dtype(0, {DType::F32, DType::F64});
+  const Shape& qkv = c.input_shape(0);
+  const int r = qkv.rank();
+  if (r < 4 || !dims_agree(qkv[r - 3], 3))
+    c.fail("qkv must be [..., T, 3, H, D] (rank >= 4, dim -3 of size 3); got ", qkv.to_string());
+  if (c.attr<int64_t>("block_size") < 1)
+    c.fail("block_size must be positive, got ", c.attr<int64_t>("block_size"));
+  std::vector<int64_t> out = qkv.dims();
+  out.erase(out.end() - 3);
+  return Shape(std::move(out));
+}
+
+AttrMap packed_attrs(bool causal, double scale, int64_t block_size) {
+  return {{"causal", causal}, {"scale", scale}, {"block_size", block_size}};
+}
+
+// attention_cost for a packed node: q has a third of qkv's elements, T keys.
+CostFn packed_attention_cost(double products) {
+  return [products](const Node& n) {
+    const Shape& qkv = n.inputs()[0].shape();
+    const double io = io_elements(n);
+    if (io < 0 || qkv.rank() < 4 || !qkv.is_fully_defined()) return -1.0;
+    double macs = static_cast<double>(qkv.num_elements()) / 3 *
+                  static_cast<double>(qkv.dim(qkv.rank() - 4)) * products;
+    if (n.attr<bool>("causal")) macs /= 2;
+    return io + macs * kMultiplyAddCost;
+  };
+}
+
 }  // namespace
 
 SPIRE_REGISTER_OP("ScaledDotProductAttention")
@@ -138,6 +174,45 @@ SPIRE_REGISTER_OP("ScaledDotProductAttentionGrad")
          "dS = P * (dO V^T - D_i); dQ += scale dS K; dK += scale dS^T Q). Not differentiable: "
          "gradients() through it fails with 'no gradient defined'.");
 
+SPIRE_REGISTER_OP("ScaledDotProductAttentionQkvPacked")
+    .input("qkv")
+    .attr("causal", false).attr("scale", 0.0).attr("block_size", 64)
+    .shape_fn([](InferContext& c) {
+      const Shape out = check_packed(c);
+      c.set_output(0, c.input_dtype(0), out);
+      c.set_output(1, c.input_dtype(0), lse_shape(out));
+    })
+    .cost(packed_attention_cost(2))
+    .grad([](GradContext& c) -> Grads {
+      Node* g = add_op("ScaledDotProductAttentionQkvPackedGrad",
+                       {c.input(0), c.output(0), c.output(1), c.grad(0), c.grad(1)},
+                       packed_attrs(c.attr<bool>("causal"), c.attr<double>("scale"),
+                                    c.attr<int64_t>("block_size")));
+      return {g->output(0)};
+    })
+    .doc("ScaledDotProductAttention with seq_first on q, k, v packed in one tensor qkv "
+         "[..., T, 3, H, D] (a [B, T, 3 * H * D] projection reshaped; Tq = Tk = T, "
+         "Dv = D) and read in place: out [..., T, H, D], lse [..., T, H]. Its gradient is one "
+         "tensor dqkv of qkv's shape (flash_attn_qkvpacked_func's interface).");
+
+SPIRE_REGISTER_OP("ScaledDotProductAttentionQkvPackedGrad")
+    .input("qkv").input("out").input("lse").input("dout").input("dlse")
+    .attr("causal", false).attr("scale", 0.0).attr("block_size", 64)
+    .shape_fn([](InferContext& c) {
+      const Shape out = check_packed(c);
+      for (int i = 1; i < 5; ++i) c.expect_same_dtype(0, i);
+      const Shape lse = lse_shape(out);
+      expect_like(c, "out", c.input_shape(1), out);
+      expect_like(c, "lse", c.input_shape(2), lse);
+      expect_like(c, "dout", c.input_shape(3), out);
+      expect_like(c, "dlse", c.input_shape(4), lse);
+      c.set_output(0, c.input_dtype(0), c.input_shape(0));
+    })
+    .cost(packed_attention_cost(5))
+    .doc("The gradient dqkv [..., T, 3, H, D] of ScaledDotProductAttentionQkvPacked from qkv, "
+         "out, lse, dout and dlse: ScaledDotProductAttentionGrad's dq, dk and dv written in "
+         "place. Not differentiable.");
+
 Output scaled_dot_product_attention(const Output& q, const Output& k, const Output& v, bool causal,
                                     double scale, const std::string& name) {
   return scaled_dot_product_attention(q, k, v, AttentionLayout::kHeadsFirst, causal, scale, name);
@@ -159,6 +234,12 @@ std::vector<Output> scaled_dot_product_attention_grad(
                    attention_attrs(causal, scale, block_size, layout == AttentionLayout::kSeqFirst),
                    name);
   return {n->output(0), n->output(1), n->output(2)};
+}
+
+Output scaled_dot_product_attention_qkv_packed(const Output& qkv, bool causal, double scale,
+                                               const std::string& name) {
+  return add_op("ScaledDotProductAttentionQkvPacked", {qkv}, packed_attrs(causal, scale, 64), name)
+      ->output(0);
 }
 
 }  // namespace spire::ops

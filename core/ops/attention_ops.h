@@ -37,6 +37,14 @@ Output scaled_dot_product_attention(const Output& q, const Output& k, const Outp
                                     AttentionLayout layout, bool causal = false, double scale = 0,
                                     const std::string& name = "");
 
+/// Causal (or not) self-attention on q, k and v packed in one tensor qkv [..., T, 3, H, D]
+/// (a [B, T, 3 * H * D] projection reshaped, as flash_attn_qkvpacked_func takes it): the
+/// seq_first layout's result, out [..., T, H, D] (lse: out.node->output(1), [..., T, H]),
+/// with q, k and v read in place and one gradient tensor dqkv, so neither a split of qkv
+/// nor a concat of dq, dk, dv is needed (op ScaledDotProductAttentionQkvPacked).
+Output scaled_dot_product_attention_qkv_packed(const Output& qkv, bool causal = false,
+                                               double scale = 0, const std::string& name = "");
+
 /// The gradient op of scaled_dot_product_attention (FlashAttention-2's
 /// backward): given its inputs, its outputs out and lse, and their gradients
 /// dout and dlse, returns {dq, dk, dv} (`layout` as the forward's). Not itself differentiable.

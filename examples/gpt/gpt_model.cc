@@ -81,25 +81,25 @@ Output attention_with_dropout(const Output& q, const Output& k, const Output& v,
 }
 
 // Causal self-attention of x [B*T, C]: q, k, v from one projection (in that order). The
-// fused attention op reads them as [B, T, H, D] (its seq_first layout: a reshape, no
-// transposes) and returns the heads already joined; with dropout in a training tower
-// (given a causal mask), attention_with_dropout on heads [B, H, T, D]. Then the output
-// projection.
+// fused attention op reads them in place from that projection, reshaped to
+// [B, T, 3, H, D] (its packed layout: no split, and one gradient tensor, no concat), and
+// returns the heads already joined; with dropout in a training tower (given a causal
+// mask), attention_with_dropout on heads [B, H, T, D]. Then the output projection.
 Output attention(const Output& x, int64_t T, const Output& mask, const GptConfig& c) {
   const int64_t C = c.n_embd, H = c.n_head, D = C / H;
   VariableScopeGuard scope("attn");
   Output qkv = dense("c_attn", x, 3 * C, 0.02, c);
-  std::vector<Output> parts = ops::split(qkv, 3, 1);
-  auto seq_heads = [&](const Output& t) { return ops::reshape(t, Shape{-1, T, H, D}); };
   Output y;
   if (mask.valid()) {
-    auto heads = [&](const Output& t) { return ops::transpose(seq_heads(t), {0, 2, 1, 3}); };
+    std::vector<Output> parts = ops::split(qkv, 3, 1);
+    auto heads = [&](const Output& t) {
+      return ops::transpose(ops::reshape(t, Shape{-1, T, H, D}), {0, 2, 1, 3});
+    };
     y = attention_with_dropout(heads(parts[0]), heads(parts[1]), heads(parts[2]), mask, c);
     y = ops::transpose(y, {0, 2, 1, 3});
   } else {
-    y = ops::scaled_dot_product_attention(seq_heads(parts[0]), seq_heads(parts[1]),
-                                          seq_heads(parts[2]), ops::AttentionLayout::kSeqFirst,
-                                          /*causal=*/true);
+    y = ops::scaled_dot_product_attention_qkv_packed(ops::reshape(qkv, Shape{-1, T, 3, H, D}),
+                                                     /*causal=*/true);
   }
   y = ops::reshape(y, Shape{-1, C});
   y = dense("c_proj", y, C, 0.02 / std::sqrt(2.0 * static_cast<double>(c.n_layer)), c);

@@ -1,5 +1,5 @@
-// CPU kernels of ScaledDotProductAttention and ScaledDotProductAttentionGrad
-// (ops in core/ops/attention_ops.cc), f32 and f64: FlashAttention's tiled
+// CPU kernels of ScaledDotProductAttention, ScaledDotProductAttentionQkvPacked
+// and their gradient ops (core/ops/attention_ops.cc), f32 and f64: FlashAttention's tiled
 // forward with an online softmax and FlashAttention-2's backward. The tile
 // arithmetic (masking, running maximum, lse) is kernels/attention.h, shared
 // with the CUDA kernels; the tile products are the project's GEMM
@@ -23,7 +23,10 @@
 // 1 ulp; f64: std::exp, scalar calls) and sums run as vectors, the sums in 8 fixed
 // lanes: given the same scores, every instruction set and thread count computes the same
 // bits (the scores themselves come from gemm(), whose micro-kernels differ per ISA).
-// Both layouts (heads first, seq_first) are addressed through attention_row.
+// Every layout (heads first, seq_first, packed) is addressed through attention_row
+// (out, lse and their gradients) and attention_qkv_row (q, k, v and theirs): the packed
+// ops run the same code on q, k and v read in place from qkv, dq, dk and dv written in
+// place into dqkv.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -127,24 +130,27 @@ void probabilities(T* row, int64_t n, int64_t bk, T lse) {
   for (int64_t c = n; c < bk; ++c) row[c] = T(0);
 }
 
-template <typename T>
+template <typename T, bool kPacked>
 void attention_forward_kernel(KernelContext& ctx) {
-  const AttentionDims a = kernels::attention_dims(ctx);
+  const AttentionDims a = kPacked ? kernels::attention_packed_dims(ctx) : kernels::attention_dims(ctx);
   const Tensor& qt = ctx.input(0);
-  Tensor& out = ctx.allocate_output(0, kernels::attention_out_shape(qt.shape(), a.dv));
-  Tensor& lse = ctx.allocate_output(1, kernels::attention_lse_shape(qt.shape()));
+  const Shape out_shape = kPacked ? kernels::attention_packed_out_shape(qt.shape())
+                                  : kernels::attention_out_shape(qt.shape(), a.dv);
+  Tensor& out = ctx.allocate_output(0, out_shape);
+  Tensor& lse = ctx.allocate_output(1, kernels::attention_lse_shape(out_shape));
   if (out.num_elements() == 0 && lse.num_elements() == 0) return;
   const T* pq = qt.data<T>();
-  const T* pk = ctx.input(1).data<T>();
-  const T* pv = ctx.input(2).data<T>();
+  // Packed: k and v start H * D and 2 * H * D after q in each row of qkv.
+  const T* pk = kPacked ? pq + a.heads * a.d : ctx.input(1).data<T>();
+  const T* pv = kPacked ? pq + 2 * a.heads * a.d : ctx.input(2).data<T>();
   T* po = out.data<T>();
   T* pl = lse.data<T>();
   const int64_t bs = a.block, nqt = kernels::attention_num_tiles(a.tq, bs);
   const T scale = static_cast<T>(a.scale);
   const T neg_inf = -std::numeric_limits<T>::infinity();
   // Row strides of q, k and v (the output and lse are addressed row by row).
-  const int64_t ldq = kernels::attention_row_stride(a, a.d), ldk = ldq;
-  const int64_t ldv = kernels::attention_row_stride(a, a.dv);
+  const int64_t ldq = kernels::attention_qkv_stride(a, a.d), ldk = ldq;
+  const int64_t ldv = kernels::attention_qkv_stride(a, a.dv);
   ctx.parallel_for(a.batch * nqt, 1, [&](int64_t w0, int64_t w1) {
     run_vec([&] {
       std::vector<T> s(static_cast<size_t>(bs * bs)), acc(static_cast<size_t>(bs * a.dv));
@@ -152,9 +158,9 @@ void attention_forward_kernel(KernelContext& ctx) {
       for (int64_t w = w0; w < w1; ++w) {
         const int64_t bh = w / nqt, i0 = (w % nqt) * bs, i1 = std::min(i0 + bs, a.tq);
         const int64_t bq = i1 - i0;
-        const T* q = pq + kernels::attention_row(a, bh, i0, a.tq, a.d);
-        const T* k = pk + kernels::attention_row(a, bh, 0, a.tk, a.d);
-        const T* v = pv + kernels::attention_row(a, bh, 0, a.tk, a.dv);
+        const T* q = pq + kernels::attention_qkv_row(a, bh, i0, a.tq, a.d);
+        const T* k = pk + kernels::attention_qkv_row(a, bh, 0, a.tk, a.d);
+        const T* v = pv + kernels::attention_qkv_row(a, bh, 0, a.tk, a.dv);
         std::fill(m.begin(), m.end(), neg_inf);
         std::fill(l.begin(), l.end(), T(0));
         std::fill(acc.begin(), acc.end(), T(0));
@@ -191,36 +197,48 @@ void attention_forward_kernel(KernelContext& ctx) {
   });
 }
 
-template <typename T>
+template <typename T, bool kPacked>
 void attention_backward_kernel(KernelContext& ctx) {
-  const AttentionDims a = kernels::attention_dims(ctx);
-  Tensor& dq = ctx.allocate_output(0, ctx.input(0).shape());
-  Tensor& dk = ctx.allocate_output(1, ctx.input(1).shape());
-  Tensor& dv = ctx.allocate_output(2, ctx.input(2).shape());
-  const T* pq = ctx.input(0).data<T>();
-  const T* pk = ctx.input(1).data<T>();
-  const T* pv = ctx.input(2).data<T>();
-  const T* po = ctx.input(3).data<T>();
-  const T* plse = ctx.input(4).data<T>();
-  const T* pdo = ctx.input(5).data<T>();
-  const T* pdlse = ctx.input(6).data<T>();
-  T* pdq = dq.data<T>();
-  T* pdk = dk.data<T>();
-  T* pdv = dv.data<T>();
+  const AttentionDims a = kPacked ? kernels::attention_packed_dims(ctx) : kernels::attention_dims(ctx);
+  const T *pq, *pk, *pv;
+  T *pdq, *pdk, *pdv;
+  if constexpr (kPacked) {  // one input qkv, one output dqkv of its shape
+    const int64_t part = a.heads * a.d;
+    pq = ctx.input(0).data<T>();
+    pk = pq + part;
+    pv = pq + 2 * part;
+    pdq = ctx.allocate_output(0, ctx.input(0).shape()).data<T>();
+    pdk = pdq + part;
+    pdv = pdq + 2 * part;
+  } else {
+    pq = ctx.input(0).data<T>();
+    pk = ctx.input(1).data<T>();
+    pv = ctx.input(2).data<T>();
+    pdq = ctx.allocate_output(0, ctx.input(0).shape()).data<T>();
+    pdk = ctx.allocate_output(1, ctx.input(1).shape()).data<T>();
+    pdv = ctx.allocate_output(2, ctx.input(2).shape()).data<T>();
+  }
+  const int io = kPacked ? 1 : 3;  // inputs out, lse, dout, dlse follow q, k, v (or qkv)
+  const T* po = ctx.input(io).data<T>();
+  const T* plse = ctx.input(io + 1).data<T>();
+  const T* pdo = ctx.input(io + 2).data<T>();
+  const T* pdlse = ctx.input(io + 3).data<T>();
   const int64_t bs = a.block;
   const T scale = static_cast<T>(a.scale);
-  // Row strides: q, k, dq, dk (width D); v, out, dout, dv (width Dv); lse, dlse (width 1).
-  const int64_t ld = kernels::attention_row_stride(a, a.d);
-  const int64_t ldv = kernels::attention_row_stride(a, a.dv);
+  // Row strides: q, k, dq, dk (width D); v, dv (width Dv); out, dout (width Dv); lse, dlse
+  // (width 1).
+  const int64_t ld = kernels::attention_qkv_stride(a, a.d);
+  const int64_t ldv = kernels::attention_qkv_stride(a, a.dv);
+  const int64_t ldo = kernels::attention_row_stride(a, a.dv);
   const int64_t ldl = kernels::attention_row_stride(a, 1);
   ctx.parallel_for(a.batch, 1, [&](int64_t b0, int64_t b1) {
     run_vec([&] {
       std::vector<T> p(static_cast<size_t>(bs * bs)), ds(static_cast<size_t>(bs * bs));
       std::vector<T> delta(static_cast<size_t>(a.tq));
       for (int64_t bh = b0; bh < b1; ++bh) {
-        const int64_t q0 = kernels::attention_row(a, bh, 0, a.tq, a.d);
-        const int64_t k0 = kernels::attention_row(a, bh, 0, a.tk, a.d);
-        const int64_t v0 = kernels::attention_row(a, bh, 0, a.tk, a.dv);
+        const int64_t q0 = kernels::attention_qkv_row(a, bh, 0, a.tq, a.d);
+        const int64_t k0 = kernels::attention_qkv_row(a, bh, 0, a.tk, a.d);
+        const int64_t v0 = kernels::attention_qkv_row(a, bh, 0, a.tk, a.dv);
         const int64_t o0 = kernels::attention_row(a, bh, 0, a.tq, a.dv);
         const int64_t l0 = kernels::attention_row(a, bh, 0, a.tq, 1);
         const T* q = pq + q0;
@@ -240,7 +258,7 @@ void attention_backward_kernel(KernelContext& ctx) {
         }
         // D_i = rowsum(dO * O) - dlse_i: dS = P * (dP - D_i) covers both outputs' gradients.
         for (int64_t i = 0; i < a.tq; ++i)
-          delta[static_cast<size_t>(i)] = row_dot(d_o + i * ldv, o + i * ldv, a.dv) - dlse[i * ldl];
+          delta[static_cast<size_t>(i)] = row_dot(d_o + i * ldo, o + i * ldo, a.dv) - dlse[i * ldl];
         for (int64_t j0 = 0; j0 < a.tk; j0 += bs) {
           const int64_t j1 = std::min(j0 + bs, a.tk), bk = j1 - j0;
           const int64_t first = kernels::attention_query_begin(j0, a.causal) / bs * bs;
@@ -254,10 +272,10 @@ void attention_backward_kernel(KernelContext& ctx) {
               probabilities(p.data() + r * bk, n, bk, lse[(i0 + r) * ldl]);
             }
             // dV_j += P^T dO_i
-            gemm(true, false, bk, a.dv, bq, T(1), p.data(), bk, d_o + i0 * ldv, ldv, T(1),
+            gemm(true, false, bk, a.dv, bq, T(1), p.data(), bk, d_o + i0 * ldo, ldo, T(1),
                  gv + j0 * ldv, ldv);
             // dP = dO_i V_j^T, then dS = P * (dP - D_i)
-            gemm(false, true, bq, bk, a.dv, T(1), d_o + i0 * ldv, ldv, v + j0 * ldv, ldv, T(0),
+            gemm(false, true, bq, bk, a.dv, T(1), d_o + i0 * ldo, ldo, v + j0 * ldv, ldv, T(0),
                  ds.data(), bk);
             for (int64_t r = 0; r < bq; ++r) {
               const T di = delta[static_cast<size_t>(i0 + r)];
@@ -280,12 +298,20 @@ void attention_backward_kernel(KernelContext& ctx) {
 }  // namespace
 
 SPIRE_REGISTER_KERNEL("ScaledDotProductAttention", DeviceType::CPU,
-                      attention_forward_kernel<float>, DType::F32);
+                      (attention_forward_kernel<float, false>), DType::F32);
 SPIRE_REGISTER_KERNEL("ScaledDotProductAttention", DeviceType::CPU,
-                      attention_forward_kernel<double>, DType::F64);
+                      (attention_forward_kernel<double, false>), DType::F64);
 SPIRE_REGISTER_KERNEL("ScaledDotProductAttentionGrad", DeviceType::CPU,
-                      attention_backward_kernel<float>, DType::F32);
+                      (attention_backward_kernel<float, false>), DType::F32);
 SPIRE_REGISTER_KERNEL("ScaledDotProductAttentionGrad", DeviceType::CPU,
-                      attention_backward_kernel<double>, DType::F64);
+                      (attention_backward_kernel<double, false>), DType::F64);
+SPIRE_REGISTER_KERNEL("ScaledDotProductAttentionQkvPacked", DeviceType::CPU,
+                      (attention_forward_kernel<float, true>), DType::F32);
+SPIRE_REGISTER_KERNEL("ScaledDotProductAttentionQkvPacked", DeviceType::CPU,
+                      (attention_forward_kernel<double, true>), DType::F64);
+SPIRE_REGISTER_KERNEL("ScaledDotProductAttentionQkvPackedGrad", DeviceType::CPU,
+                      (attention_backward_kernel<float, true>), DType::F32);
+SPIRE_REGISTER_KERNEL("ScaledDotProductAttentionQkvPackedGrad", DeviceType::CPU,
+                      (attention_backward_kernel<double, true>), DType::F64);
 
 }  // namespace spire::cpu

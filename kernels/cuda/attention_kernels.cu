@@ -1,5 +1,5 @@
-// CUDA kernels of ScaledDotProductAttention and ScaledDotProductAttentionGrad (ops in
-// core/ops/attention_ops.cc), f32 and f64: the algorithm of the CPU kernels
+// CUDA kernels of ScaledDotProductAttention, ScaledDotProductAttentionQkvPacked and their
+// gradient ops (core/ops/attention_ops.cc), f32 and f64: the algorithm of the CPU kernels
 // (kernels/cpu/attention_kernels.cc) with the same tiling and online-softmax arithmetic
 // (kernels/attention.h). A simple design, correctness first:
 //   - forward: one block per (slice, query tile), one thread per query row. The key and
@@ -14,7 +14,9 @@
 //     deterministic results.
 // Rows of a tile: block_size (at most 256 threads); the staged tile holds at most as many
 // rows as fit in 48 KiB of shared memory. The accumulators live in the output rows in
-// global memory (one thread per row, so no races).
+// global memory (one thread per row, so no races). q, k, v and their gradients are
+// addressed by attention_qkv_row (the packed ops read them in place from qkv and write
+// them in place into dqkv), out, lse and their gradients by attention_row.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -68,15 +70,15 @@ __global__ void forward_kernel(const T* __restrict__ q, const T* __restrict__ k,
   const int64_t i1 = min64(i0 + rows, a.tq), i = i0 + threadIdx.x;
   const bool active = i < i1;
   const T scale = static_cast<T>(a.scale);
-  const T* qi = q + kernels::attention_row(a, bh, i, a.tq, a.d);
+  const T* qi = q + kernels::attention_qkv_row(a, bh, i, a.tq, a.d);
   T* oi = out + kernels::attention_row(a, bh, i, a.tq, a.dv);
   T m = -std::numeric_limits<T>::infinity(), l = 0;
   if (active)
     for (int64_t x = 0; x < a.dv; ++x) oi[x] = 0;
-  const T* kb = k + kernels::attention_row(a, bh, 0, a.tk, a.d);
-  const T* vb = v + kernels::attention_row(a, bh, 0, a.tk, a.dv);
-  const int64_t ldk = kernels::attention_row_stride(a, a.d);
-  const int64_t ldv = kernels::attention_row_stride(a, a.dv);
+  const T* kb = k + kernels::attention_qkv_row(a, bh, 0, a.tk, a.d);
+  const T* vb = v + kernels::attention_qkv_row(a, bh, 0, a.tk, a.dv);
+  const int64_t ldk = kernels::attention_qkv_stride(a, a.d);
+  const int64_t ldv = kernels::attention_qkv_stride(a, a.dv);
   const int64_t key_end = kernels::attention_key_end(i1, a.tk, a.causal);
   for (int64_t j0 = 0; j0 < key_end; j0 += tile_rows) {
     const int64_t bk = min64(j0 + tile_rows, key_end) - j0;
@@ -131,19 +133,19 @@ __global__ void dq_kernel(const T* __restrict__ q, const T* __restrict__ k, cons
   const int64_t i1 = min64(i0 + rows, a.tq), i = i0 + threadIdx.x;
   const bool active = i < i1;
   const T scale = static_cast<T>(a.scale);
-  const T* qi = q + kernels::attention_row(a, bh, i, a.tq, a.d);
+  const T* qi = q + kernels::attention_qkv_row(a, bh, i, a.tq, a.d);
   const T* doi = d_o + kernels::attention_row(a, bh, i, a.tq, a.dv);
-  T* gi = dq + kernels::attention_row(a, bh, i, a.tq, a.d);
+  T* gi = dq + kernels::attention_qkv_row(a, bh, i, a.tq, a.d);
   T lse_i = 0, delta_i = 0;
   if (active) {
     lse_i = lse[kernels::attention_row(a, bh, i, a.tq, 1)];
     delta_i = delta[kernels::attention_row(a, bh, i, a.tq, 1)];
     for (int64_t x = 0; x < a.d; ++x) gi[x] = 0;
   }
-  const T* kb = k + kernels::attention_row(a, bh, 0, a.tk, a.d);
-  const T* vb = v + kernels::attention_row(a, bh, 0, a.tk, a.dv);
-  const int64_t ldk = kernels::attention_row_stride(a, a.d);
-  const int64_t ldv = kernels::attention_row_stride(a, a.dv);
+  const T* kb = k + kernels::attention_qkv_row(a, bh, 0, a.tk, a.d);
+  const T* vb = v + kernels::attention_qkv_row(a, bh, 0, a.tk, a.dv);
+  const int64_t ldk = kernels::attention_qkv_stride(a, a.d);
+  const int64_t ldv = kernels::attention_qkv_stride(a, a.dv);
   const int64_t key_end = kernels::attention_key_end(i1, a.tk, a.causal);
   for (int64_t j0 = 0; j0 < key_end; j0 += tile_rows) {
     const int64_t bk = min64(j0 + tile_rows, key_end) - j0;
@@ -177,19 +179,19 @@ __global__ void dkv_kernel(const T* __restrict__ q, const T* __restrict__ k, con
   const int64_t j1 = min64(j0 + rows, a.tk), j = j0 + threadIdx.x;
   const bool active = j < j1;
   const T scale = static_cast<T>(a.scale);
-  const T* kj = k + kernels::attention_row(a, bh, j, a.tk, a.d);
-  const T* vj = v + kernels::attention_row(a, bh, j, a.tk, a.dv);
-  T* gk = dk + kernels::attention_row(a, bh, j, a.tk, a.d);
-  T* gv = dv + kernels::attention_row(a, bh, j, a.tk, a.dv);
+  const T* kj = k + kernels::attention_qkv_row(a, bh, j, a.tk, a.d);
+  const T* vj = v + kernels::attention_qkv_row(a, bh, j, a.tk, a.dv);
+  T* gk = dk + kernels::attention_qkv_row(a, bh, j, a.tk, a.d);
+  T* gv = dv + kernels::attention_qkv_row(a, bh, j, a.tk, a.dv);
   if (active) {
     for (int64_t x = 0; x < a.d; ++x) gk[x] = 0;
     for (int64_t x = 0; x < a.dv; ++x) gv[x] = 0;
   }
-  const T* qb = q + kernels::attention_row(a, bh, 0, a.tq, a.d);
+  const T* qb = q + kernels::attention_qkv_row(a, bh, 0, a.tq, a.d);
   const T* dob = d_o + kernels::attention_row(a, bh, 0, a.tq, a.dv);
   const T* lb = lse + kernels::attention_row(a, bh, 0, a.tq, 1);
   const T* db = delta + kernels::attention_row(a, bh, 0, a.tq, 1);
-  const int64_t ldq = kernels::attention_row_stride(a, a.d);
+  const int64_t ldq = kernels::attention_qkv_stride(a, a.d);
   const int64_t ldo = kernels::attention_row_stride(a, a.dv);
   const int64_t ldl = kernels::attention_row_stride(a, 1);
   for (int64_t i0 = kernels::attention_query_begin(j0, a.causal); i0 < a.tq; i0 += tile_rows) {
@@ -231,44 +233,63 @@ Launch plan(KernelContext& ctx, const AttentionDims& a, int64_t width) {
   return l;
 }
 
-template <typename T>
+// kPacked: the QkvPacked op (input qkv; k and v start H * D and 2 * H * D after q).
+template <typename T, bool kPacked>
 void forward(KernelContext& ctx) {
-  const AttentionDims a = kernels::attention_dims(ctx);
+  const AttentionDims a = kPacked ? kernels::attention_packed_dims(ctx) : kernels::attention_dims(ctx);
   const Tensor& q = ctx.input(0);
-  Tensor& out = ctx.allocate_output(0, kernels::attention_out_shape(q.shape(), a.dv));
-  Tensor& lse = ctx.allocate_output(1, kernels::attention_lse_shape(q.shape()));
+  const Shape out_shape = kPacked ? kernels::attention_packed_out_shape(q.shape())
+                                  : kernels::attention_out_shape(q.shape(), a.dv);
+  Tensor& out = ctx.allocate_output(0, out_shape);
+  Tensor& lse = ctx.allocate_output(1, kernels::attention_lse_shape(out_shape));
   if (lse.num_elements() == 0) return;
   const Launch l = plan<T>(ctx, a, a.d + a.dv);
   const int64_t nqt = kernels::attention_num_tiles(a.tq, l.rows);
   auto& cc = context(ctx);
+  const T* pq = q.data<T>();
+  const T* pk = kPacked ? pq + a.heads * a.d : ctx.input(1).data<T>();
+  const T* pv = kPacked ? pq + 2 * a.heads * a.d : ctx.input(2).data<T>();
   forward_kernel<T><<<static_cast<unsigned>(a.batch * nqt), static_cast<unsigned>(l.rows), l.smem,
-                      cc.stream()>>>(q.data<T>(), ctx.input(1).data<T>(), ctx.input(2).data<T>(),
-                                     out.data<T>(), lse.data<T>(), a, l.rows, l.tile_rows, nqt);
+                      cc.stream()>>>(pq, pk, pv, out.data<T>(), lse.data<T>(), a, l.rows,
+                                     l.tile_rows, nqt);
   SPIRE_CUDA_LAUNCH_CHECK();
 }
 
-template <typename T>
+template <typename T, bool kPacked>
 void backward(KernelContext& ctx) {
-  const AttentionDims a = kernels::attention_dims(ctx);
-  Tensor& dq = ctx.allocate_output(0, ctx.input(0).shape());
-  Tensor& dk = ctx.allocate_output(1, ctx.input(1).shape());
-  Tensor& dv = ctx.allocate_output(2, ctx.input(2).shape());
+  const AttentionDims a = kPacked ? kernels::attention_packed_dims(ctx) : kernels::attention_dims(ctx);
+  const T *q, *k, *v;
+  T *dq, *dk, *dv;
+  if constexpr (kPacked) {  // one input qkv, one output dqkv of its shape
+    const int64_t part = a.heads * a.d;
+    q = ctx.input(0).data<T>();
+    k = q + part;
+    v = q + 2 * part;
+    dq = ctx.allocate_output(0, ctx.input(0).shape()).data<T>();
+    dk = dq + part;
+    dv = dq + 2 * part;
+  } else {
+    q = ctx.input(0).data<T>();
+    k = ctx.input(1).data<T>();
+    v = ctx.input(2).data<T>();
+    dq = ctx.allocate_output(0, ctx.input(0).shape()).data<T>();
+    dk = ctx.allocate_output(1, ctx.input(1).shape()).data<T>();
+    dv = ctx.allocate_output(2, ctx.input(2).shape()).data<T>();
+  }
+  const int io = kPacked ? 1 : 3;  // inputs out, lse, dout, dlse follow q, k, v (or qkv)
   auto& cc = context(ctx);
-  const T* q = ctx.input(0).data<T>();
-  const T* k = ctx.input(1).data<T>();
-  const T* v = ctx.input(2).data<T>();
-  const T* lse = ctx.input(4).data<T>();
-  const T* d_o = ctx.input(5).data<T>();
+  const T* lse = ctx.input(io + 1).data<T>();
+  const T* d_o = ctx.input(io + 2).data<T>();
   const int64_t nrows = a.batch * a.tq;
   Scratch delta(cc, sizeof(T) * static_cast<size_t>(std::max<int64_t>(nrows, 1)));
   if (nrows > 0) {
     delta_kernel<T><<<blocks_for(cc, nrows), kThreads, 0, cc.stream()>>>(
-        ctx.input(3).data<T>(), d_o, ctx.input(6).data<T>(), delta.as<T>(), nrows, a.dv);
+        ctx.input(io).data<T>(), d_o, ctx.input(io + 3).data<T>(), delta.as<T>(), nrows, a.dv);
     SPIRE_CUDA_LAUNCH_CHECK();
     const Launch l = plan<T>(ctx, a, a.d + a.dv);
     const int64_t nqt = kernels::attention_num_tiles(a.tq, l.rows);
     dq_kernel<T><<<static_cast<unsigned>(a.batch * nqt), static_cast<unsigned>(l.rows), l.smem,
-                   cc.stream()>>>(q, k, v, lse, d_o, delta.as<T>(), dq.data<T>(), a, l.rows,
+                   cc.stream()>>>(q, k, v, lse, d_o, delta.as<T>(), dq, a, l.rows,
                                   l.tile_rows, nqt);
     SPIRE_CUDA_LAUNCH_CHECK();
   }
@@ -277,7 +298,7 @@ void backward(KernelContext& ctx) {
     const Launch l = plan<T>(ctx, a, a.d + a.dv + 2);
     const int64_t nkt = kernels::attention_num_tiles(a.tk, l.rows);
     dkv_kernel<T><<<static_cast<unsigned>(a.batch * nkt), static_cast<unsigned>(l.rows), l.smem,
-                    cc.stream()>>>(q, k, v, lse, d_o, delta.as<T>(), dk.data<T>(), dv.data<T>(), a,
+                    cc.stream()>>>(q, k, v, lse, d_o, delta.as<T>(), dk, dv, a,
                                    l.rows, l.tile_rows, nkt);
     SPIRE_CUDA_LAUNCH_CHECK();
   }
@@ -287,10 +308,16 @@ void backward(KernelContext& ctx) {
 
 SPIRE_STATIC_INIT(cuda_attention_kernels) {
   auto& reg = KernelRegistry::global();
-  reg.add("ScaledDotProductAttention", DeviceType::CUDA, DType::F32, forward<float>);
-  reg.add("ScaledDotProductAttention", DeviceType::CUDA, DType::F64, forward<double>);
-  reg.add("ScaledDotProductAttentionGrad", DeviceType::CUDA, DType::F32, backward<float>);
-  reg.add("ScaledDotProductAttentionGrad", DeviceType::CUDA, DType::F64, backward<double>);
+  reg.add("ScaledDotProductAttention", DeviceType::CUDA, DType::F32, forward<float, false>);
+  reg.add("ScaledDotProductAttention", DeviceType::CUDA, DType::F64, forward<double, false>);
+  reg.add("ScaledDotProductAttentionGrad", DeviceType::CUDA, DType::F32, backward<float, false>);
+  reg.add("ScaledDotProductAttentionGrad", DeviceType::CUDA, DType::F64, backward<double, false>);
+  reg.add("ScaledDotProductAttentionQkvPacked", DeviceType::CUDA, DType::F32, forward<float, true>);
+  reg.add("ScaledDotProductAttentionQkvPacked", DeviceType::CUDA, DType::F64, forward<double, true>);
+  reg.add("ScaledDotProductAttentionQkvPackedGrad", DeviceType::CUDA, DType::F32,
+          backward<float, true>);
+  reg.add("ScaledDotProductAttentionQkvPackedGrad", DeviceType::CUDA, DType::F64,
+          backward<double, true>);
 }
 
 }  // namespace spire::cuda

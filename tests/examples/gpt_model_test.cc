@@ -61,7 +61,8 @@ TEST(GptModel, AttentionWithDropoutPathEqualsTheFusedOpWhenNothingIsDropped) {
   bool fallback = false, fused_in_inference = false;
   for (const auto& n : g.nodes()) {
     if (n->name().find("attn_dropout") != std::string::npos && n->name().rfind("infer", 0) != 0) fallback = true;
-    if (n->op_type() == "ScaledDotProductAttention" && n->name().rfind("infer", 0) == 0) fused_in_inference = true;
+    if (n->op_type() == "ScaledDotProductAttentionQkvPacked" && n->name().rfind("infer", 0) == 0)
+      fused_in_inference = true;
   }
   EXPECT_TRUE(fallback) << "the training tower with dropout should build attn_dropout";
   EXPECT_TRUE(fused_in_inference) << "the inference tower should use the fused op";

@@ -64,6 +64,17 @@ SPIRE_GRAD_CASE(sdpa_seq_first_rect, {"ScaledDotProductAttention", "seq_first, T
   {{1, 4, 2, 3}, {1, 7, 2, 3}, {1, 7, 2, 2}},
   [](const In& x) -> Outs { return sdpa_seq_first(x, false, 3); }});
 
+// Packed: qkv [B, T, 3, H, D], out and lse.
+Outs sdpa_packed(const In& x, bool causal, int64_t block) {
+  Node* n = ops::add_op("ScaledDotProductAttentionQkvPacked", {x[0]},
+                        {{"causal", causal}, {"block_size", block}});
+  return {n->output(0), n->output(1)};
+}
+SPIRE_GRAD_CASE(sdpa_packed, {"ScaledDotProductAttentionQkvPacked", "causal, T 5, H 3, block 2",
+  {{2, 5, 3, 3, 4}}, [](const In& x) -> Outs { return sdpa_packed(x, true, 2); }});
+SPIRE_GRAD_CASE(sdpa_packed_plain, {"ScaledDotProductAttentionQkvPacked", "T 7, H 2, D 3, block 3",
+  {{1, 7, 3, 2, 3}}, [](const In& x) -> Outs { return sdpa_packed(x, false, 3); }});
+
 // ---- GPU parity at the default block size, beyond one tile ----------------------------
 
 // out, lse and the gradients of <w, out> w.r.t. q, k and v, w a fixed pattern in [-1, 1].
