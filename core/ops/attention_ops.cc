@@ -8,10 +8,10 @@
 // gradient.
 // Kernels: kernels/cpu/attention_kernels.cc, kernels/cuda/attention_kernels.cu.
 //
-// The gradient op has no gradient function: a second derivative through
+// The gradient ops have no gradient function: a second derivative through
 // attention fails in gradients() with "no gradient defined for op
-// ScaledDotProductAttentionGrad" (build attention from batch_matmul and
-// softmax where one is needed).
+// ScaledDotProductAttentionGrad" (or ScaledDotProductAttentionQkvPackedGrad;
+// build attention from batch_matmul and softmax where one is needed).
 #include "core/ops/attention_ops.h"
 
 #include "core/ops/op_util.h"

@@ -1,6 +1,8 @@
 // Graph-building functions for the fused attention ops: scaled dot-product
 // attention as one op (FlashAttention-style; PyTorch's
-// torch.nn.functional.scaled_dot_product_attention) and its gradient op.
+// torch.nn.functional.scaled_dot_product_attention) and its gradient op, and
+// the same on q, k, v packed in one tensor (flash_attn_qkvpacked_func's
+// interface).
 // Registered in attention_ops.cc; kernels in kernels/cpu/attention_kernels.cc
 // and kernels/cuda/attention_kernels.cu (shared tiling in kernels/attention.h).
 #pragma once

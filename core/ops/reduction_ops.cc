@@ -203,7 +203,8 @@ SPIRE_REGISTER_OP("L2Loss")
     })
     .grad([](GradContext& c) -> Grads { return {mul(c.input(0), c.grad())}; })
     .doc("sum(t^2) / 2 over every element (tf.nn.l2_loss): one pass over t, no squared "
-         "tensor. 0 for an empty t. The gradient is t * grad.");
+         "tensor; deterministic for a given thread count. 0 for an empty t. The gradient is "
+         "t * grad.");
 
 // ---- builders --------------------------------------------------------------
 

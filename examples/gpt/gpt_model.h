@@ -1,6 +1,6 @@
 // nanoGPT's model (karpathy/nanoGPT model.py) as a Spire tower function: token and
 // learned position embeddings, n_layer pre-LayerNorm blocks (causal self-attention with
-// the fused ScaledDotProductAttention op, a 4x MLP with GELU), a final LayerNorm and the
+// the fused ScaledDotProductAttentionQkvPacked op, a 4x MLP with GELU), a final LayerNorm and the
 // output projection tied to the token embedding. Used by examples/gpt.cc (training and
 // sampling), tests/examples/gpt_parity_test.cc (step parity with PyTorch) and
 // bench/gpt_step.cc.

@@ -203,6 +203,10 @@ void attention_backward_kernel(KernelContext& ctx) {
   const T *pq, *pk, *pv;
   T *pdq, *pdk, *pdv;
   if constexpr (kPacked) {  // one input qkv, one output dqkv of its shape
+    if (ctx.input(0).num_elements() == 0) {  // nothing to do (and no data to offset)
+      ctx.allocate_output(0, ctx.input(0).shape());
+      return;
+    }
     const int64_t part = a.heads * a.d;
     pq = ctx.input(0).data<T>();
     pk = pq + part;

@@ -265,9 +265,10 @@ void argmax_kernel(KernelContext& ctx) {
   });
 }
 
-// sum(p[i]^2) for i < n: element i goes to lane i % kLanes (a tail of fewer than kLanes
-// elements fills the first lanes), the lanes join in a fixed pairwise tree. The same
-// order on every instruction set and for every n.
+// sum(p[i]^2) for i < n: element i goes to lane i % kLanes, the last n % kLanes to lane 0
+// (a varying lane index would keep the lanes in memory), and the lanes join in a fixed
+// pairwise tree: for a given n, one order on every instruction set. Accumulates in T (the
+// CUDA kernel accumulates f32 in double; their parity tolerance covers it).
 template <typename T>
 T sum_of_squares(const T* __restrict p, int64_t n) {
   constexpr int kLanes = 32;
@@ -275,14 +276,15 @@ T sum_of_squares(const T* __restrict p, int64_t n) {
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
     for (int k = 0; k < kLanes; ++k) acc[k] += p[i + k] * p[i + k];
-  for (int k = 0; i + k < n; ++k) acc[k] += p[i + k] * p[i + k];
+  for (; i < n; ++i) acc[0] += p[i] * p[i];
   for (int w = kLanes / 2; w > 0; w /= 2)
     for (int k = 0; k < w; ++k) acc[k] += acc[k + w];
   return acc[0];
 }
 
 // L2Loss: the elements are cut into shares (as a full Sum is), each share folded by
-// sum_of_squares, the shares added in order, then halved (exact).
+// sum_of_squares, the shares added in order (deterministic for a given thread count), then
+// halved (exact unless the sum is subnormal).
 template <typename T>
 void l2_loss_kernel(KernelContext& ctx) {
   const Tensor& t = ctx.input(0);

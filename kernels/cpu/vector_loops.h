@@ -7,7 +7,7 @@
 // FMA contractions the AVX variants may use. Used by kernels/cpu/elementwise.cc (the f32
 // table ops, bf16 casts) and kernels/cpu/matmul_kernels.cc (bf16 widening and rounding);
 // run_vec compiles a whole chunk of a kernel's work the same way (batch norm, layer norm,
-// attention).
+// attention, L2Loss).
 #pragma once
 
 #include <cstdint>

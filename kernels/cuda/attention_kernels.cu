@@ -261,6 +261,10 @@ void backward(KernelContext& ctx) {
   const T *q, *k, *v;
   T *dq, *dk, *dv;
   if constexpr (kPacked) {  // one input qkv, one output dqkv of its shape
+    if (ctx.input(0).num_elements() == 0) {  // nothing to do (and no data to offset)
+      ctx.allocate_output(0, ctx.input(0).shape());
+      return;
+    }
     const int64_t part = a.heads * a.d;
     q = ctx.input(0).data<T>();
     k = q + part;

@@ -1,6 +1,7 @@
-// Gradient-check cases (f64, central finite differences) of the fused attention op
-// ScaledDotProductAttention (core/ops/attention_ops.cc) and CPU/GPU parity cases of its
-// CUDA kernels (kernels/cuda/attention_kernels.cu). The gradient cases use small block
+// Gradient-check cases (f64, central finite differences) of the fused attention ops
+// ScaledDotProductAttention and ScaledDotProductAttentionQkvPacked
+// (core/ops/attention_ops.cc) and CPU/GPU parity cases of their CUDA kernels
+// (kernels/cuda/attention_kernels.cu). The gradient cases use small block
 // sizes so that odd lengths (T = 5, 7, 13) span several tiles with a ragged last one,
 // causal and not, Tq != Tk (the causal mask aligned to the top left, key tiles past the
 // diagonal skipped), Dv != D, and an explicit scale. Cases that also return lse check the
@@ -115,6 +116,20 @@ SPIRE_PARITY_CASE(sdpa_seq_first_long, {"ScaledDotProductAttention", "seq_first 
     Outs r = {out, n->output(1)};
     for (const Output& g : gradients({out}, {x[0], x[1], x[2]}, {ops::constant(wt)})) r.push_back(g);
     return r;
+  }, {DType::F32, DType::F64}, 1e-4, 1e-11});
+
+// Packed: qkv [B, T, 3, H, D] beyond one 64-wide tile, with its gradient dqkv.
+SPIRE_PARITY_CASE(sdpa_packed_long, {"ScaledDotProductAttentionQkvPacked", "causal B 2 T 130 H 3 D 16",
+  {{{2, 130, 3, 3, 16}}},
+  [](const In& x) -> Outs {
+    Output out = ops::scaled_dot_product_attention_qkv_packed(x[0], true);
+    Tensor wt(out.dtype(), out.shape());
+    for (int64_t i = 0; i < wt.num_elements(); ++i) {
+      const double w = std::sin(0.37 * static_cast<double>(i));
+      if (out.dtype() == DType::F64) wt.data<double>()[i] = w;
+      else wt.data<float>()[i] = static_cast<float>(w);
+    }
+    return {out, out.node->output(1), gradients({out}, {x[0]}, {ops::constant(wt)})[0]};
   }, {DType::F32, DType::F64}, 1e-4, 1e-11});
 
 }  // namespace
