@@ -26,6 +26,16 @@ void expect_shape(KernelContext& ctx, const char* what, const Tensor& t, const S
     ctx.fail(what, " has shape ", t.shape().to_string(), ", expected ", want.to_string());
 }
 
+// Sets a's causal, scale (0 means 1/sqrt(D); a.d must be set) and block from the node's
+// attrs.
+void read_attention_attrs(KernelContext& ctx, AttentionDims& a) {
+  a.causal = ctx.attr<bool>("causal");
+  const double scale = ctx.attr<double>("scale");
+  a.scale = scale != 0 ? scale : (a.d > 0 ? 1.0 / std::sqrt(static_cast<double>(a.d)) : 1.0);
+  a.block = ctx.attr<int64_t>("block_size");
+  if (a.block < 1) ctx.fail("block_size must be positive, got ", a.block);
+}
+
 }  // namespace
 
 AttentionDims attention_dims(KernelContext& ctx) {
@@ -64,11 +74,7 @@ AttentionDims attention_dims(KernelContext& ctx) {
   if (k.dim(r - 1) != a.d) ctx.fail("q and k must have the same last dim D; got ", shapes());
   if (v.dim(r - inner) != a.tk)
     ctx.fail("k and v must have the same number of keys; got ", shapes());
-  a.causal = ctx.attr<bool>("causal");
-  const double scale = ctx.attr<double>("scale");
-  a.scale = scale != 0 ? scale : (a.d > 0 ? 1.0 / std::sqrt(static_cast<double>(a.d)) : 1.0);
-  a.block = ctx.attr<int64_t>("block_size");
-  if (a.block < 1) ctx.fail("block_size must be positive, got ", a.block);
+  read_attention_attrs(ctx, a);
   if (ctx.attr<double>("dropout_p") != 0)
     ctx.fail("dropout_p > 0 is not implemented (dropout_p = ", ctx.attr<double>("dropout_p"), ")");
   if (ctx.num_inputs() == 7) {  // the gradient op: out, lse, dout, dlse
@@ -100,11 +106,7 @@ AttentionDims attention_packed_dims(KernelContext& ctx) {
   for (int i = 0; i < r - 4; ++i) a.batch *= qkv.dim(i);
   a.tq = a.tk = qkv.dim(r - 4);
   a.d = a.dv = qkv.dim(r - 1);
-  a.causal = ctx.attr<bool>("causal");
-  const double scale = ctx.attr<double>("scale");
-  a.scale = scale != 0 ? scale : (a.d > 0 ? 1.0 / std::sqrt(static_cast<double>(a.d)) : 1.0);
-  a.block = ctx.attr<int64_t>("block_size");
-  if (a.block < 1) ctx.fail("block_size must be positive, got ", a.block);
+  read_attention_attrs(ctx, a);
   if (ctx.num_inputs() == 5) {  // the gradient op: out, lse, dout, dlse
     const Shape out = attention_packed_out_shape(qkv.shape()), lse = attention_lse_shape(out);
     expect_shape(ctx, "out", ctx.input(1), out);

@@ -158,6 +158,54 @@ AttentionDims attention_dims(KernelContext& ctx);
 AttentionDims attention_packed_dims(KernelContext& ctx);
 /// The shape of a packed node's out, [..., T, H, D], from qkv's.
 Shape attention_packed_out_shape(const Shape& qkv);
+
+/// The data of q, k and v: inputs 0..2, or (kPacked) offsets H * D and 2 * H * D into the
+/// one input qkv. Host code, shared by the CPU and CUDA kernels.
+template <typename T, bool kPacked>
+struct AttentionQkv {
+  const T *q, *k, *v;
+  AttentionQkv(KernelContext& ctx, const AttentionDims& a) {
+    q = ctx.input(0).data<T>();
+    k = kPacked ? q + a.heads * a.d : ctx.input(1).data<T>();
+    v = kPacked ? q + 2 * a.heads * a.d : ctx.input(2).data<T>();
+  }
+};
+
+/// A gradient node's buffers: q, k, v as AttentionQkv, out, lse, dout and dlse (the inputs
+/// after them), and dq, dk, dv allocated (kPacked: offsets into the one output dqkv).
+/// `empty` (kPacked only): qkv has no elements, dqkv is allocated and nothing else is set.
+template <typename T, bool kPacked>
+struct AttentionGradBuffers {
+  const T *q = nullptr, *k = nullptr, *v = nullptr;
+  const T *out = nullptr, *lse = nullptr, *dout = nullptr, *dlse = nullptr;
+  T *dq = nullptr, *dk = nullptr, *dv = nullptr;
+  bool empty = false;
+  AttentionGradBuffers(KernelContext& ctx, const AttentionDims& a) {
+    if constexpr (kPacked) {
+      Tensor& dqkv = ctx.allocate_output(0, ctx.input(0).shape());
+      if (dqkv.num_elements() == 0) {  // no data to offset
+        empty = true;
+        return;
+      }
+      dq = dqkv.data<T>();
+      dk = dq + a.heads * a.d;
+      dv = dq + 2 * a.heads * a.d;
+    } else {
+      dq = ctx.allocate_output(0, ctx.input(0).shape()).data<T>();
+      dk = ctx.allocate_output(1, ctx.input(1).shape()).data<T>();
+      dv = ctx.allocate_output(2, ctx.input(2).shape()).data<T>();
+    }
+    const AttentionQkv<T, kPacked> in(ctx, a);
+    q = in.q;
+    k = in.k;
+    v = in.v;
+    const int io = kPacked ? 1 : 3;  // out, lse, dout, dlse follow q, k, v (or qkv)
+    out = ctx.input(io).data<T>();
+    lse = ctx.input(io + 1).data<T>();
+    dout = ctx.input(io + 2).data<T>();
+    dlse = ctx.input(io + 3).data<T>();
+  }
+};
 /// The shape of out: q's with its last dim dv.
 Shape attention_out_shape(const Shape& q, int64_t dv);
 /// The shape of lse: q's without its last dim.

@@ -31,6 +31,11 @@ void expect_like(const InferContext& c, const char* what, const Shape& s, const 
   if (!ok) c.fail(what, " has shape ", s.to_string(), ", expected ", want.to_string());
 }
 
+void check_block_size(const InferContext& c) {
+  if (c.attr<int64_t>("block_size") < 1)
+    c.fail("block_size must be positive, got ", c.attr<int64_t>("block_size"));
+}
+
 // Checks q, k, v (inputs 0..2) and the attrs; returns the shape of out.
 Shape check_qkv(const InferContext& c) {
   c.expect_dtype(0, {DType::F32, DType::F64});
@@ -53,8 +58,7 @@ Shape check_qkv(const InferContext& c) {
     c.fail("q, k and v must have the same number of heads (dim -2 with seq_first)");
   if (!dims_agree(q[r - 1], k[r - 1])) c.fail("q and k must have the same last dim D");
   if (!dims_agree(k[r - inner], v[r - inner])) c.fail("k and v must have the same number of keys");
-  if (c.attr<int64_t>("block_size") < 1)
-    c.fail("block_size must be positive, got ", c.attr<int64_t>("block_size"));
+  check_block_size(c);
   const double p = c.attr<double>("dropout_p");
   if (p != 0)
     c.fail("dropout_p > 0 is not implemented (dropout_p = ", p,
@@ -76,9 +80,15 @@ AttrMap attention_attrs(bool causal, double scale, int64_t block_size, bool seq_
           {"seq_first", seq_first}};
 }
 
-// Work estimate (OpDef::cost): `products` multiply-adds per element of q and key (QK^T and
-// PV forward: 2; the backward's recomputed scores and four products: 5), half of them when
-// causal.
+// Work estimate (OpDef::cost) of node n: `products` multiply-adds per element of q and key
+// (QK^T and PV forward: 2; the backward's recomputed scores and four products: 5), half of
+// them when causal.
+double attention_work(const Node& n, double io, double q_elements, double keys, double products) {
+  double macs = q_elements * keys * products;
+  if (n.attr<bool>("causal")) macs /= 2;
+  return io + macs * kMultiplyAddCost;
+}
+
 CostFn attention_cost(double products) {
   return [products](const Node& n) {
     const Shape& q = n.inputs()[0].shape();
@@ -86,9 +96,8 @@ CostFn attention_cost(double products) {
     const double io = io_elements(n);
     const int seq_axis = k.rank() - (n.attr<bool>("seq_first") ? 3 : 2);
     if (io < 0 || seq_axis < 0 || !q.is_fully_defined()) return -1.0;
-    double macs = static_cast<double>(q.num_elements()) * static_cast<double>(k.dim(seq_axis)) * products;
-    if (n.attr<bool>("causal")) macs /= 2;
-    return io + macs * kMultiplyAddCost;
+    return attention_work(n, io, static_cast<double>(q.num_elements()),
+                          static_cast<double>(k.dim(seq_axis)), products);
   };
 }
 
@@ -100,8 +109,7 @@ Shape check_packed(const InferContext& c) {
   const int r = qkv.rank();
   if (r < 4 || !dims_agree(qkv[r - 3], 3))
     c.fail("qkv must be [..., T, 3, H, D] (rank >= 4, dim -3 of size 3); got ", qkv.to_string());
-  if (c.attr<int64_t>("block_size") < 1)
-    c.fail("block_size must be positive, got ", c.attr<int64_t>("block_size"));
+  check_block_size(c);
   std::vector<int64_t> out = qkv.dims();
   out.erase(out.end() - 3);
   return Shape(std::move(out));
@@ -117,10 +125,8 @@ CostFn packed_attention_cost(double products) {
     const Shape& qkv = n.inputs()[0].shape();
     const double io = io_elements(n);
     if (io < 0 || qkv.rank() < 4 || !qkv.is_fully_defined()) return -1.0;
-    double macs = static_cast<double>(qkv.num_elements()) / 3 *
-                  static_cast<double>(qkv.dim(qkv.rank() - 4)) * products;
-    if (n.attr<bool>("causal")) macs /= 2;
-    return io + macs * kMultiplyAddCost;
+    return attention_work(n, io, static_cast<double>(qkv.num_elements()) / 3,
+                          static_cast<double>(qkv.dim(qkv.rank() - 4)), products);
   };
 }
 

@@ -1,6 +1,6 @@
 // Registrations of the reductions Sum, Mean, Max, Min, Prod (attrs `axes`,
-// empty = all, and `keepdims`), ArgMax and L2Loss (sum(x^2) / 2, one pass), with shape inference and
-// gradients (see reduction_ops.h). Kernels: kernels/cpu/reduction_kernels.cc.
+// empty = all, and `keepdims`), ArgMax and L2Loss (sum(x^2) / 2, one pass),
+// with shape inference and gradients (see reduction_ops.h). Kernels: kernels/cpu/reduction_kernels.cc.
 //
 // Gradients bring the output gradient back to the keepdims shape (one
 // ExpandDims per reduced axis, so unknown dims are fine) and broadcast it to

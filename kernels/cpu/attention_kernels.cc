@@ -139,10 +139,8 @@ void attention_forward_kernel(KernelContext& ctx) {
   Tensor& out = ctx.allocate_output(0, out_shape);
   Tensor& lse = ctx.allocate_output(1, kernels::attention_lse_shape(out_shape));
   if (out.num_elements() == 0 && lse.num_elements() == 0) return;
-  const T* pq = qt.data<T>();
-  // Packed: k and v start H * D and 2 * H * D after q in each row of qkv.
-  const T* pk = kPacked ? pq + a.heads * a.d : ctx.input(1).data<T>();
-  const T* pv = kPacked ? pq + 2 * a.heads * a.d : ctx.input(2).data<T>();
+  const kernels::AttentionQkv<T, kPacked> in(ctx, a);
+  const T *pq = in.q, *pk = in.k, *pv = in.v;
   T* po = out.data<T>();
   T* pl = lse.data<T>();
   const int64_t bs = a.block, nqt = kernels::attention_num_tiles(a.tq, bs);
@@ -200,33 +198,11 @@ void attention_forward_kernel(KernelContext& ctx) {
 template <typename T, bool kPacked>
 void attention_backward_kernel(KernelContext& ctx) {
   const AttentionDims a = kPacked ? kernels::attention_packed_dims(ctx) : kernels::attention_dims(ctx);
-  const T *pq, *pk, *pv;
-  T *pdq, *pdk, *pdv;
-  if constexpr (kPacked) {  // one input qkv, one output dqkv of its shape
-    if (ctx.input(0).num_elements() == 0) {  // nothing to do (and no data to offset)
-      ctx.allocate_output(0, ctx.input(0).shape());
-      return;
-    }
-    const int64_t part = a.heads * a.d;
-    pq = ctx.input(0).data<T>();
-    pk = pq + part;
-    pv = pq + 2 * part;
-    pdq = ctx.allocate_output(0, ctx.input(0).shape()).data<T>();
-    pdk = pdq + part;
-    pdv = pdq + 2 * part;
-  } else {
-    pq = ctx.input(0).data<T>();
-    pk = ctx.input(1).data<T>();
-    pv = ctx.input(2).data<T>();
-    pdq = ctx.allocate_output(0, ctx.input(0).shape()).data<T>();
-    pdk = ctx.allocate_output(1, ctx.input(1).shape()).data<T>();
-    pdv = ctx.allocate_output(2, ctx.input(2).shape()).data<T>();
-  }
-  const int io = kPacked ? 1 : 3;  // inputs out, lse, dout, dlse follow q, k, v (or qkv)
-  const T* po = ctx.input(io).data<T>();
-  const T* plse = ctx.input(io + 1).data<T>();
-  const T* pdo = ctx.input(io + 2).data<T>();
-  const T* pdlse = ctx.input(io + 3).data<T>();
+  const kernels::AttentionGradBuffers<T, kPacked> buf(ctx, a);
+  if (buf.empty) return;
+  const T *pq = buf.q, *pk = buf.k, *pv = buf.v;
+  const T *po = buf.out, *plse = buf.lse, *pdo = buf.dout, *pdlse = buf.dlse;
+  T *pdq = buf.dq, *pdk = buf.dk, *pdv = buf.dv;
   const int64_t bs = a.block;
   const T scale = static_cast<T>(a.scale);
   // Row strides: q, k, dq, dk (width D); v, dv (width Dv); out, dout (width Dv); lse, dlse

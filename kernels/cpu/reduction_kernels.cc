@@ -293,17 +293,19 @@ void l2_loss_kernel(KernelContext& ctx) {
   T* out = ctx.allocate_output(0, Shape{}).data<T>();
   const int64_t parts = std::max<int64_t>(
       1, ctx.thread_pool() ? ctx.thread_pool()->num_chunks(n, kReduceGrain) : 1);
+  if (parts == 1) {
+    run_vec([&] { out[0] = sum_of_squares(p, n) * T(0.5); });
+    return;
+  }
   std::vector<T> partial(static_cast<size_t>(parts), T(0));
-  auto fold = [&](int64_t s0, int64_t s1) {
+  ctx.parallel_for(parts, 1, [&](int64_t s0, int64_t s1) {
     for (int64_t s = s0; s < s1; ++s) {
       const int64_t b = ThreadPool::chunk_begin(n, parts, s), e = ThreadPool::chunk_begin(n, parts, s + 1);
       T r{};
       run_vec([&] { r = sum_of_squares(p + b, e - b); });
       partial[static_cast<size_t>(s)] = r;
     }
-  };
-  if (parts == 1) fold(0, 1);
-  else ctx.parallel_for(parts, 1, fold);
+  });
   T total = partial[0];
   for (int64_t s = 1; s < parts; ++s) total += partial[static_cast<size_t>(s)];
   out[0] = total * T(0.5);

@@ -246,11 +246,9 @@ void forward(KernelContext& ctx) {
   const Launch l = plan<T>(ctx, a, a.d + a.dv);
   const int64_t nqt = kernels::attention_num_tiles(a.tq, l.rows);
   auto& cc = context(ctx);
-  const T* pq = q.data<T>();
-  const T* pk = kPacked ? pq + a.heads * a.d : ctx.input(1).data<T>();
-  const T* pv = kPacked ? pq + 2 * a.heads * a.d : ctx.input(2).data<T>();
+  const kernels::AttentionQkv<T, kPacked> in(ctx, a);
   forward_kernel<T><<<static_cast<unsigned>(a.batch * nqt), static_cast<unsigned>(l.rows), l.smem,
-                      cc.stream()>>>(pq, pk, pv, out.data<T>(), lse.data<T>(), a, l.rows,
+                      cc.stream()>>>(in.q, in.k, in.v, out.data<T>(), lse.data<T>(), a, l.rows,
                                      l.tile_rows, nqt);
   SPIRE_CUDA_LAUNCH_CHECK();
 }
@@ -258,37 +256,16 @@ void forward(KernelContext& ctx) {
 template <typename T, bool kPacked>
 void backward(KernelContext& ctx) {
   const AttentionDims a = kPacked ? kernels::attention_packed_dims(ctx) : kernels::attention_dims(ctx);
-  const T *q, *k, *v;
-  T *dq, *dk, *dv;
-  if constexpr (kPacked) {  // one input qkv, one output dqkv of its shape
-    if (ctx.input(0).num_elements() == 0) {  // nothing to do (and no data to offset)
-      ctx.allocate_output(0, ctx.input(0).shape());
-      return;
-    }
-    const int64_t part = a.heads * a.d;
-    q = ctx.input(0).data<T>();
-    k = q + part;
-    v = q + 2 * part;
-    dq = ctx.allocate_output(0, ctx.input(0).shape()).data<T>();
-    dk = dq + part;
-    dv = dq + 2 * part;
-  } else {
-    q = ctx.input(0).data<T>();
-    k = ctx.input(1).data<T>();
-    v = ctx.input(2).data<T>();
-    dq = ctx.allocate_output(0, ctx.input(0).shape()).data<T>();
-    dk = ctx.allocate_output(1, ctx.input(1).shape()).data<T>();
-    dv = ctx.allocate_output(2, ctx.input(2).shape()).data<T>();
-  }
-  const int io = kPacked ? 1 : 3;  // inputs out, lse, dout, dlse follow q, k, v (or qkv)
+  const kernels::AttentionGradBuffers<T, kPacked> buf(ctx, a);
+  if (buf.empty) return;
+  const T *q = buf.q, *k = buf.k, *v = buf.v, *lse = buf.lse, *d_o = buf.dout;
+  T *dq = buf.dq, *dk = buf.dk, *dv = buf.dv;
   auto& cc = context(ctx);
-  const T* lse = ctx.input(io + 1).data<T>();
-  const T* d_o = ctx.input(io + 2).data<T>();
   const int64_t nrows = a.batch * a.tq;
   Scratch delta(cc, sizeof(T) * static_cast<size_t>(std::max<int64_t>(nrows, 1)));
   if (nrows > 0) {
     delta_kernel<T><<<blocks_for(cc, nrows), kThreads, 0, cc.stream()>>>(
-        ctx.input(io).data<T>(), d_o, ctx.input(io + 3).data<T>(), delta.as<T>(), nrows, a.dv);
+        buf.out, d_o, buf.dlse, delta.as<T>(), nrows, a.dv);
     SPIRE_CUDA_LAUNCH_CHECK();
     const Launch l = plan<T>(ctx, a, a.d + a.dv);
     const int64_t nqt = kernels::attention_num_tiles(a.tq, l.rows);
