@@ -83,7 +83,10 @@ struct Case {
     const int64_t lda = a_cols + pad, ldb = b_cols + pad, ldc = n + pad;
     const auto a = random_values<T>(static_cast<size_t>(a_rows * lda), rng);
     const auto b = random_values<T>(static_cast<size_t>(b_rows * ldb), rng);
-    auto c = random_values<T>(static_cast<size_t>(m * ldc), rng);
+    // C gets kGuardRows rows past its m (more than any tile's MR): an edge tile that stored a
+    // row it does not own would change them.
+    constexpr int64_t kGuardRows = 24;
+    auto c = random_values<T>(static_cast<size_t>((m + kGuardRows) * ldc), rng);
     if (beta == T(0)) {
       // beta == 0 must overwrite C without reading it: NaN poison must not leak.
       for (int64_t i = 0; i < m; ++i)
@@ -100,6 +103,11 @@ struct Case {
     const double rel_tol = std::is_same_v<T, float> ? 1e-4 * std::sqrt(double(std::max<int64_t>(k, 1)))
                                                     : 1e-12;
     int failures = 0;
+    for (int64_t i = m; i < m + kGuardRows; ++i)
+      ASSERT_EQ(std::memcmp(&c[static_cast<size_t>(i * ldc)], &c_in[static_cast<size_t>(i * ldc)],
+                            static_cast<size_t>(ldc) * sizeof(T)),
+                0)
+          << "row " << i << " past C's " << m << " rows written";
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t j = 0; j < ldc; ++j) {
         const size_t idx = static_cast<size_t>(i * ldc + j);
