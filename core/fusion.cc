@@ -156,8 +156,13 @@ std::vector<FusedGroup> fuse_elementwise(const std::vector<Node*>& order, const 
         producer_op = op;
         break;
       }
-    if (members.size() + (producer ? 1 : 0) < 2) {
-      group_of.erase(root);
+    // Members that only forward their input (Identity) compute nothing: a group of those
+    // alone, even with a producer, would add a pass over the product that the unfused nodes
+    // (which hand their input's buffer on) do not make.
+    const bool computes = std::any_of(members.begin(), members.end(),
+                                      [](const Node* m) { return !m->op_def().forwards_input(); });
+    if (!computes || members.size() + (producer ? 1 : 0) < 2) {
+      for (const Node* m : members) group_of.erase(m);
       continue;
     }
     FusedGroup g;

@@ -67,7 +67,8 @@ inline constexpr int kMaxFusedInputs = 16;
 /// not order against an update, either value may be read. With `epilogues`, a group (of one
 /// node or more) also takes in a producer: an input's node with an epilogue op registered for
 /// its device and dtype (register_epilogue) that passes the same tests (output neither kept
-/// nor fed, read by the group only, no control edges, one device and dtype).
+/// nor fed, read by the group only, no control edges, one device and dtype). A group whose
+/// nodes all only forward their input (OpDef::forwards_input: Identity) is not formed.
 std::vector<FusedGroup> fuse_elementwise(const std::vector<Node*>& order, const std::set<Output>& kept,
                                          const std::map<Output, int>& fed, Graph& side,
                                          bool epilogues = false);

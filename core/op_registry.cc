@@ -172,6 +172,11 @@ OpDefBuilder& OpDefBuilder::is_copy() {
   return *this;
 }
 
+OpDefBuilder& OpDefBuilder::forwards_input() {
+  def_->forwards_input_ = true;
+  return *this;
+}
+
 OpDefBuilder& OpDefBuilder::multi_device() {
   def_->multi_device_ = true;
   def_->attr_defaults_["devices"] = AttrValue(std::vector<std::string>{});

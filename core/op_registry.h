@@ -168,6 +168,9 @@ class OpDef {
   /// The op copies its input to its own device (the graph inserts it
   /// between devices; the executor hands it its input where it lives).
   bool is_copy() const { return is_copy_; }
+  /// The op's output is its only input, unchanged (Identity): its kernels hand the input's
+  /// buffer on, so the fusion pass forms no group of such nodes alone (core/fusion.h).
+  bool forwards_input() const { return forwards_input_; }
   /// The op spans several devices (collectives): participant i reads
   /// input i and writes output i on the device listed i-th in the node's
   /// "devices" attr (by default its inputs' devices). The executor runs one
@@ -216,6 +219,7 @@ class OpDef {
   bool is_variable_ = false;
   bool is_placeholder_ = false;
   bool is_copy_ = false;
+  bool forwards_input_ = false;
   bool multi_device_ = false;
 };
 
@@ -250,6 +254,7 @@ class OpDefBuilder {
   OpDefBuilder& is_variable();
   OpDefBuilder& is_placeholder();
   OpDefBuilder& is_copy();
+  OpDefBuilder& forwards_input();
   /// Marks a multi-device op (see OpDef::multi_device); adds the
   /// "devices" attr (a list of device names, default: the inputs' devices).
   OpDefBuilder& multi_device();

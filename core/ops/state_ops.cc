@@ -97,6 +97,7 @@ SPIRE_REGISTER_OP("AssignSub")
     .doc("ref -= value (broadcasting value); outputs the new value.");
 
 SPIRE_REGISTER_OP("Identity")
+    .forwards_input()
     .input("x")
     .shape_fn(same_as_input0)
     .grad([](GradContext& c) -> std::vector<Output> { return {c.grad()}; })

@@ -281,6 +281,28 @@ TEST(EpilogueFusion, AProductReadElsewhereFetchedOrSwitchedOffKeepsItsStep) {
   EXPECT_EQ(plain.plan_text({y}, feeds), "cpu: conv, add, y\n");
 }
 
+// Identity computes nothing (its kernel hands its input on): a product read only by Identity
+// nodes keeps its own step, with no epilogue pass over it; within a group that computes,
+// Identity still joins.
+TEST(EpilogueFusion, IdentityAloneIsNoEpilogue) {
+  std::mt19937_64 rng(12);
+  Graph g;
+  DefaultGraphGuard guard(g);
+  Output a = ops::placeholder(DType::F32, {5, 7}, "a");
+  Output b = ops::placeholder(DType::F32, {7, 3}, "b");
+  Output p = ops::matmul(a, b, false, false, "mm");
+  Output y = ops::identity(ops::identity(p, "id1"), "y");
+  Output q = ops::matmul(b, a, true, true, "mm2");
+  Output z = ops::relu(ops::identity(q, "id2"), "z");
+  FeedDict feeds = {{a, random_tensor(DType::F32, {5, 7}, rng, -1, 1)},
+                    {b, random_tensor(DType::F32, {7, 3}, rng, -1, 1)}};
+  Session s(g, epilogues(true));
+  EXPECT_EQ(s.plan_text({y}, feeds), "cpu: mm, id1, y\n");
+  EXPECT_EQ(s.plan_text({z}, feeds), "cpu: z\n");
+  expect_same_bits(g, y, feeds, "FusedMatMul", false);
+  expect_same_bits(g, z, feeds, "FusedMatMul", true);
+}
+
 TEST(EpilogueFusion, AShapeErrorInTheEpilogueNamesItsNode) {
   Graph g;
   DefaultGraphGuard guard(g);
