@@ -29,6 +29,7 @@
 // place into dqkv.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -53,12 +54,35 @@ using kernels::AttentionDims;
 // instruction set sums in the same order.
 constexpr int kLanes = 8;
 
-/// acc[0] + ... + acc[kLanes - 1] by a fixed pairwise tree.
+/// kLanes values of T in one vector: a 256-bit register for f32 (two for f64, or halves on
+/// the baseline), whatever instruction set run_vec compiled the caller for.
 template <typename T>
-T lane_sum(T* acc) {
-  for (int w = kLanes / 2; w >= 1; w /= 2)
-    for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
-  return acc[0];
+struct LanesOf {
+  typedef T type __attribute__((vector_size(kLanes * sizeof(T))));
+};
+// (No function takes one by value or returns one: no calling convention depends on the ISA.)
+#define SPIRE_LANES(T) typename LanesOf<T>::type
+
+/// v[0] + ... + v[kLanes - 1] by a fixed pairwise tree (lanes l += l + 4, then l += l + 2,
+/// then 0 += 1), in registers.
+template <typename T>
+T lane_tree(SPIRE_LANES(T) & v) {
+  static_assert(kLanes == 8, "the shuffles below are written for 8 lanes");
+  v += __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 0, 0, 0);
+  v += __builtin_shufflevector(v, v, 2, 3, 0, 0, 0, 0, 0, 0);
+  v += __builtin_shufflevector(v, v, 1, 0, 0, 0, 0, 0, 0, 0);
+  return v[0];
+}
+
+/// lane_tree of a loop's lanes acc[0..kLanes) with lane 0 replaced by `lane0` (lane 0 after
+/// the loop's scalar tail). acc is read back as one vector, as the loop stored it, and the
+/// tail is kept out of memory: a vector load of a just-stored scalar would stall.
+template <typename T>
+T lane_sum(const T* acc, T lane0) {
+  SPIRE_LANES(T) v;
+  std::memcpy(&v, acc, sizeof(v));
+  v[0] = lane0;
+  return lane_tree<T>(v);
 }
 
 /// The maximum of row[0..n) (-inf when n = 0), NaNs skipped as std::max skips them. A
@@ -66,14 +90,16 @@ T lane_sum(T* acc) {
 /// zero maximum).
 template <typename T>
 T row_max(const T* row, int64_t n) {
-  T mx[kLanes];
-  for (int l = 0; l < kLanes; ++l) mx[l] = -std::numeric_limits<T>::infinity();
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  SPIRE_LANES(T) mx = {neg_inf, neg_inf, neg_inf, neg_inf, neg_inf, neg_inf, neg_inf, neg_inf};
   int64_t c = 0;
-  for (; c + kLanes <= n; c += kLanes)
-#pragma GCC unroll 8
-    for (int l = 0; l < kLanes; ++l) mx[l] = row[c + l] > mx[l] ? row[c + l] : mx[l];
-  for (; c < n; ++c) mx[0] = row[c] > mx[0] ? row[c] : mx[0];
+  for (; c + kLanes <= n; c += kLanes) {
+    SPIRE_LANES(T) r;
+    std::memcpy(&r, row + c, sizeof(r));
+    mx = r > mx ? r : mx;
+  }
   T m = mx[0];
+  for (; c < n; ++c) m = row[c] > m ? row[c] : m;
   for (int l = 1; l < kLanes; ++l) m = mx[l] > m ? mx[l] : m;
   return m;
 }
@@ -81,13 +107,17 @@ T row_max(const T* row, int64_t n) {
 /// The sum of a[c] * b[c] over c < n, in kLanes lanes.
 template <typename T>
 T row_dot(const T* a, const T* b, int64_t n) {
-  T acc[kLanes] = {};
+  SPIRE_LANES(T) acc = {}, x, y;
   int64_t c = 0;
-  for (; c + kLanes <= n; c += kLanes)
-#pragma GCC unroll 8
-    for (int l = 0; l < kLanes; ++l) acc[l] += a[c + l] * b[c + l];
-  for (; c < n; ++c) acc[0] += a[c] * b[c];
-  return lane_sum(acc);
+  for (; c + kLanes <= n; c += kLanes) {
+    std::memcpy(&x, a + c, sizeof(x));
+    std::memcpy(&y, b + c, sizeof(y));
+    acc += x * y;
+  }
+  T lane0 = acc[0];
+  for (; c < n; ++c) lane0 += a[c] * b[c];
+  acc[0] = lane0;
+  return lane_tree<T>(acc);
 }
 
 /// exp(x): f32 through the vectorizable vmath::exp_f32 (within 1 ulp), f64 the library's.
@@ -112,12 +142,13 @@ T exp_shifted(T* row, int64_t n, T m) {
       row[c + l] = e;
       acc[l] += e;
     }
+  T lane0 = acc[0];
   for (; c < n; ++c) {
     const T e = exp_of(row[c] - m);
     row[c] = e;
-    acc[0] += e;
+    lane0 += e;
   }
-  return lane_sum(acc);
+  return lane_sum(acc, lane0);
 }
 
 /// The backward's probabilities of one row of a score tile: exp(s - lse) for the n visible
