@@ -124,7 +124,7 @@ struct SessionOptions {
   bool fuse_elementwise = true;
   /// Epilogue fusion (with fuse_elementwise on): a MatMul, Conv2D or MaxPoolGrad whose only
   /// reader is such a group (or one elementwise node: a bias add, an activation, a residual
-  /// add, a ReLU's gradient mask) runs with the group as its epilogue, applied to each block
+  /// add, a ReLU's gradient mask; not an Identity alone, which computes nothing) runs with the group as its epilogue, applied to each block
   /// of its result while it is in cache (FusedMatMul, FusedConv2D, FusedMaxPoolGrad;
   /// TensorFlow's remapper does the same for the first two), with results equal to the
   /// unfused graph's. On a CUDA device the fused node writes the product to its output

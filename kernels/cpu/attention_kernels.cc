@@ -47,15 +47,17 @@ using kernels::AttentionDims;
 
 // The row loops below keep kLanes running values (maxima, sums), lane l taking the
 // elements l, l + kLanes, ... and lane 0 also the last n mod kLanes (an index that varies
-// would keep the lanes in memory): the compiler turns them into one 256-bit vector (the task
-// bodies are compiled per instruction set by run_vec; 16 lanes, two AVX2 vectors with the
+// would keep the lanes in memory): one 256-bit vector of f32 (row_max and row_dot hold it as
+// a vector type; exp_shifted's lane array is vectorized by the compiler; the task bodies are
+// compiled per instruction set by run_vec; 16 lanes, two AVX2 vectors with the
 // exponential's temporaries, measured slower on Zen 3), and, as the lanes and the tree that
 // joins them are fixed here and the file is compiled without FMA contraction, every
 // instruction set sums in the same order.
 constexpr int kLanes = 8;
 
-/// kLanes values of T in one vector: a 256-bit register for f32 (two for f64, or halves on
-/// the baseline), whatever instruction set run_vec compiled the caller for.
+/// kLanes values of T in one vector (GCC's and clang's vector extension), lowered to the
+/// registers of whatever instruction set run_vec compiled the caller for: f32 one ymm
+/// (AVX2, AVX-512) or two xmm (baseline); f64 one zmm, two ymm or four xmm.
 template <typename T>
 struct LanesOf {
   typedef T type __attribute__((vector_size(kLanes * sizeof(T))));
@@ -63,15 +65,34 @@ struct LanesOf {
 // (No function takes one by value or returns one: no calling convention depends on the ISA.)
 #define SPIRE_LANES(T) typename LanesOf<T>::type
 
+// __builtin_shufflevector: clang, and GCC from version 12; otherwise the tree runs in memory.
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_shufflevector)
+#define SPIRE_ATTENTION_HAVE_SHUFFLE 1
+#endif
+#endif
+#ifndef SPIRE_ATTENTION_HAVE_SHUFFLE
+#define SPIRE_ATTENTION_HAVE_SHUFFLE 0
+#endif
+
 /// v[0] + ... + v[kLanes - 1] by a fixed pairwise tree (lanes l += l + 4, then l += l + 2,
 /// then 0 += 1), in registers.
 template <typename T>
 T lane_tree(SPIRE_LANES(T) & v) {
-  static_assert(kLanes == 8, "the shuffles below are written for 8 lanes");
+  static_assert(kLanes == 8, "the tree below is written for 8 lanes");
+#if SPIRE_ATTENTION_HAVE_SHUFFLE
+  // (Lane 0 fills the lanes whose value is never read.)
   v += __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 0, 0, 0);
   v += __builtin_shufflevector(v, v, 2, 3, 0, 0, 0, 0, 0, 0);
   v += __builtin_shufflevector(v, v, 1, 0, 0, 0, 0, 0, 0, 0);
   return v[0];
+#else
+  T a[kLanes];
+  std::memcpy(a, &v, sizeof(a));
+  for (int w = kLanes / 2; w >= 1; w /= 2)
+    for (int l = 0; l < w; ++l) a[l] += a[l + w];
+  return a[0];
+#endif
 }
 
 /// lane_tree of a loop's lanes acc[0..kLanes) with lane 0 replaced by `lane0` (lane 0 after

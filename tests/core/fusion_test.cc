@@ -90,6 +90,23 @@ TEST(Fusion, AChainBecomesOneStepNamedAfterItsLastNode) {
   EXPECT_EQ(unfused.plan_text({z}, {{x, Tensor()}, {b, Tensor()}}), "cpu: add, relu, tanh, sum\n");
 }
 
+// Identity computes nothing (its kernel hands its input on): a chain of Identity nodes alone
+// stays as it is, with no fused copy; within a chain that computes, Identity joins.
+TEST(Fusion, IdentityNodesAloneAreNoGroup) {
+  Graph g;
+  DefaultGraphGuard guard(g);
+  Output x = ops::placeholder(DType::F32, {100}, "x");
+  Output y = ops::identity(ops::identity(x, "id1"), "y");
+  Output z = ops::relu(ops::identity(ops::tanh(x, "tanh"), "id2"), "z");
+  Session s(g, fusion(true));
+  EXPECT_EQ(s.plan_text({y}, {{x, Tensor()}}), "cpu: id1, y\n");
+  EXPECT_EQ(s.plan_text({z}, {{x, Tensor()}}), "cpu: z\n");
+  StepStats st;
+  const Tensor in = Tensor::full(DType::F32, {100}, -0.5);
+  EXPECT_EQ(s.run({y}, {{x, in}}, {}, &st)[0].to_vector<float>(), in.to_vector<float>());
+  EXPECT_EQ(op_types(st).count("FusedElementwise"), 0u);
+}
+
 TEST(Fusion, FetchedControlledAndOtherDeviceNodesStayVisible) {
   Graph g;
   DefaultGraphGuard guard(g);
