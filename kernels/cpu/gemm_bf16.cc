@@ -19,16 +19,27 @@
 #include "kernels/cpu/scratch_buffer.h"
 #include "kernels/functors.h"
 
+#include <cstdlib>
+
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define SPIRE_BF16_X86 1
 // Packing runs only where the kernel does (AVX-512 CPUs): vectorized for AVX-512 too.
 #define SPIRE_BF16_PACK_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
 #define SPIRE_BF16_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")))
+// The AMX path: tiles, the BF16 tile product, and the AVX-512 of its merges.
+#define SPIRE_AMX_TARGET                                                                   \
+  __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16," \
+                        "fma")))
 #else
 #define SPIRE_BF16_X86 0
 #define SPIRE_BF16_PACK_TARGET
+#endif
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 namespace spire::cpu {
@@ -201,6 +212,184 @@ void gemm_blocked(const Strided<Src>& a, const Strided<Src>& b, int64_t m, int64
     }
   }
 }
+
+// ---- AMX tiles (TDPBF16PS) ------------------------------------------------------------------
+// Each k block's products (kAmxKC, twice micro_kernel's: half the passes over C) are summed
+// from zero in tile registers, then added to C; within a tile the hardware adds a row's 32
+// products in its own order (not micro_kernel's bits, the same for any thread count). A C block
+// is 32 x 32: four 16 x 16 f32 tiles, fed by two A tiles (16 rows x 16 k pairs) and two B
+// tiles (16 k pairs x 16 columns). k is padded with zero pairs to whole tiles.
+constexpr int kAmxT = 16;                  // rows of every tile; k pairs per A and B tile
+constexpr int kAmxMR = 2 * kAmxT;          // rows of a C block
+constexpr int kAmxNR = 2 * kAmxT;          // columns of a C block
+constexpr int64_t kAmxMC = 4 * kAmxMR;     // rows of op(A) per packed block
+constexpr int64_t kAmxNC = 16 * kAmxNR;    // columns of op(B) per packed block
+constexpr int64_t kAmxKC = 512;            // k per packed block (whole tiles of pairs)
+
+inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+/// The tile configuration (palette 1): all eight tiles 16 rows of 64 bytes.
+struct alignas(64) AmxConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+  AmxConfig() {
+    for (int t = 0; t < 8; ++t) colsb[t] = 64, rows[t] = kAmxT;
+  }
+};
+
+/// The bf16 bits of s[0..16) (kernels/functors.h's float_to_bf16_bits, per lane) into d.
+SPIRE_BF16_PACK_TARGET inline void to_bf16_bits(const float* s, uint16_t* d) {
+  const __m512i x = _mm512_loadu_si512(static_cast<const void*>(s));
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb), 16);
+  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(
+      _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(d),
+                      _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet)));
+}
+
+/// Packs rows [0, rows) x k [0, kc) of `src` row-major into rows of `width` bf16 (k past kc
+/// and rows up to a multiple of kAmxMR zero): an A tile's rows are 16 consecutive k pairs.
+template <class Src>
+SPIRE_BF16_PACK_TARGET void pack_rows(const Strided<Src>& src, int64_t rows, int64_t kc,
+                                      int64_t width, uint16_t* dst) {
+  const int64_t padded = round_up(rows, kAmxMR);
+  if (src.s_p == 1) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const Src* __restrict s = src.p + r * src.s_i;
+      uint16_t* __restrict d = dst + r * width;
+      int64_t p = 0;
+      if constexpr (std::is_same_v<Src, float>)
+        for (; p + 16 <= kc; p += 16) to_bf16_bits(s + p, d + p);
+      for (; p < kc; ++p) d[p] = bf16_bits(s[p]);
+      std::fill(d + kc, d + width, uint16_t{0});
+    }
+  } else {
+    // Rows kAmxT at a time: each k reads one run of the source and adds one element to each
+    // of kAmxT rows of dst.
+    for (int64_t r0 = 0; r0 < rows; r0 += kAmxT) {
+      const int64_t r1 = std::min<int64_t>(rows, r0 + kAmxT);
+      for (int64_t p = 0; p < kc; ++p) {
+        const Src* __restrict s = src.p + p * src.s_p;
+        for (int64_t r = r0; r < r1; ++r) dst[r * width + p] = bf16_bits(s[r * src.s_i]);
+      }
+    }
+    for (int64_t r = 0; r < rows; ++r) std::fill(dst + r * width + kc, dst + (r + 1) * width, uint16_t{0});
+  }
+  std::fill(dst + rows * width, dst + padded * width, uint16_t{0});
+}
+
+/// Packs columns [0, cols) x k [0, kc) of op(B) (rows of `src`) as kAmxNR-column panels of
+/// `pairs` k pairs each (pack_pairs' layout, zero pairs past kc): a B tile is 16 pairs of a
+/// panel's half.
+template <class Src>
+void pack_panels(const Strided<Src>& src, int64_t cols, int64_t kc, int64_t pairs, uint16_t* dst) {
+  const int64_t used = (kc + 1) / 2, panel = pairs * kAmxNR * 2;
+  for (int64_t j0 = 0; j0 < cols; j0 += kAmxNR) {
+    uint16_t* d = dst + j0 / kAmxNR * panel;
+    pack_pairs<kAmxNR>(Strided<Src>{src.p + j0 * src.s_i, src.s_i, src.s_p},
+                       std::min<int64_t>(kAmxNR, cols - j0), kc, d);
+    std::fill(d + used * kAmxNR * 2, d + panel, uint16_t{0});
+  }
+}
+
+/// out (32 x 32 f32, row-major) = the products of a 32-row A panel (rows `width` bf16 apart)
+/// and a B panel over `tiles` tiles of 16 k pairs.
+SPIRE_AMX_TARGET __attribute__((noinline)) void amx_block(int64_t tiles, const uint16_t* a,
+                                                          int64_t width, const uint16_t* b,
+                                                          float* out) {
+  const int64_t a_stride = width * 2, b_stride = kAmxNR * 4;
+  const uint16_t* a1 = a + kAmxT * width;
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t t = 0; t < tiles; ++t) {
+    const uint16_t* bt = b + t * kAmxT * kAmxNR * 2;
+    _tile_loadd(4, a + t * 2 * kAmxT, a_stride);
+    _tile_loadd(5, a1 + t * 2 * kAmxT, a_stride);
+    _tile_loadd(6, bt, b_stride);
+    _tile_loadd(7, bt + 2 * kAmxT, b_stride);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  constexpr int64_t ld = kAmxNR * 4;
+  _tile_stored(0, out, ld);
+  _tile_stored(1, out + kAmxT, ld);
+  _tile_stored(2, out + kAmxT * kAmxNR, ld);
+  _tile_stored(3, out + kAmxT * kAmxNR + kAmxT, ld);
+}
+
+/// C block (rows mr, columns nr) = or += tile (32 x 32), rounded to bf16 with `round`.
+SPIRE_AMX_TARGET void amx_merge(const float* tile, int64_t mr, int64_t nr, float* c, int64_t ldc,
+                                bool accumulate, bool round) {
+  for (int64_t i = 0; i < mr; ++i) {
+    const float* t = tile + i * kAmxNR;
+    float* out = c + i * ldc;
+    int64_t j = 0;
+    for (; j + 16 <= nr; j += 16) {
+      __m512 r = _mm512_loadu_ps(t + j);
+      if (accumulate) r = _mm512_add_ps(_mm512_loadu_ps(out + j), r);
+      _mm512_storeu_ps(out + j, round ? round_to_bf16(r) : r);
+    }
+    for (; j < nr; ++j) {
+      const float v = accumulate ? out[j] + t[j] : t[j];
+      out[j] = round ? functors::bf16_bits_to_float(functors::float_to_bf16_bits(v)) : v;
+    }
+  }
+}
+
+/// gemm_blocked on AMX tiles.
+template <class Src>
+SPIRE_AMX_TARGET void gemm_blocked_amx(const Strided<Src>& a, const Strided<Src>& b, int64_t m,
+                                       int64_t n, int64_t k, float* c, int64_t ldc,
+                                       bool round_output) {
+  const int64_t kc_max = std::min(kAmxKC, k), pairs_max = round_up((kc_max + 1) / 2, kAmxT);
+  uint16_t* pa = tl_bf16_a.get<uint16_t>(round_up(std::min(kAmxMC, m), kAmxMR) * pairs_max * 2);
+  uint16_t* pb = tl_bf16_b.get<uint16_t>(round_up(std::min(kAmxNC, n), kAmxNR) * pairs_max * 2);
+  alignas(64) float tile[kAmxMR * kAmxNR];
+  const AmxConfig config;
+  _tile_loadconfig(&config);
+  for (int64_t jc = 0; jc < n; jc += kAmxNC) {
+    const int64_t nc = std::min(kAmxNC, n - jc);
+    for (int64_t pc = 0; pc < k; pc += kAmxKC) {
+      const int64_t kc = std::min(kAmxKC, k - pc), pairs = round_up((kc + 1) / 2, kAmxT);
+      const int64_t width = pairs * 2;
+      const bool accumulate = pc > 0;
+      const bool round = round_output && pc + kc == k;
+      pack_panels(Strided<Src>{b.p + jc * b.s_i + pc * b.s_p, b.s_i, b.s_p}, nc, kc, pairs, pb);
+      for (int64_t ic = 0; ic < m; ic += kAmxMC) {
+        const int64_t mc = std::min(kAmxMC, m - ic);
+        pack_rows(Strided<Src>{a.p + ic * a.s_i + pc * a.s_p, a.s_i, a.s_p}, mc, kc, width, pa);
+        for (int64_t jr = 0; jr < nc; jr += kAmxNR) {
+          const uint16_t* b_panel = pb + jr / kAmxNR * pairs * kAmxNR * 2;
+          for (int64_t ir = 0; ir < mc; ir += kAmxMR) {
+            amx_block(pairs / kAmxT, pa + ir * width, width, b_panel, tile);
+            amx_merge(tile, std::min<int64_t>(kAmxMR, mc - ir), std::min<int64_t>(kAmxNR, nc - jr),
+                      c + (ic + ir) * ldc + jc + jr, ldc, accumulate, round);
+          }
+        }
+      }
+    }
+  }
+  _tile_release();
+}
+
+/// Asks Linux for this process's permission to use the AMX tile data (once per process; it
+/// then holds for every thread).
+bool amx_permitted() {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtileData = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtileData) == 0;
+#else
+  return false;
+#endif
+}
 #endif
 
 }  // namespace
@@ -216,13 +405,32 @@ bool gemm_bf16_supported() {
 #endif
 }
 
+bool gemm_bf16_amx_supported() {
+#if SPIRE_BF16_X86
+  static const bool ok = [] {
+    if (!gemm_bf16_supported()) return false;
+    if (const char* v = std::getenv("SPIRE_CPU_AMX"); v != nullptr && v[0] == '0' && v[1] == '\0')
+      return false;
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    const bool amx_bf16 = (edx >> 22) & 1u, amx_tile = (edx >> 24) & 1u;
+    return amx_bf16 && amx_tile && amx_permitted();
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
 namespace {
 
 template <class Src>
-void gemm_bf16_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const Src* a,
-                    int64_t lda, const Src* b, int64_t ldb, float* c, int64_t ldc,
-                    ThreadPool* pool, bool round_output) {
+void gemm_bf16_impl(Bf16Kernel kernel, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                    int64_t k, const Src* a, int64_t lda, const Src* b, int64_t ldb, float* c,
+                    int64_t ldc, ThreadPool* pool, bool round_output) {
   if (!gemm_bf16_supported()) throw_error("gemm_bf16: this CPU has no AVX512-BF16");
+  if (kernel == Bf16Kernel::kAmx && !gemm_bf16_amx_supported())
+    throw_error("gemm_bf16: AMX tiles asked for, but this CPU or OS does not run them");
 #if SPIRE_BF16_X86
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {
@@ -233,31 +441,40 @@ void gemm_bf16_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
   using S = Strided<Src>;
   const S sa = trans_a ? S{a, 1, lda} : S{a, lda, 1};
   const S sb = trans_b ? S{b, ldb, 1} : S{b, 1, ldb};
+  const bool amx = kernel == Bf16Kernel::kAmx;
+  auto blocked = [&](const S& pa, const S& pb, int64_t rows, int64_t cols, float* pc) {
+    if (amx) gemm_blocked_amx(pa, pb, rows, cols, k, pc, ldc, round_output);
+    else gemm_blocked(pa, pb, rows, cols, k, pc, ldc, round_output);
+  };
   const int threads = pool ? pool->num_threads() : 1;
   const double macs = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   if (threads <= 1 || macs < double(1 << 21)) {
-    gemm_blocked(sa, sb, m, n, k, c, ldc, round_output);
+    blocked(sa, sb, m, n, c);
     return;
   }
   // Split C along its longer side into whole tiles; each part is an independent product.
   const bool split_n = n >= m;
-  const int64_t len = split_n ? n : m, unit = split_n ? kNR : kMR;
+  const int64_t len = split_n ? n : m;
+  const int64_t unit = split_n ? (amx ? kAmxNR : kNR) : (amx ? kAmxMR : kMR);
   const int64_t units = (len + unit - 1) / unit;
   const int64_t grain = std::max<int64_t>(
       1, static_cast<int64_t>(double(1 << 20) / (macs / static_cast<double>(units))));
   pool->parallel_for(units, grain, [&](int64_t u0, int64_t u1) {
     const int64_t begin = u0 * unit, end = std::min(len, u1 * unit);
     if (split_n)
-      gemm_blocked(sa, S{sb.p + begin * sb.s_i, sb.s_i, sb.s_p}, m, end - begin, k, c + begin, ldc,
-                   round_output);
+      blocked(sa, S{sb.p + begin * sb.s_i, sb.s_i, sb.s_p}, m, end - begin, c + begin);
     else
-      gemm_blocked(S{sa.p + begin * sa.s_i, sa.s_i, sa.s_p}, sb, end - begin, n, k,
-                   c + begin * ldc, ldc, round_output);
+      blocked(S{sa.p + begin * sa.s_i, sa.s_i, sa.s_p}, sb, end - begin, n, c + begin * ldc);
   });
 #else
-  (void)trans_a, (void)trans_b, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb;
+  (void)kernel, (void)trans_a, (void)trans_b, (void)m, (void)n, (void)k, (void)a, (void)lda;
+  (void)b, (void)ldb;
   (void)c, (void)ldc, (void)pool, (void)round_output;
 #endif
+}
+
+Bf16Kernel best_kernel() {
+  return gemm_bf16_amx_supported() ? Bf16Kernel::kAmx : Bf16Kernel::kAvx512Bf16;
 }
 
 }  // namespace
@@ -265,13 +482,30 @@ void gemm_bf16_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a,
                int64_t lda, const uint16_t* b, int64_t ldb, float* c, int64_t ldc,
                ThreadPool* pool) {
-  gemm_bf16_impl(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, pool, false);
+  gemm_bf16_impl(best_kernel(), trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, pool, false);
 }
 
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
                int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
                ThreadPool* pool, bool round_output) {
-  gemm_bf16_impl(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, pool, round_output);
+  gemm_bf16_impl(best_kernel(), trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, pool,
+                 round_output);
 }
+
+namespace detail {
+
+void gemm_bf16_with(Bf16Kernel kernel, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                    int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb,
+                    float* c, int64_t ldc, ThreadPool* pool) {
+  gemm_bf16_impl(kernel, trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, pool, false);
+}
+
+void gemm_bf16_with(Bf16Kernel kernel, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                    int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                    float* c, int64_t ldc, ThreadPool* pool, bool round_output) {
+  gemm_bf16_impl(kernel, trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, pool, round_output);
+}
+
+}  // namespace detail
 
 }  // namespace spire::cpu

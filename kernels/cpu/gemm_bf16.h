@@ -6,6 +6,10 @@
 // FMA per instruction. The products of bf16 values are exact in f32; each is added to the f32
 // accumulator with rounding (the odd k, then the even one, as the instruction defines), with
 // denormal inputs and results flushed to zero.
+// On CPUs with AMX (Intel Sapphire Rapids and later, where Linux grants the process the tile
+// data), the same packed blocks are multiplied by AMX tiles (TDPBF16PS, 16 x 16 f32 results
+// of 16 rows of 32 bf16 each): the same pairs, the same per-block sums from zero (k padded with
+// zero pairs), eight times the multiply-adds per instruction of VDPBF16PS.
 // Where the CPU lacks AVX512-BF16 the caller keeps the widening path.
 #pragma once
 
@@ -19,6 +23,13 @@ namespace spire::cpu {
 
 /// Whether gemm_bf16 can run on this CPU (AVX512-BF16 with AVX-512 F/BW/VL).
 bool gemm_bf16_supported();
+
+/// Whether gemm_bf16 runs on AMX tiles here: AMX-BF16 and AMX-TILE, Linux's permission for
+/// the tile data (asked on the first call), and SPIRE_CPU_AMX not "0".
+bool gemm_bf16_amx_supported();
+
+/// The products gemm_bf16 can run: VDPBF16PS register tiles, or AMX tiles.
+enum class Bf16Kernel { kAvx512Bf16, kAmx };
 
 /// C (f32, row-major, row stride ldc, overwritten) = op(A) op(B) for bf16 A and B given as
 /// their 16-bit patterns, row-major with row strides lda / ldb; op(X) is X or X^T per the
@@ -35,5 +46,16 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
                int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
                ThreadPool* pool, bool round_output = false);
+
+namespace detail {
+/// gemm_bf16 on the given kernel (for tests and benchmarks; kAmx needs
+/// gemm_bf16_amx_supported()). Kernels should call gemm_bf16, which picks the fastest.
+void gemm_bf16_with(Bf16Kernel kernel, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                    int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb,
+                    float* c, int64_t ldc, ThreadPool* pool);
+void gemm_bf16_with(Bf16Kernel kernel, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                    int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                    float* c, int64_t ldc, ThreadPool* pool, bool round_output);
+}  // namespace detail
 
 }  // namespace spire::cpu

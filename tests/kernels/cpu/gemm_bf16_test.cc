@@ -1,7 +1,8 @@
 // Tests for the AVX512-BF16 GEMM (kernels/cpu/gemm_bf16.h) against a double-precision loop
 // over the same bf16 values: transposes, shapes with edge tiles, odd k, k beyond one packed
 // block, m and n beyond one block, a padded C, and a thread pool (which must not change a
-// single bit). Skipped, saying so, on CPUs without AVX512-BF16.
+// single bit). Skipped, saying so, on CPUs without AVX512-BF16. The AMX tile kernel passes
+// the same checks where the CPU and OS run AMX.
 #include "kernels/cpu/gemm_bf16.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "kernels/functors.h"
 
 namespace spire::cpu {
 namespace {
@@ -76,6 +78,86 @@ TEST(GemmBf16, MatchesTheExactProductOfTheBf16Values) {
       for (int64_t i = 0; i < d.m; ++i)
         for (int64_t j = d.n; j < ldc; ++j)
           ASSERT_TRUE(std::isnan(c[static_cast<size_t>(i * ldc + j)])) << what << ": wrote past n";
+    }
+}
+
+// The AMX tile kernel on every shape and transpose, both operand types (bf16 patterns; f32
+// values rounded while packed, with and without rounding the result): within a few f32
+// epsilons of the exact product of the bf16 values (AMX adds a tile's products in its own
+// order, so its bits differ from the VDPBF16PS kernel's), the same bits for any thread
+// count, nothing written past n.
+TEST(GemmBf16, AmxTilesMatchTheExactProductForAnyThreadCount) {
+  if (!gemm_bf16_amx_supported())
+    GTEST_SKIP() << "this CPU or OS runs no AMX tiles (or SPIRE_CPU_AMX=0)";
+  ThreadPool pool(3);
+  const Dims shapes[] = {{1, 1, 1},     {7, 13, 5},     {33, 31, 33},  {37, 19, 70},
+                         {300, 3, 257}, {5, 700, 513},  {130, 600, 9}, {96, 96, 600},
+                         {400, 70, 100}, {5, 720, 600}, {64, 64, 32}, {129, 65, 1000}};
+  for (const Dims& d : shapes)
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = (t & 1) != 0, tb = (t & 2) != 0;
+      std::mt19937 rng(static_cast<uint32_t>(d.m * 1000 + d.n * 10 + d.k + t));
+      std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
+      std::vector<uint16_t> a(static_cast<size_t>(d.m * d.k)), b(static_cast<size_t>(d.k * d.n));
+      std::vector<float> af(a.size()), bf(b.size());
+      std::vector<double> av(a.size()), bv(b.size()), afv(a.size()), bfv(b.size());
+      // The f32 operands' values as the kernel rounds them to bf16.
+      auto rounded = [](float f) {
+        const uint32_t bits = static_cast<uint32_t>(functors::float_to_bf16_bits(f)) << 16;
+        float v;
+        std::memcpy(&v, &bits, sizeof v);
+        return static_cast<double>(v);
+      };
+      for (size_t i = 0; i < a.size(); ++i) a[i] = random_bf16(rng, &av[i]), af[i] = dist(rng);
+      for (size_t i = 0; i < b.size(); ++i) b[i] = random_bf16(rng, &bv[i]), bf[i] = dist(rng);
+      for (size_t i = 0; i < a.size(); ++i) afv[i] = rounded(af[i]);
+      for (size_t i = 0; i < b.size(); ++i) bfv[i] = rounded(bf[i]);
+      const int64_t lda = ta ? d.m : d.k, ldb = tb ? d.k : d.n, ldc = d.n + 5;
+      for (int variant = 0; variant < 3; ++variant) {
+        const std::string what = std::to_string(d.m) + "x" + std::to_string(d.n) + "x" +
+                                 std::to_string(d.k) + " transpose " + std::to_string(t) +
+                                 " variant " + std::to_string(variant);
+        std::vector<float> c(static_cast<size_t>(d.m * ldc), NAN), cp = c;
+        for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
+          float* out = (tp ? cp : c).data();
+          if (variant == 0)
+            detail::gemm_bf16_with(Bf16Kernel::kAmx, ta, tb, d.m, d.n, d.k, a.data(), lda,
+                                   b.data(), ldb, out, ldc, tp);
+          else
+            detail::gemm_bf16_with(Bf16Kernel::kAmx, ta, tb, d.m, d.n, d.k, af.data(), lda,
+                                   bf.data(), ldb, out, ldc, tp, /*round_output=*/variant == 2);
+        }
+        const std::vector<double>& x = variant == 0 ? av : afv;
+        const std::vector<double>& y = variant == 0 ? bv : bfv;
+        for (int64_t i = 0; i < d.m; ++i)
+          for (int64_t j = 0; j < d.n; ++j) {
+            double exact = 0, mag = 0;
+            for (int64_t p = 0; p < d.k; ++p) {
+              const double u =
+                  ta ? x[static_cast<size_t>(p * lda + i)] : x[static_cast<size_t>(i * lda + p)];
+              const double v =
+                  tb ? y[static_cast<size_t>(j * ldb + p)] : y[static_cast<size_t>(p * ldb + j)];
+              exact += u * v;
+              mag += std::abs(u * v);
+            }
+            const size_t at = static_cast<size_t>(i * ldc + j);
+            // Rounding the result to bf16 adds up to half an ulp of 8 bits.
+            const double tol = 1e-6 * mag + (variant == 2 ? std::abs(exact) / 256 : 0) + 1e-30;
+            ASSERT_NEAR(c[at], exact, tol) << what << " (" << i << ", " << j << ")";
+            if (variant == 2) {
+              uint32_t bits;
+              std::memcpy(&bits, &c[at], sizeof bits);
+              ASSERT_EQ(bits & 0xffffu, 0u) << what << ": not rounded to bf16";
+            }
+            ASSERT_EQ(std::memcmp(&c[at], &cp[at], sizeof(float)), 0)
+                << what << ": depends on threads";
+          }
+        for (int64_t i = 0; i < d.m; ++i)
+          for (int64_t j = d.n; j < ldc; ++j)
+            ASSERT_TRUE(std::isnan(c[static_cast<size_t>(i * ldc + j)]) &&
+                        std::isnan(cp[static_cast<size_t>(i * ldc + j)]))
+                << what << ": wrote past n";
+      }
     }
 }
 
