@@ -301,6 +301,9 @@ void pack_panels(const Strided<Src>& src, int64_t cols, int64_t kc, int64_t pair
 SPIRE_AMX_TARGET __attribute__((noinline)) void amx_block(int64_t tiles, const uint16_t* a,
                                                           int64_t width, const uint16_t* b,
                                                           float* out) {
+  // GCC's tile loads are asm without a memory operand: keep the packing's stores before them
+  // (this function also stays out of line).
+  asm volatile("" ::: "memory");
   const int64_t a_stride = width * 2, b_stride = kAmxNR * 4;
   const uint16_t* a1 = a + kAmxT * width;
   _tile_zero(0);

@@ -54,8 +54,11 @@ TEST(GemmBf16, MatchesTheExactProductOfTheBf16Values) {
       for (size_t i = 0; i < b.size(); ++i) b[i] = random_bf16(rng, &bv[i]);
       const int64_t lda = ta ? d.m : d.k, ldb = tb ? d.k : d.n, ldc = d.n + 3;
       std::vector<float> c(static_cast<size_t>(d.m * ldc), NAN), cp = c;
-      gemm_bf16(ta, tb, d.m, d.n, d.k, a.data(), lda, b.data(), ldb, c.data(), ldc, nullptr);
-      gemm_bf16(ta, tb, d.m, d.n, d.k, a.data(), lda, b.data(), ldb, cp.data(), ldc, &pool);
+      // The VDPBF16PS kernel itself (gemm_bf16 picks AMX tiles where the CPU has them).
+      detail::gemm_bf16_with(Bf16Kernel::kAvx512Bf16, ta, tb, d.m, d.n, d.k, a.data(), lda,
+                             b.data(), ldb, c.data(), ldc, nullptr);
+      detail::gemm_bf16_with(Bf16Kernel::kAvx512Bf16, ta, tb, d.m, d.n, d.k, a.data(), lda,
+                             b.data(), ldb, cp.data(), ldc, &pool);
       const std::string what = std::to_string(d.m) + "x" + std::to_string(d.n) + "x" +
                                std::to_string(d.k) + " transpose " + std::to_string(t);
       for (int64_t i = 0; i < d.m; ++i)
@@ -159,6 +162,43 @@ TEST(GemmBf16, AmxTilesMatchTheExactProductForAnyThreadCount) {
                 << what << ": wrote past n";
       }
     }
+}
+
+// f32 operands rounded while packed give the bits of the same product of their bf16 patterns
+// (kernels/functors.h's float_to_bf16_bits), specials included: ties, the largest finite f32
+// (rounds to +inf), infinities, NaN, a denormal. Both kernels, k long enough for the
+// vectorized rounding.
+TEST(GemmBf16, F32OperandsGiveTheBitsOfTheirBf16Patterns) {
+  if (!gemm_bf16_supported())
+    GTEST_SKIP() << "this CPU has no AVX512-BF16: the MatMul widens to f32";
+  const float specials[] = {1.00390625f, 1.01171875f, -1.00390625f, 3.4028235e38f, INFINITY,
+                            -INFINITY,   NAN,         1e-40f,       0.0f,          -0.0f};
+  const int64_t m = 9, n = 37, k = 70;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  std::vector<float> af(static_cast<size_t>(m * k)), bf(static_cast<size_t>(k * n));
+  for (float& v : af) v = dist(rng);
+  for (float& v : bf) v = dist(rng);
+  // Specials in a few rows of A and columns of B only, so most of C stays finite.
+  for (int64_t p = 0; p < k; ++p) af[static_cast<size_t>(2 * k + p)] = specials[p % 10];
+  for (int64_t p = 0; p < k; ++p) bf[static_cast<size_t>(p * n + 5)] = specials[(p + 3) % 10];
+  for (int64_t i = 0; i < m; ++i) af[static_cast<size_t>(i * k + 17)] = specials[i % 10];
+  std::vector<uint16_t> ah(af.size()), bh(bf.size());
+  for (size_t i = 0; i < af.size(); ++i) ah[i] = functors::float_to_bf16_bits(af[i]);
+  for (size_t i = 0; i < bf.size(); ++i) bh[i] = functors::float_to_bf16_bits(bf[i]);
+  std::vector<Bf16Kernel> kernels = {Bf16Kernel::kAvx512Bf16};
+  if (gemm_bf16_amx_supported()) kernels.push_back(Bf16Kernel::kAmx);
+  for (Bf16Kernel kernel : kernels) {
+    std::vector<float> from_f32(static_cast<size_t>(m * n)), from_bits(from_f32.size());
+    detail::gemm_bf16_with(kernel, false, false, m, n, k, af.data(), k, bf.data(), n,
+                           from_f32.data(), n, nullptr, false);
+    detail::gemm_bf16_with(kernel, false, false, m, n, k, ah.data(), k, bh.data(), n,
+                           from_bits.data(), n, nullptr);
+    for (size_t i = 0; i < from_f32.size(); ++i)
+      ASSERT_EQ(std::memcmp(&from_f32[i], &from_bits[i], sizeof(float)), 0)
+          << "kernel " << static_cast<int>(kernel) << " element " << i << ": " << from_f32[i]
+          << " from f32, " << from_bits[i] << " from the bf16 patterns";
+  }
 }
 
 }  // namespace
