@@ -37,6 +37,21 @@ struct Dims {
   int64_t m, n, k;
 };
 
+// The exact (double) C(i, j) of op(A) op(B) from the operands' values x (A) and y (B), stored
+// row-major with strides lda / ldb; *mag gets the sum of the products' magnitudes.
+double exact_product(const std::vector<double>& x, const std::vector<double>& y, bool ta, bool tb,
+                     int64_t lda, int64_t ldb, int64_t i, int64_t j, int64_t k, double* mag) {
+  double exact = 0;
+  *mag = 0;
+  for (int64_t p = 0; p < k; ++p) {
+    const double u = ta ? x[static_cast<size_t>(p * lda + i)] : x[static_cast<size_t>(i * lda + p)];
+    const double v = tb ? y[static_cast<size_t>(j * ldb + p)] : y[static_cast<size_t>(p * ldb + j)];
+    exact += u * v;
+    *mag += std::abs(u * v);
+  }
+  return exact;
+}
+
 TEST(GemmBf16, MatchesTheExactProductOfTheBf16Values) {
   if (!gemm_bf16_supported())
     GTEST_SKIP() << "this CPU has no AVX512-BF16: the MatMul widens to f32";
@@ -63,15 +78,8 @@ TEST(GemmBf16, MatchesTheExactProductOfTheBf16Values) {
                                std::to_string(d.k) + " transpose " + std::to_string(t);
       for (int64_t i = 0; i < d.m; ++i)
         for (int64_t j = 0; j < d.n; ++j) {
-          double exact = 0, mag = 0;
-          for (int64_t p = 0; p < d.k; ++p) {
-            const double x =
-                ta ? av[static_cast<size_t>(p * lda + i)] : av[static_cast<size_t>(i * lda + p)];
-            const double y =
-                tb ? bv[static_cast<size_t>(j * ldb + p)] : bv[static_cast<size_t>(p * ldb + j)];
-            exact += x * y;
-            mag += std::abs(x * y);
-          }
+          double mag;
+          const double exact = exact_product(av, bv, ta, tb, lda, ldb, i, j, d.k, &mag);
           const size_t at = static_cast<size_t>(i * ldc + j);
           // Exact products, f32 sums: within a few f32 epsilons of the sum of magnitudes.
           ASSERT_NEAR(c[at], exact, 1e-6 * mag + 1e-30) << what << " (" << i << ", " << j << ")";
@@ -134,15 +142,8 @@ TEST(GemmBf16, AmxTilesMatchTheExactProductForAnyThreadCount) {
         const std::vector<double>& y = variant == 0 ? bv : bfv;
         for (int64_t i = 0; i < d.m; ++i)
           for (int64_t j = 0; j < d.n; ++j) {
-            double exact = 0, mag = 0;
-            for (int64_t p = 0; p < d.k; ++p) {
-              const double u =
-                  ta ? x[static_cast<size_t>(p * lda + i)] : x[static_cast<size_t>(i * lda + p)];
-              const double v =
-                  tb ? y[static_cast<size_t>(j * ldb + p)] : y[static_cast<size_t>(p * ldb + j)];
-              exact += u * v;
-              mag += std::abs(u * v);
-            }
+            double mag;
+            const double exact = exact_product(x, y, ta, tb, lda, ldb, i, j, d.k, &mag);
             const size_t at = static_cast<size_t>(i * ldc + j);
             // Rounding the result to bf16 adds up to half an ulp of 8 bits.
             const double tol = 1e-6 * mag + (variant == 2 ? std::abs(exact) / 256 : 0) + 1e-30;
