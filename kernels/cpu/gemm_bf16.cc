@@ -25,6 +25,11 @@
 #include <cpuid.h>
 #include <immintrin.h>
 #define SPIRE_BF16_X86 1
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC 12's AVX-512 intrinsics start their results from `__m512i __Y = __Y;`, which
+// -Wmaybe-uninitialized reports wherever they are inlined.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 // Packing runs only where the kernel does (AVX-512 CPUs): vectorized for AVX-512 too.
 #define SPIRE_BF16_PACK_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
 #define SPIRE_BF16_TARGET \
@@ -239,20 +244,54 @@ struct alignas(64) AmxConfig {
   }
 };
 
-/// The bf16 bits of s[0..16) (kernels/functors.h's float_to_bf16_bits, per lane) into d.
-SPIRE_BF16_PACK_TARGET inline void to_bf16_bits(const float* s, uint16_t* d) {
+/// The bf16 bits of s[0..16) (kernels/functors.h's float_to_bf16_bits, per lane).
+SPIRE_BF16_PACK_TARGET inline __m256i bf16_vector(const float* s) {
   const __m512i x = _mm512_loadu_si512(static_cast<const void*>(s));
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
   const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb), 16);
   const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
   const __mmask16 nan = _mm512_cmpgt_epu32_mask(
       _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(d),
-                      _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet)));
+  return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
+}
+SPIRE_BF16_PACK_TARGET inline __m256i bf16_vector(const uint16_t* s) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s));
+}
+
+/// The 16 x 16 matrix of 32-bit words v[0..16) (row i in v[i]) transposed in place.
+SPIRE_BF16_PACK_TARGET inline void transpose_16x16(__m512i v[16]) {
+  __m512i t[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; i += 2) {  // 2 x 2 blocks of words
+    t[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; i += 4) {  // 4 x 4 blocks: v[i + c] holds column 4L + c of rows i..i+3
+    v[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    v[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    v[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    v[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; i += 8)  // 128-bit lanes of rows i..i+7
+    for (int c = 0; c < 4; ++c) {
+      t[i + c] = _mm512_shuffle_i32x4(v[i + c], v[i + 4 + c], 0x88);
+      t[i + 4 + c] = _mm512_shuffle_i32x4(v[i + c], v[i + 4 + c], 0xdd);
+    }
+#pragma GCC unroll 16
+  for (int c = 0; c < 4; ++c) {  // whole columns
+    v[c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0x88);
+    v[4 + c] = _mm512_shuffle_i32x4(t[4 + c], t[12 + c], 0x88);
+    v[8 + c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0xdd);
+    v[12 + c] = _mm512_shuffle_i32x4(t[4 + c], t[12 + c], 0xdd);
+  }
 }
 
 /// Packs rows [0, rows) x k [0, kc) of `src` row-major into rows of `width` bf16 (k past kc
 /// and rows up to a multiple of kAmxMR zero): an A tile's rows are 16 consecutive k pairs.
+/// With the rows contiguous in the source (op(A) = A transposed), 16 rows x 32 k at a time:
+/// two k runs of 16 rows interleave into 16 pairs, and 16 such words transpose to the rows.
 template <class Src>
 SPIRE_BF16_PACK_TARGET void pack_rows(const Strided<Src>& src, int64_t rows, int64_t kc,
                                       int64_t width, uint16_t* dst) {
@@ -263,16 +302,37 @@ SPIRE_BF16_PACK_TARGET void pack_rows(const Strided<Src>& src, int64_t rows, int
       uint16_t* __restrict d = dst + r * width;
       int64_t p = 0;
       if constexpr (std::is_same_v<Src, float>)
-        for (; p + 16 <= kc; p += 16) to_bf16_bits(s + p, d + p);
+        for (; p + 16 <= kc; p += 16)
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + p), bf16_vector(s + p));
       for (; p < kc; ++p) d[p] = bf16_bits(s[p]);
       std::fill(d + kc, d + width, uint16_t{0});
     }
   } else {
-    // Rows kAmxT at a time: each k reads one run of the source and adds one element to each
-    // of kAmxT rows of dst.
+    // Word j of the interleave: k run 0's element j / 2 (even j), k run 1's (odd j).
+    alignas(64) static constexpr uint16_t kInterleave[32] = {
+        0, 16, 1, 17, 2, 18, 3, 19, 4,  20, 5,  21, 6,  22, 7,  23,
+        8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    const __m512i interleave = _mm512_load_si512(static_cast<const void*>(kInterleave));
+    const bool runs = src.s_i == 1;
     for (int64_t r0 = 0; r0 < rows; r0 += kAmxT) {
       const int64_t r1 = std::min<int64_t>(rows, r0 + kAmxT);
-      for (int64_t p = 0; p < kc; ++p) {
+      int64_t p = 0;
+      if (runs && r1 - r0 == kAmxT)
+        for (; p + 2 * kAmxT <= kc; p += 2 * kAmxT) {
+          __m512i v[kAmxT];
+#pragma GCC unroll 16
+          for (int q = 0; q < kAmxT; ++q) {
+            const Src* s = src.p + r0 + (p + 2 * q) * src.s_p;
+            const __m512i two = _mm512_inserti64x4(_mm512_zextsi256_si512(bf16_vector(s)),
+                                                   bf16_vector(s + src.s_p), 1);
+            v[q] = _mm512_permutexvar_epi16(interleave, two);
+          }
+          transpose_16x16(v);
+          for (int r = 0; r < kAmxT; ++r)
+            _mm512_storeu_si512(static_cast<void*>(dst + (r0 + r) * width + p), v[r]);
+        }
+      // Each remaining k reads one run of the source and adds one element to each row.
+      for (; p < kc; ++p) {
         const Src* __restrict s = src.p + p * src.s_p;
         for (int64_t r = r0; r < r1; ++r) dst[r * width + p] = bf16_bits(s[r * src.s_i]);
       }
