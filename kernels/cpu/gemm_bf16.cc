@@ -74,19 +74,101 @@ struct Strided {
   uint16_t at(int64_t i, int64_t q) const { return bf16_bits(p[i * s_i + q * s_p]); }
 };
 
+#if SPIRE_BF16_X86
+/// The bf16 bits of s[0..16) (kernels/functors.h's float_to_bf16_bits, per lane).
+SPIRE_BF16_PACK_TARGET inline __m256i bf16_vector(const float* s) {
+  const __m512i x = _mm512_loadu_si512(static_cast<const void*>(s));
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb), 16);
+  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(
+      _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
+}
+SPIRE_BF16_PACK_TARGET inline __m256i bf16_vector(const uint16_t* s) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s));
+}
+
+/// The 16 x 16 matrix of 32-bit words v[0..16) (row i in v[i]) transposed in place.
+SPIRE_BF16_PACK_TARGET inline void transpose_16x16(__m512i v[16]) {
+  __m512i t[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; i += 2) {  // 2 x 2 blocks of words
+    t[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; i += 4) {  // 4 x 4 blocks: v[i + c] holds column 4L + c of rows i..i+3
+    v[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    v[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    v[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    v[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; i += 8)  // 128-bit lanes of rows i..i+7
+    for (int c = 0; c < 4; ++c) {
+      t[i + c] = _mm512_shuffle_i32x4(v[i + c], v[i + 4 + c], 0x88);
+      t[i + 4 + c] = _mm512_shuffle_i32x4(v[i + c], v[i + 4 + c], 0xdd);
+    }
+#pragma GCC unroll 16
+  for (int c = 0; c < 4; ++c) {  // whole columns
+    v[c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0x88);
+    v[4 + c] = _mm512_shuffle_i32x4(t[4 + c], t[12 + c], 0x88);
+    v[8 + c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0xdd);
+    v[12 + c] = _mm512_shuffle_i32x4(t[4 + c], t[12 + c], 0xdd);
+  }
+}
+
+/// The 16 pairs (run0[i], run1[i]) of two runs of 16 elements, as bf16 bits.
+template <class Src>
+SPIRE_BF16_PACK_TARGET inline __m512i interleave_pairs(const Src* run0, const Src* run1) {
+  // Word j: run 0's element j / 2 (even j), run 1's (odd j).
+  alignas(64) static constexpr uint16_t kInterleave[32] = {
+      0, 16, 1, 17, 2, 18, 3, 19, 4,  20, 5,  21, 6,  22, 7,  23,
+      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i two =
+      _mm512_inserti64x4(_mm512_zextsi256_si512(bf16_vector(run0)), bf16_vector(run1), 1);
+  return _mm512_permutexvar_epi16(_mm512_load_si512(static_cast<const void*>(kInterleave)), two);
+}
+
+/// 32 consecutive elements as bf16 bits (16 pairs).
+template <class Src>
+SPIRE_BF16_PACK_TARGET inline __m512i bf16_pairs(const Src* s) {
+  if constexpr (std::is_same_v<Src, float>)
+    return _mm512_inserti64x4(_mm512_zextsi256_si512(bf16_vector(s)), bf16_vector(s + 16), 1);
+  else
+    return _mm512_loadu_si512(static_cast<const void*>(s));
+}
+
+#endif
+
 /// Packs rows [0, rows) x k [0, kc) of `src` as panels of R rows: for each k pair q, R pairs
 /// (row-major within the panel), zero-padded. Two layouts of the source copy whole runs:
 /// k contiguous (each pair is one 32-bit word of the source) and rows contiguous (each pair
 /// interleaves two source rows, a loop the compiler vectorizes); others go element by element.
 template <int R, class Src>
 SPIRE_BF16_PACK_TARGET void pack_pairs(const Strided<Src>& src, int64_t rows, int64_t kc,
-                                       uint16_t* dst) {
+                                       uint16_t* dst, int64_t q_begin = 0) {
   const int64_t pairs = (kc + 1) / 2, full = kc / 2;  // full: pairs with both k in range
   for (int64_t r0 = 0; r0 < rows; r0 += R) {
     const int64_t r = std::min<int64_t>(R, rows - r0);
     uint16_t* panel = dst + r0 * pairs * 2;
-    int64_t q = 0;
+    int64_t q = q_begin;
     if (r == R && src.s_p == 1) {
+#if SPIRE_BF16_X86
+      // 16 rows x 16 pairs at a time: each row's 16 pairs are one vector; the transpose
+      // gives each pair's 16 rows.
+      if constexpr (R % 16 == 0)
+        for (; q + 16 <= full; q += 16)
+          for (int64_t i0 = 0; i0 < R; i0 += 16) {
+            __m512i v[16];
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; ++i) v[i] = bf16_pairs(src.p + (r0 + i0 + i) * src.s_i + 2 * q);
+            transpose_16x16(v);
+            for (int j = 0; j < 16; ++j)
+              _mm512_storeu_si512(static_cast<void*>(panel + ((q + j) * R + i0) * 2), v[j]);
+          }
+#endif
       for (; q < full; ++q) {
         uint16_t* __restrict d = panel + q * R * 2;
         for (int64_t i = 0; i < R; ++i) {
@@ -174,6 +256,36 @@ SPIRE_BF16_TARGET __attribute__((noinline)) void micro_kernel(int64_t pairs, con
     }
 }
 
+/// Packs columns [0, cols) x k [0, kc) of op(B) (rows of `src`) as R-column panels of
+/// `pairs` k pairs each (pack_pairs' layout, zero pairs past kc; panels pairs * R * 2 apart).
+/// With the columns contiguous in the source, the whole pairs of the whole panels go first,
+/// a pair of source rows at a time across all panels (the source is read in order).
+template <int R, class Src>
+SPIRE_BF16_PACK_TARGET void pack_panels(const Strided<Src>& src, int64_t cols, int64_t kc,
+                                        int64_t pairs, uint16_t* dst) {
+  const int64_t used = (kc + 1) / 2, panel = pairs * R * 2, full_cols = cols / R * R;
+  int64_t q_done = 0;  // pairs of the whole panels packed below
+#if SPIRE_BF16_X86
+  if constexpr (R % 16 == 0)
+    if (src.s_i == 1 && full_cols > 0) {
+      q_done = kc / 2;
+      for (int64_t q = 0; q < q_done; ++q) {
+        const Src* row0 = src.p + 2 * q * src.s_p;
+        const Src* row1 = row0 + src.s_p;
+        for (int64_t j = 0; j < full_cols; j += 16)
+          _mm512_storeu_si512(static_cast<void*>(dst + j / R * panel + (q * R + j % R) * 2),
+                              interleave_pairs(row0 + j, row1 + j));
+      }
+    }
+#endif
+  for (int64_t j0 = 0; j0 < cols; j0 += R) {
+    uint16_t* d = dst + j0 / R * panel;
+    pack_pairs<R>(Strided<Src>{src.p + j0 * src.s_i, src.s_i, src.s_p},
+                  std::min<int64_t>(R, cols - j0), kc, d, j0 < full_cols ? q_done : 0);
+    std::fill(d + used * R * 2, d + panel, uint16_t{0});
+  }
+}
+
 /// The blocked product of rows [0, m) x columns [0, n) (m, n, k >= 1).
 template <class Src>
 void gemm_blocked(const Strided<Src>& a, const Strided<Src>& b, int64_t m, int64_t n, int64_t k,
@@ -189,7 +301,7 @@ void gemm_blocked(const Strided<Src>& a, const Strided<Src>& b, int64_t m, int64
       const bool accumulate = pc > 0;
       const bool round = round_output && pc + kc == k;  // the last k block finishes C
       // op(B) block as columns j (rows of the packing) by k.
-      pack_pairs<kNR>(Strided<Src>{b.p + jc * b.s_i + pc * b.s_p, b.s_i, b.s_p}, nc, kc, pb);
+      pack_panels<kNR>(Strided<Src>{b.p + jc * b.s_i + pc * b.s_p, b.s_i, b.s_p}, nc, kc, pairs, pb);
       for (int64_t ic = 0; ic < m; ic += kMC) {
         const int64_t mc = std::min(kMC, m - ic);
         pack_pairs<kMR>(Strided<Src>{a.p + ic * a.s_i + pc * a.s_p, a.s_i, a.s_p}, mc, kc, pa);
@@ -244,50 +356,6 @@ struct alignas(64) AmxConfig {
   }
 };
 
-/// The bf16 bits of s[0..16) (kernels/functors.h's float_to_bf16_bits, per lane).
-SPIRE_BF16_PACK_TARGET inline __m256i bf16_vector(const float* s) {
-  const __m512i x = _mm512_loadu_si512(static_cast<const void*>(s));
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
-  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb), 16);
-  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
-  const __mmask16 nan = _mm512_cmpgt_epu32_mask(
-      _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
-}
-SPIRE_BF16_PACK_TARGET inline __m256i bf16_vector(const uint16_t* s) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s));
-}
-
-/// The 16 x 16 matrix of 32-bit words v[0..16) (row i in v[i]) transposed in place.
-SPIRE_BF16_PACK_TARGET inline void transpose_16x16(__m512i v[16]) {
-  __m512i t[16];
-#pragma GCC unroll 16
-  for (int i = 0; i < 16; i += 2) {  // 2 x 2 blocks of words
-    t[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
-  }
-#pragma GCC unroll 16
-  for (int i = 0; i < 16; i += 4) {  // 4 x 4 blocks: v[i + c] holds column 4L + c of rows i..i+3
-    v[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-    v[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-    v[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-    v[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-#pragma GCC unroll 16
-  for (int i = 0; i < 16; i += 8)  // 128-bit lanes of rows i..i+7
-    for (int c = 0; c < 4; ++c) {
-      t[i + c] = _mm512_shuffle_i32x4(v[i + c], v[i + 4 + c], 0x88);
-      t[i + 4 + c] = _mm512_shuffle_i32x4(v[i + c], v[i + 4 + c], 0xdd);
-    }
-#pragma GCC unroll 16
-  for (int c = 0; c < 4; ++c) {  // whole columns
-    v[c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0x88);
-    v[4 + c] = _mm512_shuffle_i32x4(t[4 + c], t[12 + c], 0x88);
-    v[8 + c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0xdd);
-    v[12 + c] = _mm512_shuffle_i32x4(t[4 + c], t[12 + c], 0xdd);
-  }
-}
-
 /// Packs rows [0, rows) x k [0, kc) of `src` row-major into rows of `width` bf16 (k past kc
 /// and rows up to a multiple of kAmxMR zero): an A tile's rows are 16 consecutive k pairs.
 /// With the rows contiguous in the source (op(A) = A transposed), 16 rows x 32 k at a time:
@@ -308,11 +376,6 @@ SPIRE_BF16_PACK_TARGET void pack_rows(const Strided<Src>& src, int64_t rows, int
       std::fill(d + kc, d + width, uint16_t{0});
     }
   } else {
-    // Word j of the interleave: k run 0's element j / 2 (even j), k run 1's (odd j).
-    alignas(64) static constexpr uint16_t kInterleave[32] = {
-        0, 16, 1, 17, 2, 18, 3, 19, 4,  20, 5,  21, 6,  22, 7,  23,
-        8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-    const __m512i interleave = _mm512_load_si512(static_cast<const void*>(kInterleave));
     const bool runs = src.s_i == 1;
     for (int64_t r0 = 0; r0 < rows; r0 += kAmxT) {
       const int64_t r1 = std::min<int64_t>(rows, r0 + kAmxT);
@@ -323,9 +386,7 @@ SPIRE_BF16_PACK_TARGET void pack_rows(const Strided<Src>& src, int64_t rows, int
 #pragma GCC unroll 16
           for (int q = 0; q < kAmxT; ++q) {
             const Src* s = src.p + r0 + (p + 2 * q) * src.s_p;
-            const __m512i two = _mm512_inserti64x4(_mm512_zextsi256_si512(bf16_vector(s)),
-                                                   bf16_vector(s + src.s_p), 1);
-            v[q] = _mm512_permutexvar_epi16(interleave, two);
+            v[q] = interleave_pairs(s, s + src.s_p);
           }
           transpose_16x16(v);
           for (int r = 0; r < kAmxT; ++r)
@@ -340,20 +401,6 @@ SPIRE_BF16_PACK_TARGET void pack_rows(const Strided<Src>& src, int64_t rows, int
     for (int64_t r = 0; r < rows; ++r) std::fill(dst + r * width + kc, dst + (r + 1) * width, uint16_t{0});
   }
   std::fill(dst + rows * width, dst + padded * width, uint16_t{0});
-}
-
-/// Packs columns [0, cols) x k [0, kc) of op(B) (rows of `src`) as kAmxNR-column panels of
-/// `pairs` k pairs each (pack_pairs' layout, zero pairs past kc): a B tile is 16 pairs of a
-/// panel's half.
-template <class Src>
-void pack_panels(const Strided<Src>& src, int64_t cols, int64_t kc, int64_t pairs, uint16_t* dst) {
-  const int64_t used = (kc + 1) / 2, panel = pairs * kAmxNR * 2;
-  for (int64_t j0 = 0; j0 < cols; j0 += kAmxNR) {
-    uint16_t* d = dst + j0 / kAmxNR * panel;
-    pack_pairs<kAmxNR>(Strided<Src>{src.p + j0 * src.s_i, src.s_i, src.s_p},
-                       std::min<int64_t>(kAmxNR, cols - j0), kc, d);
-    std::fill(d + used * kAmxNR * 2, d + panel, uint16_t{0});
-  }
 }
 
 /// out (32 x 32 f32, row-major) = the products of a 32-row A panel (rows `width` bf16 apart)
@@ -425,7 +472,7 @@ SPIRE_AMX_TARGET void gemm_blocked_amx(const Strided<Src>& a, const Strided<Src>
       const int64_t width = pairs * 2;
       const bool accumulate = pc > 0;
       const bool round = round_output && pc + kc == k;
-      pack_panels(Strided<Src>{b.p + jc * b.s_i + pc * b.s_p, b.s_i, b.s_p}, nc, kc, pairs, pb);
+      pack_panels<kAmxNR>(Strided<Src>{b.p + jc * b.s_i + pc * b.s_p, b.s_i, b.s_p}, nc, kc, pairs, pb);
       for (int64_t ic = 0; ic < m; ic += kAmxMC) {
         const int64_t mc = std::min(kAmxMC, m - ic);
         pack_rows(Strided<Src>{a.p + ic * a.s_i + pc * a.s_p, a.s_i, a.s_p}, mc, kc, width, pa);
