@@ -228,18 +228,25 @@ TEST(EpilogueFusion, AResultThatBroadcastsBeyondTheProductIsComputedFromATempora
   }
 }
 
+// Shapes of one GEMM block and of several (rows, columns and k blocks of both bf16 kernels),
+// on 1 and 3 threads.
 TEST(EpilogueFusion, MixedPrecisionProductsTakeTheEpilogueAfterRounding) {
-  std::mt19937_64 rng(5);
-  Graph g;
-  DefaultGraphGuard guard(g);
-  Output a = ops::placeholder(DType::F32, {33, 40}, "a");
-  Output b = ops::placeholder(DType::F32, {40, 17}, "b");
-  Output bias = ops::placeholder(DType::F32, {17}, "bias");
-  Output y = ops::gelu(ops::add(ops::matmul(a, b, false, false, DType::BF16), bias), ops::GeluApproximate::kNone, "out");
-  FeedDict feeds = {{a, random_tensor(DType::F32, {33, 40}, rng, -1, 1)},
-                    {b, random_tensor(DType::F32, {40, 17}, rng, -1, 1)},
-                    {bias, random_tensor(DType::F32, {17}, rng, -1, 1)}};
-  expect_same_bits(g, y, feeds, "FusedMatMul", true);
+  struct Dims { int64_t m, k, n; };
+  for (const Dims& d : {Dims{33, 40, 17}, Dims{300, 700, 600}})
+    for (int threads : {1, 3}) {
+      std::mt19937_64 rng(5);
+      Graph g;
+      DefaultGraphGuard guard(g);
+      Output a = ops::placeholder(DType::F32, {d.m, d.k}, "a");
+      Output b = ops::placeholder(DType::F32, {d.k, d.n}, "b");
+      Output bias = ops::placeholder(DType::F32, {d.n}, "bias");
+      Output y = ops::gelu(ops::add(ops::matmul(a, b, false, false, DType::BF16), bias),
+                           ops::GeluApproximate::kNone, "out");
+      FeedDict feeds = {{a, random_tensor(DType::F32, {d.m, d.k}, rng, -1, 1)},
+                        {b, random_tensor(DType::F32, {d.k, d.n}, rng, -1, 1)},
+                        {bias, random_tensor(DType::F32, {d.n}, rng, -1, 1)}};
+      expect_same_bits(g, y, feeds, "FusedMatMul", true, threads);
+    }
 }
 
 TEST(EpilogueFusion, AProductReadElsewhereFetchedOrSwitchedOffKeepsItsStep) {
