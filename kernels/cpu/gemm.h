@@ -62,14 +62,26 @@ bool gemm_isa_supported(GemmIsa isa);
 /// The variant gemm() dispatches to on this CPU.
 GemmIsa gemm_best_isa();
 
-/// gemm() forced onto one variant; `isa` must be supported (unsupported ones fall back to
-/// kGeneric).
+/// Depth (KC) of the packed blocks of the AVX-512 f32 main tile (the other tiles and f64 keep
+/// 128): kShallow 128, whose 32 KiB B~ micro-panel stays in L1; kDeep 384, which reads and
+/// writes C a third as often for k >= 384 while the 96 KiB micro-panel streams from L2.
+/// gemm() takes kDeep where each core has at least 2 MiB of L2 (the 1.5 MiB B~ block then
+/// stays there; Intel Sapphire Rapids and later), kShallow elsewhere (AMD Zen's 1 MiB).
+enum class GemmDepth { kShallow, kDeep };
+/// The depth gemm() uses on this CPU (from the L2 size the C library reports).
+GemmDepth gemm_best_depth();
+
+/// gemm() forced onto one variant (and depth: gemm_best_depth() unless given); `isa` must be
+/// supported (unsupported ones fall back to kGeneric).
 void gemm_with_isa(GemmIsa isa, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                    float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
                    float beta, float* c, int64_t ldc);
 void gemm_with_isa(GemmIsa isa, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                    double alpha, const double* a, int64_t lda, const double* b, int64_t ldb,
                    double beta, double* c, int64_t ldc);
+void gemm_with_isa(GemmIsa isa, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                   float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+                   float beta, float* c, int64_t ldc, GemmDepth depth);
 
 }  // namespace detail
 }  // namespace spire::cpu

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -70,6 +71,7 @@ struct Case {
   int64_t m = 0, n = 0, k = 0;
   T alpha = 1, beta = 0;
   int64_t pad = 0;  // extra elements in every leading dimension
+  std::optional<detail::GemmDepth> depth;  // f32 only: forced, else gemm_best_depth()
 
   void run(GemmIsa isa, uint32_t seed) const {
     SCOPED_TRACE(testing::Message()
@@ -97,8 +99,18 @@ struct Case {
     auto op_a = [&](int64_t i, int64_t p) { return double(trans_a ? a[p * lda + i] : a[i * lda + p]); };
     auto op_b = [&](int64_t p, int64_t j) { return double(trans_b ? b[j * ldb + p] : b[p * ldb + j]); };
 
-    detail::gemm_with_isa(isa, trans_a, trans_b, m, n, k, alpha, a.data(), lda, b.data(), ldb,
-                          beta, c.data(), ldc);
+    if constexpr (std::is_same_v<T, float>) {
+      if (depth) {
+        detail::gemm_with_isa(isa, trans_a, trans_b, m, n, k, alpha, a.data(), lda, b.data(), ldb,
+                              beta, c.data(), ldc, *depth);
+      } else {
+        detail::gemm_with_isa(isa, trans_a, trans_b, m, n, k, alpha, a.data(), lda, b.data(), ldb,
+                              beta, c.data(), ldc);
+      }
+    } else {
+      detail::gemm_with_isa(isa, trans_a, trans_b, m, n, k, alpha, a.data(), lda, b.data(), ldb,
+                            beta, c.data(), ldc);
+    }
 
     const double rel_tol = std::is_same_v<T, float> ? 1e-4 * std::sqrt(double(std::max<int64_t>(k, 1)))
                                                     : 1e-12;
@@ -230,6 +242,26 @@ TYPED_TEST(GemmTest, TwoByTwo) {
   EXPECT_EQ(c, (std::vector<T>{19, 22, 43, 50}));
   gemm(true, true, 2, 2, 2, T(1), a.data(), 2, b.data(), 2, T(0), c.data(), 2);  // A^T B^T
   EXPECT_EQ(c, (std::vector<T>{23, 31, 34, 46}));
+}
+
+// The AVX-512 f32 main tile at both depths of its packed blocks (KC 128 and 384), whichever
+// this CPU's gemm() takes: k within one block, across several, ragged; every transpose.
+TEST(GemmDepth, BothDepthsOfTheAvx512MainTileMatchTheReference) {
+  if (!detail::gemm_isa_supported(GemmIsa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512";
+  uint32_t seed = 300;
+  for (detail::GemmDepth depth : {detail::GemmDepth::kShallow, detail::GemmDepth::kDeep})
+    for (const Dims& d : {Dims{128, 96, 200}, Dims{257, 129, 300}, Dims{300, 200, 800},
+                          Dims{523, 130, 1000}, Dims{61, 700, 384}})
+      for (int t = 0; t < 4; ++t) {
+        Case<float> c;
+        c.trans_a = t & 1;
+        c.trans_b = t & 2;
+        c.m = d.m, c.n = d.n, c.k = d.k;
+        c.beta = t == 3 ? 0.5f : 0.0f;
+        c.pad = t == 1 ? 3 : 0;
+        c.depth = depth;
+        c.run(GemmIsa::kAvx512, seed++);
+      }
 }
 
 TEST(GemmDispatch, BestIsaIsSupported) {
