@@ -557,10 +557,10 @@ struct Avx2Isa {
 /// 1 MiB L2): KC = 128 keeps the 32 KiB B~ micro-panel in L1; the A~ block (MC x KC, 126 KiB)
 /// and the B~ block (KC x NC: 512 KiB f32, 1 MiB f64) then sit in L2/L3. As the main tile,
 /// 14 x 2, 12 x 2, 8 x 3 and 7 x 4, and KC 96..256, MC 120..504, NC 512..4096 were no faster there.
-/// Where each core has 2 MiB of L2 (detail::GemmDepth::kDeep), the f32 main tile runs with
-/// KC = 384 instead: on an Intel AMX VM (48 KiB L1d, 2 MiB L2) GPT- and ResNet-50-shaped
-/// products took about 5% less time in all, the same on GPT baby's; C is then read and
-/// written once per 384 of k rather than per 128.
+/// Where each core has 2 MiB of L2 (detail::GemmDepth::kDeep), the f32 tiles run with
+/// KC = 384 instead: on an Intel AMX VM (48 KiB L1d, 2 MiB L2) GPT-shakespeare_char-shaped
+/// products took about 8% less time in all, ResNet-50-shaped ones and GPT baby's about the
+/// same; C is then read and written once per 384 of k rather than per 128.
 /// Products with few columns (e.g. convolutions with few output channels) use a 12 x 2-vector
 /// tile (n = 32 f32 / 16 f64 without padding; faster than the 24 x 1 tile on convolution-shaped
 /// products) or a 24 x 1-vector tile, which pads n to 16 (f32) / 8 (f64) rather than 64 / 32.
@@ -658,12 +658,15 @@ void gemm_parallel(GemmIsa isa, const GemmArgs<T>& g, ThreadPool* pool) {
   const int64_t len = split_n ? g.n : g.m;
   // Whole register tiles: NR is at most 64 columns, MR is 6 or 24 rows.
   const int64_t tile = split_n ? 64 : 48;
-  const int64_t units = (len + tile - 1) / tile;
+  // A remainder of one row or column joins the last unit: alone it would be a matrix-vector
+  // product (gemv), which sums in another order than the whole product's tiles.
+  int64_t units = (len + tile - 1) / tile;
+  if (units > 1 && len % tile == 1) --units;
   // Each chunk gets at least kMinMacs of work.
   const int64_t unit_macs = static_cast<int64_t>(macs / static_cast<double>(units)) + 1;
   const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(kMinMacs) / unit_macs);
   pool->parallel_for(units, grain, [&](int64_t u0, int64_t u1) {
-    const int64_t begin = u0 * tile, end = std::min(len, u1 * tile);
+    const int64_t begin = u0 * tile, end = u1 >= units ? len : u1 * tile;
     GemmArgs<T> part = g;
     if (split_n) {
       part.n = end - begin;

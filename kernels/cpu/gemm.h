@@ -62,11 +62,14 @@ bool gemm_isa_supported(GemmIsa isa);
 /// The variant gemm() dispatches to on this CPU.
 GemmIsa gemm_best_isa();
 
-/// Depth (KC) of the packed blocks of the AVX-512 f32 main tile (the other tiles and f64 keep
-/// 128): kShallow 128, whose 32 KiB B~ micro-panel stays in L1; kDeep 384, which reads and
-/// writes C a third as often for k >= 384 while the 96 KiB micro-panel streams from L2.
-/// gemm() takes kDeep where each core has at least 2 MiB of L2 (the 1.5 MiB B~ block then
-/// stays there; Intel Sapphire Rapids and later), kShallow elsewhere (AMD Zen's 1 MiB).
+/// Depth (KC) of the packed blocks of the AVX-512 f32 tiles (all three; f64 keeps 128):
+/// kShallow 128, whose 32 KiB B~ micro-panel of the main tile stays in L1; kDeep 384, which
+/// reads and writes C a third as often for k >= 384 while the 96 KiB micro-panel streams from
+/// L2. gemm() takes kDeep where each core has at least 2 MiB of L2 (the 1.5 MiB B~ block then
+/// stays there; Intel Sapphire Rapids and later), kShallow elsewhere (AMD Zen's 1 MiB). The
+/// depth sets where a product's k is split into partial sums, so f32 results differ in their
+/// last bits between CPUs of the two kinds (as they do between instruction sets); on one CPU
+/// they stay the same for any thread count.
 enum class GemmDepth { kShallow, kDeep };
 /// The depth gemm() uses on this CPU (from the L2 size the C library reports).
 GemmDepth gemm_best_depth();

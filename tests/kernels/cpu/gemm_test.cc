@@ -244,14 +244,17 @@ TYPED_TEST(GemmTest, TwoByTwo) {
   EXPECT_EQ(c, (std::vector<T>{23, 31, 34, 46}));
 }
 
-// The AVX-512 f32 main tile at both depths of its packed blocks (KC 128 and 384), whichever
-// this CPU's gemm() takes: k within one block, across several, ragged; every transpose.
-TEST(GemmDepth, BothDepthsOfTheAvx512MainTileMatchTheReference) {
+// The AVX-512 f32 tiles at both depths of their packed blocks (KC 128 and 384), whichever
+// this CPU's gemm() takes: k within one block, across several, ragged; every transpose; shapes
+// that take the 6 x 4 tile (61 x 700, 200 x 640), the 12 x 2 (128 x 96, 257 x 129, 300 x 200,
+// 523 x 130) and the 24 x 1 (300 x 16).
+TEST(GemmDepth, BothDepthsOfTheAvx512TilesMatchTheReference) {
   if (!detail::gemm_isa_supported(GemmIsa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512";
   uint32_t seed = 300;
   for (detail::GemmDepth depth : {detail::GemmDepth::kShallow, detail::GemmDepth::kDeep})
     for (const Dims& d : {Dims{128, 96, 200}, Dims{257, 129, 300}, Dims{300, 200, 800},
-                          Dims{523, 130, 1000}, Dims{61, 700, 384}})
+                          Dims{523, 130, 1000}, Dims{61, 700, 384}, Dims{200, 640, 1000},
+                          Dims{300, 16, 800}})
       for (int t = 0; t < 4; ++t) {
         Case<float> c;
         c.trans_a = t & 1;

@@ -202,7 +202,10 @@ TEST(ParallelKernelsTest, ThreadedGemmIsBitwiseIdentical) {
                            {1, 4000, 400},
                            {4000, 1, 400},
                            {100352, 32, 9},
-                           {9, 32, 20000}}) {
+                           {9, 32, 20000},
+                           // A last part of one column / row (the whole is no GEMV).
+                           {64, 65, 512},
+                           {97, 40, 600}}) {
       for (bool ta : {false, true}) {
         for (bool tb : {false, true}) {
           std::vector<float> A(static_cast<size_t>(m * k)), B(static_cast<size_t>(k * n));
