@@ -143,9 +143,11 @@ SPIRE_BF16_PACK_TARGET inline __m512i bf16_pairs(const Src* s) {
 #endif
 
 /// Packs rows [0, rows) x k [0, kc) of `src` as panels of R rows: for each k pair q, R pairs
-/// (row-major within the panel), zero-padded. Two layouts of the source copy whole runs:
-/// k contiguous (each pair is one 32-bit word of the source) and rows contiguous (each pair
-/// interleaves two source rows, a loop the compiler vectorizes); others go element by element.
+/// (row-major within the panel), zero-padded; pairs before q_begin are left as they are
+/// (pack_panels has written them). Two layouts of the source copy whole runs: k contiguous
+/// (each pair is one 32-bit word of the source; with R a multiple of 16, 16 rows x 16 pairs at
+/// a time by vector) and rows contiguous (each pair interleaves two source rows; pack_panels
+/// packs the whole panels' pairs by vector first); others go element by element.
 template <int R, class Src>
 SPIRE_BF16_PACK_TARGET void pack_pairs(const Strided<Src>& src, int64_t rows, int64_t kc,
                                        uint16_t* dst, int64_t q_begin = 0) {

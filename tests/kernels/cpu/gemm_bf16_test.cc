@@ -167,38 +167,56 @@ TEST(GemmBf16, AmxTilesMatchTheExactProductForAnyThreadCount) {
 
 // f32 operands rounded while packed give the bits of the same product of their bf16 patterns
 // (kernels/functors.h's float_to_bf16_bits), specials included: ties, the largest finite f32
-// (rounds to +inf), infinities, NaN, a denormal. Both kernels, k long enough for the
-// vectorized rounding.
+// (rounds to +inf), infinities, NaN, a denormal. Both kernels, every transpose, sizes that
+// reach the vectorized packs (whole vector blocks of rows and panels) and their tails.
 TEST(GemmBf16, F32OperandsGiveTheBitsOfTheirBf16Patterns) {
   if (!gemm_bf16_supported())
     GTEST_SKIP() << "this CPU has no AVX512-BF16: the MatMul widens to f32";
   const float specials[] = {1.00390625f, 1.01171875f, -1.00390625f, 3.4028235e38f, INFINITY,
                             -INFINITY,   NAN,         1e-40f,       0.0f,          -0.0f};
-  const int64_t m = 9, n = 37, k = 70;
+  // 40 rows and 70 columns: whole vector blocks of rows and panels of both kernels, and tails.
+  const int64_t m = 40, n = 70, k = 70;
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
-  std::vector<float> af(static_cast<size_t>(m * k)), bf(static_cast<size_t>(k * n));
-  for (float& v : af) v = dist(rng);
-  for (float& v : bf) v = dist(rng);
+  // op(A) (i, p) = a[i * k + p], op(B) (p, j) = b[p * n + j].
+  std::vector<float> a(static_cast<size_t>(m * k)), b(static_cast<size_t>(k * n));
+  for (float& v : a) v = dist(rng);
+  for (float& v : b) v = dist(rng);
   // Specials in a few rows of A and columns of B only, so most of C stays finite.
-  for (int64_t p = 0; p < k; ++p) af[static_cast<size_t>(2 * k + p)] = specials[p % 10];
-  for (int64_t p = 0; p < k; ++p) bf[static_cast<size_t>(p * n + 5)] = specials[(p + 3) % 10];
-  for (int64_t i = 0; i < m; ++i) af[static_cast<size_t>(i * k + 17)] = specials[i % 10];
-  std::vector<uint16_t> ah(af.size()), bh(bf.size());
-  for (size_t i = 0; i < af.size(); ++i) ah[i] = functors::float_to_bf16_bits(af[i]);
-  for (size_t i = 0; i < bf.size(); ++i) bh[i] = functors::float_to_bf16_bits(bf[i]);
+  for (int64_t p = 0; p < k; ++p) a[static_cast<size_t>(2 * k + p)] = specials[p % 10];
+  for (int64_t p = 0; p < k; ++p) b[static_cast<size_t>(p * n + 5)] = specials[(p + 3) % 10];
+  for (int64_t i = 0; i < m; ++i) a[static_cast<size_t>(i * k + 17)] = specials[i % 10];
+  // Ties alone in a row of A and a column of B, so that their rounding shows in finite sums.
+  const float ties[] = {1.00390625f, 1.01171875f, -1.01171875f};
+  for (int64_t p = 0; p < k; ++p) a[static_cast<size_t>(3 * k + p)] = ties[p % 3];
+  for (int64_t p = 0; p < k; ++p) b[static_cast<size_t>(p * n + 6)] = ties[(p + 1) % 3];
   std::vector<Bf16Kernel> kernels = {Bf16Kernel::kAvx512Bf16};
   if (gemm_bf16_amx_supported()) kernels.push_back(Bf16Kernel::kAmx);
-  for (Bf16Kernel kernel : kernels) {
-    std::vector<float> from_f32(static_cast<size_t>(m * n)), from_bits(from_f32.size());
-    detail::gemm_bf16_with(kernel, false, false, m, n, k, af.data(), k, bf.data(), n,
-                           from_f32.data(), n, nullptr, false);
-    detail::gemm_bf16_with(kernel, false, false, m, n, k, ah.data(), k, bh.data(), n,
-                           from_bits.data(), n, nullptr);
-    for (size_t i = 0; i < from_f32.size(); ++i)
-      ASSERT_EQ(std::memcmp(&from_f32[i], &from_bits[i], sizeof(float)), 0)
-          << "kernel " << static_cast<int>(kernel) << " element " << i << ": " << from_f32[i]
-          << " from f32, " << from_bits[i] << " from the bf16 patterns";
+  for (int t = 0; t < 4; ++t) {
+    const bool ta = (t & 1) != 0, tb = (t & 2) != 0;
+    // The stored operands (transposed where the flag says) as f32 and as bf16 patterns.
+    std::vector<float> af(a.size()), bf(b.size());
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t p = 0; p < k; ++p)
+        af[static_cast<size_t>(ta ? p * m + i : i * k + p)] = a[static_cast<size_t>(i * k + p)];
+    for (int64_t p = 0; p < k; ++p)
+      for (int64_t j = 0; j < n; ++j)
+        bf[static_cast<size_t>(tb ? j * k + p : p * n + j)] = b[static_cast<size_t>(p * n + j)];
+    std::vector<uint16_t> ah(af.size()), bh(bf.size());
+    for (size_t i = 0; i < af.size(); ++i) ah[i] = functors::float_to_bf16_bits(af[i]);
+    for (size_t i = 0; i < bf.size(); ++i) bh[i] = functors::float_to_bf16_bits(bf[i]);
+    const int64_t lda = ta ? m : k, ldb = tb ? k : n;
+    for (Bf16Kernel kernel : kernels) {
+      std::vector<float> from_f32(static_cast<size_t>(m * n)), from_bits(from_f32.size());
+      detail::gemm_bf16_with(kernel, ta, tb, m, n, k, af.data(), lda, bf.data(), ldb,
+                             from_f32.data(), n, nullptr, false);
+      detail::gemm_bf16_with(kernel, ta, tb, m, n, k, ah.data(), lda, bh.data(), ldb,
+                             from_bits.data(), n, nullptr);
+      for (size_t i = 0; i < from_f32.size(); ++i)
+        ASSERT_EQ(std::memcmp(&from_f32[i], &from_bits[i], sizeof(float)), 0)
+            << "kernel " << static_cast<int>(kernel) << " transposes " << t << " element " << i
+            << ": " << from_f32[i] << " from f32, " << from_bits[i] << " from the bf16 patterns";
+    }
   }
 }
 
