@@ -75,15 +75,24 @@ struct Strided {
 };
 
 #if SPIRE_BF16_X86
-/// The bf16 bits of s[0..16) (kernels/functors.h's float_to_bf16_bits, per lane).
-SPIRE_BF16_PACK_TARGET inline __m256i bf16_vector(const float* s) {
-  const __m512i x = _mm512_loadu_si512(static_cast<const void*>(s));
+/// r rounded to bf16 precision (nearest even; a NaN made quiet), as f32: exactly
+/// bf16_bits_to_float(float_to_bf16_bits(r)) of kernels/functors.h, per lane.
+SPIRE_BF16_PACK_TARGET inline __m512 round_to_bf16(__m512 r) {
+  const __m512i x = _mm512_castps_si512(r);
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
-  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb), 16);
-  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
+  const __m512i rounded =
+      _mm512_and_si512(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb), high);
+  const __m512i quiet = _mm512_and_si512(_mm512_or_si512(x, _mm512_set1_epi32(0x00400000)), high);
   const __mmask16 nan = _mm512_cmpgt_epu32_mask(
       _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
+  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(nan, rounded, quiet));
+}
+
+/// The bf16 bits of s[0..16) (kernels/functors.h's float_to_bf16_bits, per lane).
+SPIRE_BF16_PACK_TARGET inline __m256i bf16_vector(const float* s) {
+  const __m512i rounded = _mm512_castps_si512(round_to_bf16(_mm512_loadu_ps(s)));
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(rounded, 16));
 }
 SPIRE_BF16_PACK_TARGET inline __m256i bf16_vector(const uint16_t* s) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s));
@@ -208,19 +217,6 @@ SPIRE_BF16_PACK_TARGET void pack_pairs(const Strided<Src>& src, int64_t rows, in
 }
 
 #if SPIRE_BF16_X86
-/// r rounded to bf16 precision (nearest even; a NaN made quiet), as f32: exactly
-/// bf16_bits_to_float(float_to_bf16_bits(r)) of kernels/functors.h, per lane.
-SPIRE_BF16_TARGET inline __m512 round_to_bf16(__m512 r) {
-  const __m512i x = _mm512_castps_si512(r);
-  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
-  const __m512i rounded =
-      _mm512_and_si512(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb), high);
-  const __m512i quiet = _mm512_and_si512(_mm512_or_si512(x, _mm512_set1_epi32(0x00400000)), high);
-  const __mmask16 nan = _mm512_cmpgt_epu32_mask(
-      _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(nan, rounded, quiet));
-}
 
 /// tile (MR x NR, row stride ldt) = or += A~ panel x B~ panel over `pairs` k pairs; with
 /// `round`, the stored values are rounded to bf16 precision (the last k block of a product

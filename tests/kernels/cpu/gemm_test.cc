@@ -100,13 +100,8 @@ struct Case {
     auto op_b = [&](int64_t p, int64_t j) { return double(trans_b ? b[j * ldb + p] : b[p * ldb + j]); };
 
     if constexpr (std::is_same_v<T, float>) {
-      if (depth) {
-        detail::gemm_with_isa(isa, trans_a, trans_b, m, n, k, alpha, a.data(), lda, b.data(), ldb,
-                              beta, c.data(), ldc, *depth);
-      } else {
-        detail::gemm_with_isa(isa, trans_a, trans_b, m, n, k, alpha, a.data(), lda, b.data(), ldb,
-                              beta, c.data(), ldc);
-      }
+      detail::gemm_with_isa(isa, trans_a, trans_b, m, n, k, alpha, a.data(), lda, b.data(), ldb,
+                            beta, c.data(), ldc, depth.value_or(detail::gemm_best_depth()));
     } else {
       detail::gemm_with_isa(isa, trans_a, trans_b, m, n, k, alpha, a.data(), lda, b.data(), ldb,
                             beta, c.data(), ldc);
