@@ -340,8 +340,6 @@ constexpr int kAmxNR = 2 * kAmxT;          // columns of a C block
 constexpr int64_t kAmxMC = 4 * kAmxMR;     // rows of op(A) per packed block
 constexpr int64_t kAmxNC = 16 * kAmxNR;    // columns of op(B) per packed block
 constexpr int64_t kAmxKC = 512;            // k per packed block (whole tiles of pairs)
-// C of at least this many bytes gets its final values by non-temporal stores (amx_merge).
-constexpr int64_t kAmxStreamBytes = int64_t{4} << 20;
 
 inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
@@ -437,9 +435,10 @@ SPIRE_AMX_TARGET __attribute__((noinline)) void amx_block(int64_t tiles, const u
 
 /// C block (rows mr, columns nr) = or += tile (32 x 32), rounded to bf16 with `round`.
 /// With `stream`, whole 32-column rows of C on 64-byte boundaries are written by
-/// non-temporal stores, which skip reading C's lines into the cache first and leave them out
-/// of it: for final values of a C much larger than the caches, whose lines would be evicted
-/// before their reader came (the caller fences once after its last block). Same values.
+/// non-temporal stores, which leave C's lines out of the caches and, when nothing is added
+/// to C (k within one block), skip reading them for ownership: for final values of a C much
+/// larger than the caches, whose lines would be evicted before their reader came (the
+/// caller fences once after its last block). Same values.
 SPIRE_AMX_TARGET void amx_merge(const float* tile, int64_t mr, int64_t nr, float* c, int64_t ldc,
                                 bool accumulate, bool round, bool stream) {
   if (stream && nr == kAmxNR && reinterpret_cast<uintptr_t>(c) % 64 == 0 && ldc % 16 == 0) {
@@ -570,10 +569,10 @@ void gemm_bf16_impl(Bf16Kernel kernel, bool trans_a, bool trans_b, int64_t m, in
   const S sa = trans_a ? S{a, 1, lda} : S{a, lda, 1};
   const S sb = trans_b ? S{b, ldb, 1} : S{b, 1, ldb};
   const bool amx = kernel == Bf16Kernel::kAmx;
-  // Streamed where C is too large to stay cached for its reader (measured on the GPT's
-  // products: 9 to 13 MB outputs gained, 3 MB ones lost; Intel Xeon with 2 MiB of L2 a core).
+  // Streamed where C is too large to stay cached for its reader (detail::kBf16StreamBytes;
+  // measured on an Intel Xeon with 2 MiB of L2 a core, on 1 and 2 threads).
   const bool stream = static_cast<double>(m) * static_cast<double>(n) * sizeof(float) >=
-                      static_cast<double>(kAmxStreamBytes);
+                      static_cast<double>(detail::kBf16StreamBytes);
   auto blocked = [&](const S& pa, const S& pb, int64_t rows, int64_t cols, float* pc) {
     if (amx) gemm_blocked_amx(pa, pb, rows, cols, k, pc, ldc, round_output, stream);
     else gemm_blocked(pa, pb, rows, cols, k, pc, ldc, round_output);

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -165,60 +166,71 @@ TEST(GemmBf16, AmxTilesMatchTheExactProductForAnyThreadCount) {
     }
 }
 
-// A C of 4 MiB or more gets its final values by non-temporal stores (whole 32-column blocks
-// on 64-byte boundaries; the rest as usual): the same bits as the product computed in row
-// pieces small enough to be stored as usual, with k beyond one packed block (the streamed
-// pass adds to C), an n with a partial last block, both row strides, results rounded or not,
-// and threads.
+// A C of detail::kBf16StreamBytes or more gets its final values by non-temporal stores
+// (whole 32-column blocks on 64-byte boundaries; the rest as usual): the same bits as the
+// product computed in row pieces small enough to be stored as usual. Products split along n
+// and along m, k beyond one packed block (the streamed pass adds to C), a partial last block
+// of rows and of columns, row strides that stream (1056) and that do not (n), results
+// rounded or not, threads; nothing written outside C.
 TEST(GemmBf16, AmxLargeOutputsStoredPastTheCacheGiveTheSameBits) {
   if (!gemm_bf16_amx_supported())
     GTEST_SKIP() << "this CPU or OS runs no AMX tiles (or SPIRE_CPU_AMX=0)";
-  const int64_t m = 1024, n = 1050, k = 600, piece = 64;
-  std::mt19937 rng(11);
-  std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
-  std::vector<float> a(static_cast<size_t>(m * k)), b(static_cast<size_t>(k * n));
-  for (float& v : a) v = dist(rng);
-  for (float& v : b) v = dist(rng);
-  std::vector<uint16_t> ah(a.size()), bh(b.size());
-  for (size_t i = 0; i < a.size(); ++i) ah[i] = functors::float_to_bf16_bits(a[i]);
-  for (size_t i = 0; i < b.size(); ++i) bh[i] = functors::float_to_bf16_bits(b[i]);
+  const int64_t k = 600, piece = 64;
   ThreadPool pool(3);
-  // C on a 64-byte boundary (as the allocator places tensors), rows n or 1056 floats apart.
-  for (const int64_t ldc : {n, int64_t{1056}}) {
-    const size_t size = static_cast<size_t>(m * ldc) + 16;
-    std::vector<float> whole_buf(size, NAN), pieces_buf(size, NAN);
-    auto aligned = [](std::vector<float>& v) {
-      const uintptr_t at = reinterpret_cast<uintptr_t>(v.data());
-      return v.data() + (64 - at % 64) % 64 / sizeof(float);
-    };
-    float* whole = aligned(whole_buf);
-    float* pieces = aligned(pieces_buf);
-    for (int variant = 0; variant < 3; ++variant)
-      for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
-        auto run = [&](int64_t i0, int64_t rows, float* c) {
-          if (variant == 0)
-            detail::gemm_bf16_with(Bf16Kernel::kAmx, false, false, rows, n, k,
-                                   ah.data() + i0 * k, k, bh.data(), n, c + i0 * ldc, ldc, tp);
-          else
-            detail::gemm_bf16_with(Bf16Kernel::kAmx, false, false, rows, n, k,
-                                   a.data() + i0 * k, k, b.data(), n, c + i0 * ldc, ldc, tp,
-                                   /*round_output=*/variant == 2);
-        };
-        run(0, m, whole);
-        for (int64_t i0 = 0; i0 < m; i0 += piece) run(i0, piece, pieces);
-        for (int64_t i = 0; i < m; ++i)
-          for (int64_t j = 0; j < ldc; ++j) {
-            const size_t at = static_cast<size_t>(i * ldc + j);
-            if (j >= n) {
-              ASSERT_TRUE(std::isnan(whole[at])) << "wrote past n at (" << i << ", " << j << ")";
+  for (const Dims d : {Dims{1030, 1050, k}, Dims{2100, 520, k}}) {
+    ASSERT_GE(d.m * d.n * int64_t{sizeof(float)}, detail::kBf16StreamBytes);
+    ASSERT_LT(piece * d.n * int64_t{sizeof(float)}, detail::kBf16StreamBytes);
+    std::mt19937 rng(static_cast<uint32_t>(d.m + d.n));
+    std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
+    std::vector<float> a(static_cast<size_t>(d.m * k)), b(static_cast<size_t>(k * d.n));
+    for (float& v : a) v = dist(rng);
+    for (float& v : b) v = dist(rng);
+    std::vector<uint16_t> ah(a.size()), bh(b.size());
+    for (size_t i = 0; i < a.size(); ++i) ah[i] = functors::float_to_bf16_bits(a[i]);
+    for (size_t i = 0; i < b.size(); ++i) bh[i] = functors::float_to_bf16_bits(b[i]);
+    // C on a 64-byte boundary (as the allocator places tensors), rows n or 1056 floats apart,
+    // inside a buffer with NaN slack on both sides.
+    for (const int64_t ldc : {d.n, int64_t{1056}}) {
+      const size_t size = static_cast<size_t>(d.m * ldc) + 64;
+      std::vector<float> whole_buf(size), pieces_buf(size);
+      auto aligned = [](std::vector<float>& v) {
+        const uintptr_t at = reinterpret_cast<uintptr_t>(v.data()) + 16 * sizeof(float);
+        return static_cast<size_t>(16 + (64 - at % 64) % 64 / sizeof(float));
+      };
+      const size_t w0 = aligned(whole_buf), p0 = aligned(pieces_buf);
+      for (int variant = 0; variant < 3; ++variant)
+        for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
+          std::fill(whole_buf.begin(), whole_buf.end(), NAN);
+          std::fill(pieces_buf.begin(), pieces_buf.end(), NAN);
+          auto run = [&](int64_t i0, int64_t rows, float* c) {
+            if (variant == 0)
+              detail::gemm_bf16_with(Bf16Kernel::kAmx, false, false, rows, d.n, k,
+                                     ah.data() + i0 * k, k, bh.data(), d.n, c + i0 * ldc, ldc, tp);
+            else
+              detail::gemm_bf16_with(Bf16Kernel::kAmx, false, false, rows, d.n, k,
+                                     a.data() + i0 * k, k, b.data(), d.n, c + i0 * ldc, ldc, tp,
+                                     /*round_output=*/variant == 2);
+          };
+          run(0, d.m, whole_buf.data() + w0);
+          for (int64_t i0 = 0; i0 < d.m; i0 += piece)
+            run(i0, std::min(piece, d.m - i0), pieces_buf.data() + p0);
+          const std::string what = std::to_string(d.m) + "x" + std::to_string(d.n) + " ldc " +
+                                   std::to_string(ldc) + " variant " + std::to_string(variant) +
+                                   (tp ? " threaded" : "");
+          for (size_t e = 0; e < size; ++e) {
+            const bool in_c = e >= w0 && e < w0 + static_cast<size_t>(d.m * ldc) &&
+                              static_cast<int64_t>(e - w0) % ldc < d.n;
+            if (!in_c) {
+              ASSERT_TRUE(std::isnan(whole_buf[e])) << what << ": wrote outside C at " << e;
               continue;
             }
-            ASSERT_EQ(std::memcmp(&whole[at], &pieces[at], sizeof(float)), 0)
-                << "ldc " << ldc << " variant " << variant << (tp ? " threaded" : "") << " ("
-                << i << ", " << j << "): " << whole[at] << " whole, " << pieces[at]
+            const float* p = &pieces_buf[e - w0 + p0];
+            ASSERT_EQ(std::memcmp(&whole_buf[e], p, sizeof(float)), 0)
+                << what << " element " << e - w0 << ": " << whole_buf[e] << " whole, " << *p
                 << " in pieces";
           }
-      }
+        }
+    }
   }
 }
 
