@@ -732,10 +732,10 @@ void gemm_with_isa(GemmIsa isa, bool trans_a, bool trans_b, int64_t m, int64_t n
 
 void gemm_with_isa(GemmIsa isa, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                    float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
-                   float beta, float* c, int64_t ldc, GemmDepth depth) {
+                   float beta, float* c, int64_t ldc, GemmDepth depth, ThreadPool* pool) {
   GemmArgs<float> g{trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
   g.deep = depth == GemmDepth::kDeep;
-  gemm_impl<float>(isa, g);
+  gemm_parallel<float>(isa, g, pool);
 }
 
 void gemm_with_isa(GemmIsa isa, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,

@@ -74,8 +74,9 @@ enum class GemmDepth { kShallow, kDeep };
 /// The depth gemm() uses on this CPU (from the L2 size the C library reports).
 GemmDepth gemm_best_depth();
 
-/// gemm() forced onto one variant (and depth: gemm_best_depth() unless given); `isa` must be
-/// supported (unsupported ones fall back to kGeneric).
+/// gemm() forced onto one variant (and depth: gemm_best_depth() unless given, split over
+/// `pool` as the threaded gemm() when one is given); `isa` must be supported (unsupported
+/// ones fall back to kGeneric).
 void gemm_with_isa(GemmIsa isa, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                    float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
                    float beta, float* c, int64_t ldc);
@@ -84,7 +85,8 @@ void gemm_with_isa(GemmIsa isa, bool trans_a, bool trans_b, int64_t m, int64_t n
                    double beta, double* c, int64_t ldc);
 void gemm_with_isa(GemmIsa isa, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                    float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
-                   float beta, float* c, int64_t ldc, GemmDepth depth);
+                   float beta, float* c, int64_t ldc, GemmDepth depth,
+                   ThreadPool* pool = nullptr);
 
 }  // namespace detail
 }  // namespace spire::cpu

@@ -262,6 +262,33 @@ TEST(GemmDepth, BothDepthsOfTheAvx512TilesMatchTheReference) {
       }
 }
 
+// At either depth (whichever this CPU's gemm() takes), the product split over threads gives
+// the bits of the unsplit one: splits along m and along n, remainders of a single row or
+// column, every transpose, k over several blocks of both depths.
+TEST(GemmDepth, BothDepthsGiveTheSameBitsOnAnyThreadCount) {
+  if (!detail::gemm_isa_supported(GemmIsa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512";
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> u(-1, 1);
+  ThreadPool pool(3);
+  for (detail::GemmDepth depth : {detail::GemmDepth::kShallow, detail::GemmDepth::kDeep})
+    for (const Dims& d : {Dims{513, 70, 800}, Dims{70, 1000, 800}, Dims{64, 65, 900},
+                          Dims{97, 40, 600}})
+      for (int t = 0; t < 4; ++t) {
+        const bool ta = t & 1, tb = t & 2;
+        std::vector<float> a(static_cast<size_t>(d.m * d.k)), b(static_cast<size_t>(d.k * d.n));
+        for (float& v : a) v = u(rng);
+        for (float& v : b) v = u(rng);
+        std::vector<float> one(static_cast<size_t>(d.m * d.n), 0.25f), three = one;
+        const int64_t lda = ta ? d.m : d.k, ldb = tb ? d.k : d.n;
+        for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool})
+          detail::gemm_with_isa(GemmIsa::kAvx512, ta, tb, d.m, d.n, d.k, 1.0f, a.data(), lda,
+                                b.data(), ldb, 0.5f, (tp ? three : one).data(), d.n, depth, tp);
+        ASSERT_EQ(std::memcmp(one.data(), three.data(), one.size() * sizeof(float)), 0)
+            << d.m << "x" << d.n << "x" << d.k << " transposes " << t << " depth "
+            << static_cast<int>(depth);
+      }
+}
+
 TEST(GemmDispatch, BestIsaIsSupported) {
   EXPECT_TRUE(detail::gemm_isa_supported(detail::gemm_best_isa()));
   EXPECT_TRUE(detail::gemm_isa_supported(GemmIsa::kGeneric));
