@@ -217,7 +217,6 @@ SPIRE_BF16_PACK_TARGET void pack_pairs(const Strided<Src>& src, int64_t rows, in
 }
 
 #if SPIRE_BF16_X86
-
 /// tile (MR x NR, row stride ldt) = or += A~ panel x B~ panel over `pairs` k pairs; with
 /// `round`, the stored values are rounded to bf16 precision (the last k block of a product
 /// whose result is rounded).
@@ -441,18 +440,9 @@ SPIRE_AMX_TARGET __attribute__((noinline)) void amx_block(int64_t tiles, const u
 /// caller fences once after its last block). Same values.
 SPIRE_AMX_TARGET void amx_merge(const float* tile, int64_t mr, int64_t nr, float* c, int64_t ldc,
                                 bool accumulate, bool round, bool stream) {
-  if (stream && nr == kAmxNR && reinterpret_cast<uintptr_t>(c) % 64 == 0 && ldc % 16 == 0) {
-    for (int64_t i = 0; i < mr; ++i) {
-      const float* t = tile + i * kAmxNR;
-      float* out = c + i * ldc;
-      for (int64_t j = 0; j < kAmxNR; j += 16) {
-        __m512 r = _mm512_loadu_ps(t + j);
-        if (accumulate) r = _mm512_add_ps(_mm512_load_ps(out + j), r);
-        _mm512_stream_ps(out + j, round ? round_to_bf16(r) : r);
-      }
-    }
-    return;
-  }
+  // (Whole rows only: then no scalar tail below, and every vector store is aligned.)
+  const bool nt = stream && nr == kAmxNR && reinterpret_cast<uintptr_t>(c) % 64 == 0 &&
+                  ldc % 16 == 0;
   for (int64_t i = 0; i < mr; ++i) {
     const float* t = tile + i * kAmxNR;
     float* out = c + i * ldc;
@@ -460,7 +450,9 @@ SPIRE_AMX_TARGET void amx_merge(const float* tile, int64_t mr, int64_t nr, float
     for (; j + 16 <= nr; j += 16) {
       __m512 r = _mm512_loadu_ps(t + j);
       if (accumulate) r = _mm512_add_ps(_mm512_loadu_ps(out + j), r);
-      _mm512_storeu_ps(out + j, round ? round_to_bf16(r) : r);
+      if (round) r = round_to_bf16(r);
+      if (nt) _mm512_stream_ps(out + j, r);
+      else _mm512_storeu_ps(out + j, r);
     }
     for (; j < nr; ++j) {
       const float v = accumulate ? out[j] + t[j] : t[j];
