@@ -57,6 +57,16 @@ constexpr int64_t kKC = 256;       // k per packed block (even)
 constexpr int64_t kMC = 20 * kMR;  // rows of op(A) per packed block
 constexpr int64_t kNC = 8 * kNR;   // columns of op(B) per packed block
 
+// The AMX path's blocks (see gemm_blocked_amx).
+constexpr int kAmxT = 16;                  // rows of every tile; k pairs per A and B tile
+constexpr int kAmxMR = 2 * kAmxT;          // rows of a C block
+constexpr int kAmxNR = 2 * kAmxT;          // columns of a C block
+constexpr int64_t kAmxMC = 4 * kAmxMR;     // rows of op(A) per packed block
+constexpr int64_t kAmxNC = 16 * kAmxNR;    // columns of op(B) per packed block
+constexpr int64_t kAmxKC = 512;            // least k per packed block (whole tiles of pairs)
+
+inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
 // Per-thread scratch for the packed blocks (kernels/cpu/scratch_buffer.h).
 thread_local ScratchBuffer tl_bf16_a;
 thread_local ScratchBuffer tl_bf16_b;
@@ -328,19 +338,11 @@ void gemm_blocked(const Strided<Src>& a, const Strided<Src>& b, int64_t m, int64
 }
 
 // ---- AMX tiles (TDPBF16PS) ------------------------------------------------------------------
-// Each k block's products (kAmxKC, twice micro_kernel's: half the passes over C) are summed
+// Each k block's products (detail::amx_k_block: as few blocks as fit in L2) are summed
 // from zero in tile registers, then added to C; within a tile the hardware adds a row's 32
 // products in its own order (not micro_kernel's bits, the same for any thread count). A C block
 // is 32 x 32: four 16 x 16 f32 tiles, fed by two A tiles (16 rows x 16 k pairs) and two B
 // tiles (16 k pairs x 16 columns). k is padded with zero pairs to whole tiles.
-constexpr int kAmxT = 16;                  // rows of every tile; k pairs per A and B tile
-constexpr int kAmxMR = 2 * kAmxT;          // rows of a C block
-constexpr int kAmxNR = 2 * kAmxT;          // columns of a C block
-constexpr int64_t kAmxMC = 4 * kAmxMR;     // rows of op(A) per packed block
-constexpr int64_t kAmxNC = 16 * kAmxNR;    // columns of op(B) per packed block
-constexpr int64_t kAmxKC = 512;            // k per packed block (whole tiles of pairs)
-
-inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 /// The tile configuration (palette 1): all eight tiles 16 rows of 64 bytes.
 struct alignas(64) AmxConfig {
@@ -461,12 +463,12 @@ SPIRE_AMX_TARGET void amx_merge(const float* tile, int64_t mr, int64_t nr, float
   }
 }
 
-/// gemm_blocked on AMX tiles.
+/// gemm_blocked on AMX tiles, k in blocks of kc_block (detail::amx_k_block of the whole product).
 template <class Src>
 SPIRE_AMX_TARGET void gemm_blocked_amx(const Strided<Src>& a, const Strided<Src>& b, int64_t m,
-                                       int64_t n, int64_t k, float* c, int64_t ldc,
-                                       bool round_output, bool stream) {
-  const int64_t kc_max = std::min(kAmxKC, k), pairs_max = round_up((kc_max + 1) / 2, kAmxT);
+                                       int64_t n, int64_t k, int64_t kc_block, float* c,
+                                       int64_t ldc, bool round_output, bool stream) {
+  const int64_t kc_max = std::min(kc_block, k), pairs_max = round_up((kc_max + 1) / 2, kAmxT);
   uint16_t* pa = tl_bf16_a.get<uint16_t>(round_up(std::min(kAmxMC, m), kAmxMR) * pairs_max * 2);
   uint16_t* pb = tl_bf16_b.get<uint16_t>(round_up(std::min(kAmxNC, n), kAmxNR) * pairs_max * 2);
   alignas(64) float tile[kAmxMR * kAmxNR];
@@ -474,8 +476,8 @@ SPIRE_AMX_TARGET void gemm_blocked_amx(const Strided<Src>& a, const Strided<Src>
   _tile_loadconfig(&config);
   for (int64_t jc = 0; jc < n; jc += kAmxNC) {
     const int64_t nc = std::min(kAmxNC, n - jc);
-    for (int64_t pc = 0; pc < k; pc += kAmxKC) {
-      const int64_t kc = std::min(kAmxKC, k - pc), pairs = round_up((kc + 1) / 2, kAmxT);
+    for (int64_t pc = 0; pc < k; pc += kc_block) {
+      const int64_t kc = std::min(kc_block, k - pc), pairs = round_up((kc + 1) / 2, kAmxT);
       const int64_t width = pairs * 2;
       const bool accumulate = pc > 0;
       const bool last = pc + kc == k;
@@ -565,8 +567,9 @@ void gemm_bf16_impl(Bf16Kernel kernel, bool trans_a, bool trans_b, int64_t m, in
   // measured on an Intel Xeon with 2 MiB of L2 a core, on 1 and 2 threads).
   const bool stream = static_cast<double>(m) * static_cast<double>(n) * sizeof(float) >=
                       static_cast<double>(detail::kBf16StreamBytes);
+  const int64_t kc_block = amx ? detail::amx_k_block(trans_a, n, k) : 0;
   auto blocked = [&](const S& pa, const S& pb, int64_t rows, int64_t cols, float* pc) {
-    if (amx) gemm_blocked_amx(pa, pb, rows, cols, k, pc, ldc, round_output, stream);
+    if (amx) gemm_blocked_amx(pa, pb, rows, cols, k, kc_block, pc, ldc, round_output, stream);
     else gemm_blocked(pa, pb, rows, cols, k, pc, ldc, round_output);
   };
   const int threads = pool ? pool->num_threads() : 1;
@@ -616,6 +619,26 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
 }
 
 namespace detail {
+
+// (kernels/cpu/gemm_bf16.h.) Measured on an Intel Xeon (AMX; one core loads 12 GB/s, 2 MiB
+// of L2): a 2048 x 384 x 1536 product whose operands come from memory took 5.1 ms in three k
+// blocks of 512 and 3.3 ms in one; the GPT's bf16 step 469-484 -> 447-456 ms. Longer blocks
+// with op(A) transposed (weight gradients, k = the batch's rows: the packing reads one
+// source row per k) made those products slower in the step, so they keep blocks of 512.
+int64_t amx_k_block(bool trans_a, int64_t n, int64_t k) {
+  if (trans_a) return kAmxKC;
+  static const int64_t budget = [] {
+    long l2 = 0;
+#if defined(_SC_LEVEL2_CACHE_SIZE)
+    l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+    return static_cast<int64_t>(l2 > 0 ? l2 : 1 << 20) * 4 / 5;
+  }();
+  const int64_t per_k = (round_up(std::min(kAmxNC, n), kAmxNR) + kAmxMC) * 2;  // bf16 bytes
+  const int64_t fit = std::max(kAmxKC, budget / per_k / (2 * kAmxT) * (2 * kAmxT));
+  const int64_t blocks = (k + fit - 1) / fit;
+  return round_up((k + blocks - 1) / blocks, 2 * kAmxT);
+}
 
 void gemm_bf16_with(Bf16Kernel kernel, bool trans_a, bool trans_b, int64_t m, int64_t n,
                     int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb,

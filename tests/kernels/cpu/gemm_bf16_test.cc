@@ -104,7 +104,11 @@ TEST(GemmBf16, AmxTilesMatchTheExactProductForAnyThreadCount) {
   ThreadPool pool(3);
   const Dims shapes[] = {{1, 1, 1},     {7, 13, 5},     {33, 31, 33},  {37, 19, 70},
                          {300, 3, 257}, {5, 700, 513},  {130, 600, 9}, {96, 96, 600},
-                         {400, 70, 100}, {5, 720, 600}, {64, 64, 32}, {129, 65, 1000}};
+                         {400, 70, 100}, {5, 720, 600}, {64, 64, 32}, {129, 65, 1000},
+                         {20, 520, 2700}};  // more k than fits in L2: several blocks
+  // Several k blocks with op(A) = A too (detail::amx_k_block), split unevenly across threads.
+  ASSERT_LT(detail::amx_k_block(false, 520, 2700), 2700);
+  ASSERT_EQ(detail::amx_k_block(true, 520, 2700), 512);
   for (const Dims& d : shapes)
     for (int t = 0; t < 4; ++t) {
       const bool ta = (t & 1) != 0, tb = (t & 2) != 0;
