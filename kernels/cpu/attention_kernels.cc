@@ -283,18 +283,26 @@ void attention_backward_kernel(KernelContext& ctx) {
         T* gq = pdq + q0;
         T* gk = pdk + k0;
         T* gv = pdv + v0;
-        for (int64_t i = 0; i < a.tq; ++i) std::fill(gq + i * ld, gq + i * ld + a.d, T(0));
-        for (int64_t j = 0; j < a.tk; ++j) {
-          std::fill(gk + j * ld, gk + j * ld + a.d, T(0));
-          std::fill(gv + j * ldv, gv + j * ldv + a.dv, T(0));
-        }
+        // The gradients are not cleared first (a pass over strided rows of the packed dqkv
+        // that cost more than the products here): each block's first product writes it (beta
+        // 0), the later ones add. Every query block meets key block 0; a key block that no
+        // query sees (causal, more keys than queries) is cleared.
+        if (a.tk == 0)
+          for (int64_t i = 0; i < a.tq; ++i) std::fill(gq + i * ld, gq + i * ld + a.d, T(0));
         // D_i = rowsum(dO * O) - dlse_i: dS = P * (dP - D_i) covers both outputs' gradients.
         for (int64_t i = 0; i < a.tq; ++i)
           delta[static_cast<size_t>(i)] = row_dot(d_o + i * ldo, o + i * ldo, a.dv) - dlse[i * ldl];
         for (int64_t j0 = 0; j0 < a.tk; j0 += bs) {
           const int64_t j1 = std::min(j0 + bs, a.tk), bk = j1 - j0;
           const int64_t first = kernels::attention_query_begin(j0, a.causal) / bs * bs;
+          if (first >= a.tq)
+            for (int64_t j = j0; j < j1; ++j) {
+              std::fill(gk + j * ld, gk + j * ld + a.d, T(0));
+              std::fill(gv + j * ldv, gv + j * ldv + a.dv, T(0));
+            }
           for (int64_t i0 = first; i0 < a.tq; i0 += bs) {
+            // 0 for a key block's first query block (dK_j, dV_j) and for key block 0 (dQ_i).
+            const T beta_kv = i0 == first ? T(0) : T(1), beta_q = j0 == 0 ? T(0) : T(1);
             const int64_t i1 = std::min(i0 + bs, a.tq), bq = i1 - i0;
             gemm(false, true, bq, bk, a.d, scale, q + i0 * ld, ld, k + j0 * ld, ld, T(0), p.data(),
                  bk);
@@ -304,7 +312,7 @@ void attention_backward_kernel(KernelContext& ctx) {
               probabilities(p.data() + r * bk, n, bk, lse[(i0 + r) * ldl]);
             }
             // dV_j += P^T dO_i
-            gemm(true, false, bk, a.dv, bq, T(1), p.data(), bk, d_o + i0 * ldo, ldo, T(1),
+            gemm(true, false, bk, a.dv, bq, T(1), p.data(), bk, d_o + i0 * ldo, ldo, beta_kv,
                  gv + j0 * ldv, ldv);
             // dP = dO_i V_j^T, then dS = P * (dP - D_i)
             gemm(false, true, bq, bk, a.dv, T(1), d_o + i0 * ldo, ldo, v + j0 * ldv, ldv, T(0),
@@ -316,9 +324,9 @@ void attention_backward_kernel(KernelContext& ctx) {
               for (int64_t c = 0; c < bk; ++c) dr[c] = pr[c] * (dr[c] - di);
             }
             // dQ_i += scale dS K_j; dK_j += scale dS^T Q_i
-            gemm(false, false, bq, a.d, bk, scale, ds.data(), bk, k + j0 * ld, ld, T(1),
+            gemm(false, false, bq, a.d, bk, scale, ds.data(), bk, k + j0 * ld, ld, beta_q,
                  gq + i0 * ld, ld);
-            gemm(true, false, bk, a.d, bq, scale, ds.data(), bk, q + i0 * ld, ld, T(1),
+            gemm(true, false, bk, a.d, bq, scale, ds.data(), bk, q + i0 * ld, ld, beta_kv,
                  gk + j0 * ld, ld);
           }
         }
