@@ -10,8 +10,9 @@
 // data), AMX tiles multiply instead (TDPBF16PS, 16 x 16 f32 results of 16 rows of 32 bf16
 // each; A packed row-major, k blocks sized to L2 (detail::amx_k_block) padded with zero
 // pairs): the same exact products, added in the hardware's own order, so the last bits differ
-// from VDPBF16PS's (still the same for any thread count). Asking for the tile data makes the process's signal stacks larger
-// (Linux then refuses sigaltstack stacks below the AMX state's size).
+// from VDPBF16PS's (still the same for any thread count). Asking for the tile data makes the
+// process's signal stacks larger (Linux then refuses sigaltstack stacks below the AMX state's
+// size).
 // Where the CPU lacks AVX512-BF16 the caller keeps the widening path.
 #pragma once
 
