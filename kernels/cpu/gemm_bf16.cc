@@ -63,7 +63,7 @@ constexpr int kAmxMR = 2 * kAmxT;          // rows of a C block
 constexpr int kAmxNR = 2 * kAmxT;          // columns of a C block
 constexpr int64_t kAmxMC = 4 * kAmxMR;     // rows of op(A) per packed block
 constexpr int64_t kAmxNC = 16 * kAmxNR;    // columns of op(B) per packed block
-constexpr int64_t kAmxKC = 512;            // least k per packed block (whole tiles of pairs)
+constexpr int64_t kAmxKC = 512;            // k per packed block, or the least that fits in L2
 
 inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
@@ -626,7 +626,7 @@ namespace detail {
 // with op(A) transposed (weight gradients, k = the batch's rows: the packing reads one
 // source row per k) made those products slower in the step, so they keep blocks of 512.
 int64_t amx_k_block(bool trans_a, int64_t n, int64_t k) {
-  if (trans_a) return kAmxKC;
+  if (trans_a || k <= 0) return kAmxKC;
   static const int64_t budget = [] {
     long l2 = 0;
 #if defined(_SC_LEVEL2_CACHE_SIZE)

@@ -57,11 +57,12 @@ namespace detail {
 constexpr int64_t kBf16StreamBytes = int64_t{4} << 20;
 
 /// The k per packed block of the AMX kernel for a product with op(A) transposed or not, n
-/// columns and depth k: a function of these only, so no thread count or row split changes
-/// where the k sums are cut. op(A) = A: all of k in one block when a packed A and B block of
-/// that depth fit in 80% of a core's L2, else k split evenly into the fewest blocks that fit
-/// (each a multiple of 32, at least 512); C is read and written once per block. op(A) = A
-/// transposed: blocks of 512.
+/// columns and depth k. op(A) = A: all of k in one block when a packed A and B block of that
+/// depth fit in 80% of a core's L2 (at least 512 deep counts as fitting), else k split evenly
+/// into the fewest blocks that fit (multiples of 32); C is read and written once per block.
+/// op(A) = A transposed: blocks of 512. It depends on these and on the L2 size the OS reports
+/// only: no thread count or row split changes where the k sums are cut (CPUs reporting
+/// different L2 sizes may round differently).
 int64_t amx_k_block(bool trans_a, int64_t n, int64_t k);
 
 /// gemm_bf16 on the given kernel (for tests and benchmarks; kAmx needs

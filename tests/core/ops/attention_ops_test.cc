@@ -130,6 +130,13 @@ SPIRE_FORWARD_TEST(ScaledDotProductAttention, MatchesPrimitiveOps) {
 }
 
 SPIRE_FORWARD_TEST(ScaledDotProductAttentionGrad, MatchesPrimitiveOpGradients) {
+  // New buffers start as NaN, so a gradient element the kernel leaves unwritten shows.
+  Allocator* alloc = get_allocator(Device::cpu());
+  alloc->set_poison(true);
+  struct Unpoison {
+    Allocator* a;
+    ~Unpoison() { a->set_poison(false); }
+  } unpoison{alloc};
   for (DType dt : {DType::F64, DType::F32}) {
     const double tol = dt == DType::F64 ? 1e-11 : 1e-5;
     for (size_t n = 0; n < kConfigs.size(); ++n) {
@@ -275,6 +282,27 @@ TEST(AttentionOps, EmptyDims) {
   EXPECT_EQ(got[1].data<float>()[0], -std::numeric_limits<float>::infinity());
   Output empty_q = ops::scaled_dot_product_attention(none, q, q, true);
   expect_tensor(run1(empty_q), {1, 0, 3}, {});
+  // Their gradients: no keys, dq is 0; no queries, dk and dv are 0 (written, not left as
+  // the NaN of a poisoned new buffer).
+  Allocator* alloc = get_allocator(Device::cpu());
+  alloc->set_poison(true);
+  struct Unpoison {
+    Allocator* a;
+    ~Unpoison() { a->set_poison(false); }
+  } unpoison{alloc};
+  Output ones = ops::constant(Tensor::full(DType::F32, {1, 2, 3}, 1.0));
+  auto no_keys = ops::scaled_dot_product_attention_grad(
+      q, none, none, out, out.node->output(1), ones, ops::constant(Tensor::zeros(DType::F32, {1, 2})));
+  expect_tensor(run1(no_keys[0]), {1, 2, 3}, {0, 0, 0, 0, 0, 0});
+  for (bool causal : {false, true}) {
+    Output eq = ops::scaled_dot_product_attention(none, q, q, causal);
+    auto no_queries = ops::scaled_dot_product_attention_grad(
+        none, q, q, eq, eq.node->output(1), ops::zeros_like(eq),
+        ops::constant(Tensor::zeros(DType::F32, {1, 0})), causal);
+    auto got = run({no_queries[1], no_queries[2]});
+    expect_tensor(got[0], {1, 2, 3}, {0, 0, 0, 0, 0, 0});
+    expect_tensor(got[1], {1, 2, 3}, {0, 0, 0, 0, 0, 0});
+  }
 }
 
 TEST(AttentionOps, BadInputsGiveClearErrors) {

@@ -105,12 +105,15 @@ TEST(GemmBf16, AmxTilesMatchTheExactProductForAnyThreadCount) {
   const Dims shapes[] = {{1, 1, 1},     {7, 13, 5},     {33, 31, 33},  {37, 19, 70},
                          {300, 3, 257}, {5, 700, 513},  {130, 600, 9}, {96, 96, 600},
                          {400, 70, 100}, {5, 720, 600}, {64, 64, 32}, {129, 65, 1000},
-                         {20, 520, 2700}};  // more k than fits in L2: several blocks
-  // Several k blocks with op(A) = A too (detail::amx_k_block), split unevenly across threads.
-  ASSERT_LT(detail::amx_k_block(false, 520, 2700), 2700);
-  ASSERT_EQ(detail::amx_k_block(true, 520, 2700), 512);
-  for (const Dims& d : shapes)
+                         {20, 520, 0}};  // k set below: more than fits in L2
+  // Several k blocks with op(A) = A too (detail::amx_k_block; sized by this CPU's L2), an odd
+  // k, columns split unevenly across threads.
+  const int64_t deep = 2 * detail::amx_k_block(false, 520, int64_t{1} << 20) + 33;
+  ASSERT_LT(detail::amx_k_block(false, 520, deep), deep);
+  ASSERT_EQ(detail::amx_k_block(true, 520, deep), 512);
+  for (Dims d : shapes)
     for (int t = 0; t < 4; ++t) {
+      if (d.k == 0) d.k = deep;
       const bool ta = (t & 1) != 0, tb = (t & 2) != 0;
       std::mt19937 rng(static_cast<uint32_t>(d.m * 1000 + d.n * 10 + d.k + t));
       std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
@@ -179,7 +182,8 @@ TEST(GemmBf16, AmxTilesMatchTheExactProductForAnyThreadCount) {
 TEST(GemmBf16, AmxLargeOutputsStoredPastTheCacheGiveTheSameBits) {
   if (!gemm_bf16_amx_supported())
     GTEST_SKIP() << "this CPU or OS runs no AMX tiles (or SPIRE_CPU_AMX=0)";
-  const int64_t k = 1400, piece = 64;
+  // k past one L2-sized block (for these n) whatever this CPU's L2.
+  const int64_t k = detail::amx_k_block(false, 1050, int64_t{1} << 20) + 120, piece = 64;
   ThreadPool pool(3);
   for (const Dims d : {Dims{1030, 1050, k}, Dims{2100, 520, k}}) {
     ASSERT_LT(detail::amx_k_block(false, d.n, k), k) << "k within one block: nothing added";
