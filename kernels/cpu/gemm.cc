@@ -704,15 +704,19 @@ bool gemm_isa_supported(GemmIsa isa) {
 #endif
 }
 
-GemmDepth gemm_best_depth() {
-  static const GemmDepth depth = [] {
+int64_t l2_cache_bytes() {
+  static const int64_t bytes = [] {
+    long l2 = 0;
 #if defined(_SC_LEVEL2_CACHE_SIZE)
-    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);  // glibc: 0 or -1 when unknown
-    if (l2 >= (2L << 20)) return GemmDepth::kDeep;
+    l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);  // glibc: 0 or -1 when unknown
 #endif
-    return GemmDepth::kShallow;
+    return static_cast<int64_t>(l2 > 0 ? l2 : 0);
   }();
-  return depth;
+  return bytes;
+}
+
+GemmDepth gemm_best_depth() {
+  return l2_cache_bytes() >= (int64_t{2} << 20) ? GemmDepth::kDeep : GemmDepth::kShallow;
 }
 
 GemmIsa gemm_best_isa() {

@@ -73,6 +73,8 @@ GemmIsa gemm_best_isa();
 enum class GemmDepth { kShallow, kDeep };
 /// The depth gemm() uses on this CPU (from the L2 size the C library reports).
 GemmDepth gemm_best_depth();
+/// A core's L2 cache in bytes as the C library reports it (sysconf); 0 when unknown.
+int64_t l2_cache_bytes();
 
 /// gemm() forced onto one variant (and depth: gemm_best_depth() unless given, split over
 /// `pool` as the threaded gemm() when one is given); `isa` must be supported (unsupported

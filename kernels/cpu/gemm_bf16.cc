@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/scratch_buffer.h"
 #include "kernels/functors.h"
 
@@ -627,13 +628,8 @@ namespace detail {
 // source row per k) made those products slower in the step, so they keep blocks of 512.
 int64_t amx_k_block(bool trans_a, int64_t n, int64_t k) {
   if (trans_a || k <= 0) return kAmxKC;
-  static const int64_t budget = [] {
-    long l2 = 0;
-#if defined(_SC_LEVEL2_CACHE_SIZE)
-    l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-#endif
-    return static_cast<int64_t>(l2 > 0 ? l2 : 1 << 20) * 4 / 5;
-  }();
+  const int64_t l2 = l2_cache_bytes();
+  const int64_t budget = (l2 > 0 ? l2 : int64_t{1} << 20) * 4 / 5;
   const int64_t per_k = (round_up(std::min(kAmxNC, n), kAmxNR) + kAmxMC) * 2;  // bf16 bytes
   const int64_t fit = std::max(kAmxKC, budget / per_k / (2 * kAmxT) * (2 * kAmxT));
   const int64_t blocks = (k + fit - 1) / fit;

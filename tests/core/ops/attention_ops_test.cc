@@ -129,14 +129,17 @@ SPIRE_FORWARD_TEST(ScaledDotProductAttention, MatchesPrimitiveOps) {
   }
 }
 
+// While alive, new CPU buffers start as NaN, so an output element a kernel leaves unwritten
+// shows in the results.
+struct PoisonedCpuBuffers {
+  PoisonedCpuBuffers() { get_allocator(Device::cpu())->set_poison(true); }
+  ~PoisonedCpuBuffers() { get_allocator(Device::cpu())->set_poison(false); }
+  PoisonedCpuBuffers(const PoisonedCpuBuffers&) = delete;
+  PoisonedCpuBuffers& operator=(const PoisonedCpuBuffers&) = delete;
+};
+
 SPIRE_FORWARD_TEST(ScaledDotProductAttentionGrad, MatchesPrimitiveOpGradients) {
-  // New buffers start as NaN, so a gradient element the kernel leaves unwritten shows.
-  Allocator* alloc = get_allocator(Device::cpu());
-  alloc->set_poison(true);
-  struct Unpoison {
-    Allocator* a;
-    ~Unpoison() { a->set_poison(false); }
-  } unpoison{alloc};
+  const PoisonedCpuBuffers poisoned;
   for (DType dt : {DType::F64, DType::F32}) {
     const double tol = dt == DType::F64 ? 1e-11 : 1e-5;
     for (size_t n = 0; n < kConfigs.size(); ++n) {
@@ -284,12 +287,7 @@ TEST(AttentionOps, EmptyDims) {
   expect_tensor(run1(empty_q), {1, 0, 3}, {});
   // Their gradients: no keys, dq is 0; no queries, dk and dv are 0 (written, not left as
   // the NaN of a poisoned new buffer).
-  Allocator* alloc = get_allocator(Device::cpu());
-  alloc->set_poison(true);
-  struct Unpoison {
-    Allocator* a;
-    ~Unpoison() { a->set_poison(false); }
-  } unpoison{alloc};
+  const PoisonedCpuBuffers poisoned;
   Output ones = ops::constant(Tensor::full(DType::F32, {1, 2, 3}, 1.0));
   auto no_keys = ops::scaled_dot_product_attention_grad(
       q, none, none, out, out.node->output(1), ones, ops::constant(Tensor::zeros(DType::F32, {1, 2})));
